@@ -1,0 +1,434 @@
+//! Context sweep: for each context length, warm-up requests, then isolated streaming requests (and the
+//! two-point pair when asked), each record appended to the results file at once; health checks after
+//! failures, `--on-crash wait|stop`, `--resume`, Ctrl-C.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use crate::client::{self, RequestSpec, Target, Timeouts};
+use crate::measure::{two_point, TwoPointError};
+use crate::prompt::{Prompt, PromptGen};
+use crate::record::{read_records, Method, Record, RecordWriter, TwoPointDetail};
+use crate::trace::FailureKind;
+use crate::Dialect;
+
+/// Default context ladder.
+pub const DEFAULT_CONTEXTS: &str = "1k,2k,4k,8k,16k,32k,64k,128k,185k";
+
+/// What to do when the server goes down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnCrash {
+    /// Wait for `/health` to answer again (up to a limit), then go on.
+    Wait,
+    /// Stop the sweep cleanly.
+    Stop,
+}
+
+/// A validated sweep.
+#[derive(Clone, Debug)]
+pub struct SweepConfig {
+    /// Server.
+    pub target: Target,
+    /// Context lengths, in tokens.
+    pub contexts: Vec<u32>,
+    /// Output tokens per streaming request.
+    pub output_tokens: u32,
+    /// Measured runs per context.
+    pub runs: u32,
+    /// Warm-up requests per context (not recorded).
+    pub warmup: u32,
+    /// Also run the two-point method beside the streaming one.
+    pub method: Method,
+    /// Flush the prefix cache before each point (and between the two-point requests).
+    pub flush_cache: bool,
+    /// Two-point output lengths a and b.
+    pub two_point_tokens: (u32, u32),
+    /// Results file (JSONL).
+    pub out: PathBuf,
+    /// Skip points already measured in `out`.
+    pub resume: bool,
+    /// Prompt seed.
+    pub seed: u64,
+    /// Token id range of prompts, `[min, max)`.
+    pub token_id_range: (u32, u32),
+    /// Ask for per-chunk token ids (vLLM).
+    pub return_token_ids: bool,
+    /// Deadlines.
+    pub timeouts: Timeouts,
+    /// Crash policy.
+    pub on_crash: OnCrash,
+    /// How long to wait for a crashed server.
+    pub crash_wait: Duration,
+    /// Draw a progress bar (only on a terminal).
+    pub progress: bool,
+    /// Command line, for the manifest.
+    pub command: String,
+}
+
+/// What a sweep did.
+#[derive(Debug)]
+pub struct SweepOutcome {
+    /// Records written by this invocation.
+    pub records: Vec<Record>,
+    /// Points skipped because `--resume` found them done.
+    pub skipped: usize,
+    /// Why the sweep stopped early, if it did.
+    pub stopped: Option<String>,
+    /// Ctrl-C ended the sweep.
+    pub interrupted: bool,
+    /// The results file.
+    pub out: PathBuf,
+}
+
+/// Parse a context list such as `1k,2k,185k` or `512,1024` (k = 1,000 tokens).
+pub fn parse_contexts(s: &str) -> Result<Vec<u32>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (num, mult) = match part.strip_suffix(['k', 'K']) {
+            Some(n) => (n, 1000.0),
+            None => (part, 1.0),
+        };
+        let v: f64 = num.parse().map_err(|_| {
+            format!("context length {part:?} is not a number (examples: 1k, 512, 185k)")
+        })?;
+        let tokens = v * mult;
+        if !tokens.is_finite() || tokens < 1.0 || tokens > f64::from(u32::MAX) {
+            return Err(format!("context length {part:?} is out of range"));
+        }
+        out.push(tokens.round() as u32);
+    }
+    if out.is_empty() {
+        return Err("no context lengths given".into());
+    }
+    Ok(out)
+}
+
+struct Runner<'a> {
+    cfg: &'a SweepConfig,
+    http: reqwest::Client,
+    prompts: PromptGen,
+    nonce: u64,
+    counter: u64,
+}
+
+impl Runner<'_> {
+    fn next_spec(&mut self, context: u32, max_tokens: u32) -> RequestSpec {
+        self.counter += 1;
+        let index = (self.nonce << 40) | self.counter;
+        let prompt = if self.cfg.target.dialect == Dialect::OpenAiChat {
+            Prompt::Text(self.prompts.text(context, index))
+        } else {
+            Prompt::TokenIds(self.prompts.token_ids(context, index))
+        };
+        let mut spec = RequestSpec::new(
+            format!("bc-{:x}-{}-{}", self.cfg.seed, self.nonce, self.counter),
+            prompt,
+            max_tokens,
+        );
+        spec.return_token_ids = self.cfg.return_token_ids;
+        spec
+    }
+
+    fn key(&self) -> Option<&str> {
+        self.cfg.target.api_key.as_deref()
+    }
+
+    async fn flush(&self) -> Result<(), String> {
+        client::flush_cache(&self.http, &self.cfg.target.base_url, self.key()).await
+    }
+
+    async fn streaming(&mut self, context: u32, run: u32) -> Record {
+        if self.cfg.flush_cache {
+            if let Err(e) = self.flush().await {
+                tracing::warn!("{e}");
+            }
+        }
+        let spec = self.next_spec(context, self.cfg.output_tokens);
+        let trace = client::send(&self.http, &self.cfg.target, &spec, &self.cfg.timeouts).await;
+        Record::streaming(trace, context, run)
+    }
+
+    async fn two_point(&mut self, context: u32, run: u32) -> Record {
+        let (na, nb) = self.cfg.two_point_tokens;
+        if self.cfg.flush_cache {
+            if let Err(e) = self.flush().await {
+                tracing::warn!("{e}");
+            }
+        }
+        let spec_a = self.next_spec(context, na);
+        let mut spec_b = spec_a.clone();
+        spec_b.max_tokens = nb;
+        spec_b.rid = format!("{}-b", spec_a.rid);
+        let a = client::send(&self.http, &self.cfg.target, &spec_a, &self.cfg.timeouts).await;
+        let mut detail = TwoPointDetail {
+            a_tokens: na,
+            b_tokens: nb,
+            t_a_ms: Some(a.end_ns as f64 / 1e6),
+            t_b_ms: None,
+            cached_tokens_b: None,
+            flushed: false,
+            trace_a: None,
+            trace_b: None,
+        };
+        if self.cfg.flush_cache && a.failure().is_none() {
+            if let Err(message) = self.flush().await {
+                detail.trace_a = Some(a);
+                return Record::two_point(
+                    Err(TwoPointError::FlushRefused { message }),
+                    detail,
+                    context,
+                    run,
+                );
+            }
+            detail.flushed = true;
+        }
+        let b = client::send(&self.http, &self.cfg.target, &spec_b, &self.cfg.timeouts).await;
+        let result = two_point(&a, &b);
+        detail.t_b_ms = Some(b.end_ns as f64 / 1e6);
+        detail.cached_tokens_b = b.cached_tokens();
+        detail.trace_a = Some(a);
+        detail.trace_b = Some(b);
+        Record::two_point(result, detail, context, run)
+    }
+
+    /// After a failure that suggests a crash: is the server back (possibly after waiting)?
+    async fn server_is_up(&self, bar: &ProgressBar) -> bool {
+        let base = &self.cfg.target.base_url;
+        if client::health(&self.http, base, self.key()).await {
+            return true;
+        }
+        if self.cfg.on_crash == OnCrash::Stop {
+            return false;
+        }
+        bar.set_message(format!(
+            "server down; waiting up to {:?} for /health",
+            self.cfg.crash_wait
+        ));
+        let deadline = tokio::time::Instant::now() + self.cfg.crash_wait;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if client::health(&self.http, base, self.key()).await {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+fn is_down(rec: &Record) -> bool {
+    let kind = rec
+        .error
+        .as_ref()
+        .and_then(|e| crate::record::failure_kind(&e.kind));
+    let tp_kind = rec
+        .two_point
+        .as_ref()
+        .and_then(|d| d.trace_b.as_ref().or(d.trace_a.as_ref()))
+        .and_then(|t| t.failure())
+        .map(|f| f.kind);
+    kind.or(tp_kind)
+        .is_some_and(|k: FailureKind| k.server_may_be_down())
+}
+
+/// Run the sweep, appending each record to `cfg.out` as it finishes.
+pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
+    if cfg.runs == 0 || cfg.output_tokens == 0 {
+        anyhow::bail!("--runs and --output-tokens must be at least 1");
+    }
+    let (a, b) = cfg.two_point_tokens;
+    if cfg.method == Method::TwoPoint && (a == 0 || b <= a) {
+        anyhow::bail!("two-point output lengths need 0 < a < b (got a={a}, b={b})");
+    }
+    let prompts = PromptGen::with_range(cfg.seed, cfg.token_id_range.0, cfg.token_id_range.1)
+        .map_err(anyhow::Error::msg)?;
+    let exists = cfg.out.exists()
+        && std::fs::metadata(&cfg.out)
+            .map(|m| m.len() > 0)
+            .unwrap_or(false);
+    let mut done: HashSet<(Method, u32, u32)> = HashSet::new();
+    if exists {
+        if !cfg.resume {
+            anyhow::bail!(
+                "{} already has results; pass --resume to continue it or choose another --out",
+                cfg.out.display()
+            );
+        }
+        for r in read_records(&cfg.out)? {
+            if !r.failed() {
+                done.insert(r.point_key());
+            }
+        }
+    }
+    let http = client::http_client(&cfg.timeouts).context("building the HTTP client")?;
+    let manifest_path = PathBuf::from(format!("{}.manifest.jsonl", cfg.out.display()));
+    let nonce = std::fs::read_to_string(&manifest_path)
+        .map(|s| s.lines().count() as u64)
+        .unwrap_or(0);
+    let key = cfg.target.api_key.as_deref();
+    let manifest = json!({
+        "command": cfg.command,
+        "client_version": env!("CARGO_PKG_VERSION"),
+        "started_unix_s": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "url": cfg.target.base_url,
+        "dialect": cfg.target.dialect,
+        "model": cfg.target.model,
+        "server_info": client::server_info(&http, &cfg.target.base_url, key).await,
+        "seed": cfg.seed,
+        "invocation": nonce,
+        "settings": {
+            "contexts": cfg.contexts, "output_tokens": cfg.output_tokens, "runs": cfg.runs,
+            "warmup": cfg.warmup, "method": cfg.method, "flush_cache": cfg.flush_cache,
+            "two_point_tokens": [a, b], "token_id_range": [cfg.token_id_range.0, cfg.token_id_range.1],
+            "resume": cfg.resume, "on_crash": format!("{:?}", cfg.on_crash).to_lowercase(),
+            "timeouts_s": {
+                "connect": cfg.timeouts.connect.as_secs_f64(),
+                "first_token_base": cfg.timeouts.first_token_base.as_secs_f64(),
+                "first_token_per_1k": cfg.timeouts.first_token_per_1k.as_secs_f64(),
+                "idle": cfg.timeouts.idle.as_secs_f64(),
+                "total": cfg.timeouts.total.as_secs_f64(),
+            }
+        }
+    });
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&manifest_path)
+            .with_context(|| format!("opening {}", manifest_path.display()))?;
+        writeln!(f, "{manifest}")
+            .with_context(|| format!("writing {}", manifest_path.display()))?;
+    }
+    let mut writer = RecordWriter::open(&cfg.out)?;
+    let mut runner = Runner {
+        cfg,
+        http,
+        prompts,
+        nonce,
+        counter: 0,
+    };
+    let per_point = if cfg.method == Method::TwoPoint { 2 } else { 1 };
+    let total = cfg.contexts.len() as u64 * u64::from(cfg.runs) * per_point;
+    let bar = if cfg.progress {
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut outcome = SweepOutcome {
+        records: Vec::new(),
+        skipped: 0,
+        stopped: None,
+        interrupted: false,
+        out: cfg.out.clone(),
+    };
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    'outer: for &context in &cfg.contexts {
+        let todo: Vec<(Method, u32)> = (0..cfg.runs)
+            .flat_map(|run| {
+                let mut v = vec![(Method::Streaming, run)];
+                if cfg.method == Method::TwoPoint {
+                    v.push((Method::TwoPoint, run));
+                }
+                v
+            })
+            .filter(|(m, run)| !done.contains(&(*m, context, *run)))
+            .collect();
+        outcome.skipped += (cfg.runs as usize * per_point as usize) - todo.len();
+        bar.inc(total.min((cfg.runs as u64 * per_point) - todo.len() as u64));
+        if todo.is_empty() {
+            continue;
+        }
+        for w in 0..cfg.warmup {
+            bar.set_message(format!(
+                "{context} tokens: warm-up {}/{}",
+                w + 1,
+                cfg.warmup
+            ));
+            let spec = runner.next_spec(context, cfg.output_tokens);
+            let trace = tokio::select! {
+                t = client::send(&runner.http, &cfg.target, &spec, &cfg.timeouts) => t,
+                _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
+            };
+            if let Some(f) = trace.failure() {
+                tracing::warn!("warm-up at {context} tokens failed: {}", f.message);
+            }
+        }
+        for (method, run) in todo {
+            bar.set_message(format!(
+                "{context} tokens, run {}, {}",
+                run + 1,
+                method.as_str()
+            ));
+            let rec = tokio::select! {
+                r = async {
+                    match method {
+                        Method::Streaming => runner.streaming(context, run).await,
+                        Method::TwoPoint => runner.two_point(context, run).await,
+                    }
+                } => r,
+                _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
+            };
+            writer.append(&rec)?;
+            bar.inc(1);
+            let msg = match (&rec.error, rec.ttft_ms, rec.decode_tok_s) {
+                (Some(e), _, _) => format!("{context}: {} {}", e.kind, rec.method.as_str()),
+                (None, Some(t), Some(d)) => {
+                    format!("{context}: TTFT {t:.1} ms, decode {d:.1} tok/s")
+                }
+                (None, Some(t), None) => format!("{context}: TTFT {t:.1} ms"),
+                _ => format!("{context}: {}", rec.method.as_str()),
+            };
+            bar.set_message(msg);
+            if rec.contaminated {
+                tracing::warn!(
+                    "point {context} tokens run {run} contaminated: {}",
+                    rec.contamination.join("; ")
+                );
+            }
+            let down = is_down(&rec);
+            let message = rec.error.as_ref().map(|e| e.message.clone());
+            outcome.records.push(rec);
+            if down && !runner.server_is_up(&bar).await {
+                let kept = read_records(&cfg.out)
+                    .map(|r| r.iter().filter(|r| !r.failed()).count())
+                    .unwrap_or(0);
+                outcome.stopped = Some(format!(
+                    "the server stopped answering at {context} tokens ({}); {kept} measured points are kept in {}; start the server again and rerun with --resume to continue",
+                    message.unwrap_or_default(),
+                    cfg.out.display()
+                ));
+                break 'outer;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_parse() {
+        assert_eq!(
+            parse_contexts("1k, 2K,512,185k").unwrap(),
+            vec![1000, 2000, 512, 185_000]
+        );
+        assert_eq!(parse_contexts(DEFAULT_CONTEXTS).unwrap().len(), 9);
+        assert!(parse_contexts("abc").is_err());
+        assert!(parse_contexts("").is_err());
+        assert!(parse_contexts("0").is_err());
+        assert!(parse_contexts("1e20").is_err());
+    }
+}

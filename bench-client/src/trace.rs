@@ -1,0 +1,312 @@
+//! Raw per-request traces: what was sent, every decoded chunk with its arrival instant, and how the stream ended.
+//!
+//! All instants are `u64` nanosecond offsets from the instant the request was sent, taken from tokio's
+//! clock. Traces are plain serialisable data; every metric is computed from them by `measure`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::Dialect;
+
+/// Token counts a server reported in an event (cumulative for the request so far).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens the server counted.
+    pub prompt_tokens: Option<u32>,
+    /// Output tokens produced so far (cumulative).
+    pub completion_tokens: Option<u32>,
+    /// Prompt tokens served from the server's prefix cache.
+    pub cached_tokens: Option<u32>,
+}
+
+/// One decoded streaming event.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Arrival instant of the read that completed this event, ns after the request was sent.
+    pub at_ns: u64,
+    /// Output tokens this event added, when the server says so (`None`: unknown).
+    pub tokens: Option<u32>,
+    /// Bytes of generated text this event added.
+    pub text_len: u32,
+    /// Usage the event carried, if any.
+    pub usage: Option<Usage>,
+    /// Finish reason, if the event carried one.
+    pub finish_reason: Option<String>,
+    /// In-band error message, if the event was an error.
+    pub error: Option<String>,
+    /// A chat event that only announced the assistant role.
+    pub role_only: bool,
+    /// An event without any choice (for example the final usage-only chunk).
+    pub usage_only: bool,
+}
+
+impl Chunk {
+    /// Whether this event carried output: a known positive token count, or, when the count is
+    /// unknown, some generated text.
+    pub fn carries_output(&self) -> bool {
+        if self.role_only || self.usage_only || self.error.is_some() {
+            return false;
+        }
+        match self.tokens {
+            Some(t) => t > 0,
+            None => self.text_len > 0,
+        }
+    }
+}
+
+/// How the client learned the number of tokens in each chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenAttribution {
+    /// SGLang native `meta_info.completion_tokens` (cumulative).
+    ServerCumulative,
+    /// SGLang native `output_ids` (cumulative or incremental, detected from the data).
+    OutputIds,
+    /// OpenAI `stream_options.continuous_usage_stats` (usage on every chunk).
+    ContinuousUsage,
+    /// vLLM `return_token_ids` (`choices[0].token_ids` per chunk).
+    TokenIds,
+    /// Only final totals were known; per-chunk counts are not guessed.
+    Unknown,
+}
+
+impl TokenAttribution {
+    /// The wire name used in records and reports.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::ServerCumulative => "server-cumulative",
+            Self::OutputIds => "output-ids",
+            Self::ContinuousUsage => "continuous-usage",
+            Self::TokenIds => "token-ids",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// Which deadline expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeoutPhase {
+    /// Establishing the connection.
+    Connect,
+    /// Waiting for the first output token (scaled with context length).
+    FirstToken,
+    /// Gap between two reads after the first token.
+    Idle,
+    /// The whole request.
+    Total,
+}
+
+/// How the stream ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum StreamEnd {
+    /// `data: [DONE]` arrived.
+    Done,
+    /// The connection was refused (nothing listening).
+    ConnectRefused { message: String },
+    /// Another connection or request error before the response headers.
+    Connect { message: String },
+    /// A non-success HTTP status; `body` is the (truncated) response body.
+    HttpStatus { status: u16, body: String },
+    /// The body ended (EOF) without `[DONE]`.
+    Eof,
+    /// The connection broke while reading the body (reset, crash).
+    Reset { message: String },
+    /// A deadline expired.
+    Timeout { phase: TimeoutPhase },
+    /// The request could not be built (for example a text-only dialect with a token-id prompt).
+    Invalid { message: String },
+}
+
+/// Everything one streaming request produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestTrace {
+    /// Request id sent as `rid`.
+    pub rid: String,
+    /// Wire dialect used.
+    pub dialect: Dialect,
+    /// Prompt length sent, in tokens (for token-id prompts; `None` for text prompts).
+    pub prompt_tokens_sent: Option<u32>,
+    /// Output tokens asked for.
+    pub max_tokens: u32,
+    /// HTTP status, when headers arrived.
+    pub status: Option<u16>,
+    /// Response headers arrived, ns after send.
+    pub headers_ns: Option<u64>,
+    /// Number of body reads.
+    pub reads: u32,
+    /// Every decoded event except `[DONE]`.
+    pub chunks: Vec<Chunk>,
+    /// Instant of `[DONE]`, when it arrived.
+    pub done_ns: Option<u64>,
+    /// How the stream ended.
+    pub end: StreamEnd,
+    /// Instant the client stopped, ns after send.
+    pub end_ns: u64,
+    /// How per-chunk token counts were known.
+    pub attribution: TokenAttribution,
+}
+
+/// Why a request counts as failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// Connection refused.
+    ConnectRefused,
+    /// Other connection error.
+    Connect,
+    /// HTTP error status.
+    HttpStatus,
+    /// The server sent `{"error": ...}` in the stream.
+    InBandError,
+    /// The stream ended or broke without `[DONE]`.
+    StreamCut,
+    /// A deadline expired.
+    Timeout,
+    /// Fewer output tokens than asked.
+    ShortOutput,
+    /// The request could not be built.
+    Invalid,
+    /// The server flushed nothing when asked to flush its cache (two-point only).
+    FlushRefused,
+}
+
+impl FailureKind {
+    /// The wire name used in records and reports.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::ConnectRefused => "connect-refused",
+            Self::Connect => "connect",
+            Self::HttpStatus => "http-status",
+            Self::InBandError => "in-band-error",
+            Self::StreamCut => "stream-cut",
+            Self::Timeout => "timeout",
+            Self::ShortOutput => "short-output",
+            Self::Invalid => "invalid",
+            Self::FlushRefused => "flush-refused",
+        }
+    }
+
+    /// Whether this failure suggests the server is down (so the sweep checks its health).
+    pub fn server_may_be_down(&self) -> bool {
+        matches!(self, Self::ConnectRefused | Self::Connect | Self::StreamCut)
+    }
+}
+
+/// A typed failure with a message a user can act on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// What happened, in words.
+    pub message: String,
+}
+
+impl RequestTrace {
+    /// Output tokens the server reported in total (last usage), else the sum of known chunk counts.
+    pub fn completion_tokens(&self) -> Option<u32> {
+        let reported = self
+            .chunks
+            .iter()
+            .rev()
+            .filter_map(|c| c.usage.as_ref().and_then(|u| u.completion_tokens))
+            .next();
+        if reported.is_some() {
+            return reported;
+        }
+        if self.attribution == TokenAttribution::Unknown {
+            return None;
+        }
+        Some(self.chunks.iter().filter_map(|c| c.tokens).sum())
+    }
+
+    /// Prompt tokens the server reported (last usage that had them).
+    pub fn reported_prompt_tokens(&self) -> Option<u32> {
+        self.chunks
+            .iter()
+            .rev()
+            .find_map(|c| c.usage.as_ref().and_then(|u| u.prompt_tokens))
+    }
+
+    /// Cached prompt tokens the server reported (last usage that had them).
+    pub fn cached_tokens(&self) -> Option<u32> {
+        self.chunks
+            .iter()
+            .rev()
+            .find_map(|c| c.usage.as_ref().and_then(|u| u.cached_tokens))
+    }
+
+    /// First in-band error message, if any.
+    pub fn in_band_error(&self) -> Option<&str> {
+        self.chunks.iter().find_map(|c| c.error.as_deref())
+    }
+
+    /// The typed failure of this request, or `None` if it succeeded with the requested length.
+    pub fn failure(&self) -> Option<Failure> {
+        let fail = |kind, message: String| Some(Failure { kind, message });
+        if let Some(msg) = self.in_band_error() {
+            return fail(
+                FailureKind::InBandError,
+                format!("server error in stream: {msg}"),
+            );
+        }
+        match &self.end {
+            StreamEnd::Done => {}
+            StreamEnd::ConnectRefused { message } => {
+                return fail(
+                    FailureKind::ConnectRefused,
+                    format!("connection refused: {message}"),
+                )
+            }
+            StreamEnd::Connect { message } => {
+                return fail(FailureKind::Connect, format!("connection error: {message}"))
+            }
+            StreamEnd::HttpStatus { status, body } => {
+                return fail(FailureKind::HttpStatus, format!("HTTP {status}: {body}"))
+            }
+            StreamEnd::Eof => {
+                return fail(
+                    FailureKind::StreamCut,
+                    format!(
+                        "stream ended without [DONE] after {} events",
+                        self.chunks.len()
+                    ),
+                )
+            }
+            StreamEnd::Reset { message } => {
+                return fail(
+                    FailureKind::StreamCut,
+                    format!(
+                        "connection broke after {} events: {message}",
+                        self.chunks.len()
+                    ),
+                )
+            }
+            StreamEnd::Timeout { phase } => {
+                let what = match phase {
+                    TimeoutPhase::Connect => "connecting",
+                    TimeoutPhase::FirstToken => "waiting for the first token",
+                    TimeoutPhase::Idle => "waiting for the next chunk",
+                    TimeoutPhase::Total => "for the whole request",
+                };
+                return fail(
+                    FailureKind::Timeout,
+                    format!("timed out {what} after {:.1} ms", self.end_ns as f64 / 1e6),
+                );
+            }
+            StreamEnd::Invalid { message } => return fail(FailureKind::Invalid, message.clone()),
+        }
+        if let Some(got) = self.completion_tokens() {
+            if got < self.max_tokens {
+                return fail(
+                    FailureKind::ShortOutput,
+                    format!(
+                        "server produced {got} output tokens, {} were asked",
+                        self.max_tokens
+                    ),
+                );
+            }
+        }
+        None
+    }
+}

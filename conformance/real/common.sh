@@ -1,0 +1,178 @@
+# shellcheck shell=bash
+# Shared helpers for the real-server scripts (vllm.sh, llamacpp.sh). Source it; do not run it.
+#
+# Everything installed lives under LLMB_REAL_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/llm-bench-real),
+# outside the git checkout. A started server runs in its own session/process group; its pid, port and log
+# live under $LLMB_REAL_CACHE/run/<name>.{pid,port,log}, and stop_server kills the whole group.
+#
+# Environment knobs (all optional):
+#   LLMB_REAL_CACHE      cache dir for venvs, builds, models, run state
+#   LLMB_PORT            fixed port (default: a free port chosen at start)
+#   LLMB_READY_TIMEOUT   seconds to wait for /health before giving up (per-server default)
+#   LLMB_URL             record/check against this already-running server instead of starting one
+
+set -euo pipefail
+
+REAL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$REAL_DIR/../.." && pwd)"
+LLMB_REAL_CACHE="${LLMB_REAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llm-bench-real}"
+RUN_DIR="$LLMB_REAL_CACHE/run"
+TOOLS_VENV="$LLMB_REAL_CACHE/tools"
+mkdir -p "$LLMB_REAL_CACHE" "$RUN_DIR"
+
+log() { printf '[%s %s] %s\n' "$(date +%H:%M:%S)" "${SERVER_NAME:-real}" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Seconds since the epoch, for measured durations.
+now_s() { date +%s; }
+
+# A small venv with uv, cmake, ninja, gguf and numpy, all from PyPI. Idempotent.
+ensure_tools() {
+    if [[ ! -x "$TOOLS_VENV/bin/uv" || ! -x "$TOOLS_VENV/bin/cmake" || ! -x "$TOOLS_VENV/bin/ninja" ]] ||
+        ! "$TOOLS_VENV/bin/python" -c 'import gguf, numpy' 2>/dev/null; then
+        log "installing tools venv (uv, cmake, ninja, gguf, numpy) into $TOOLS_VENV"
+        python3 -m venv "$TOOLS_VENV"
+        nice -n 15 "$TOOLS_VENV/bin/pip" install -q --upgrade uv cmake ninja gguf numpy
+    fi
+}
+
+# Print a free TCP port on 127.0.0.1 (or LLMB_PORT if set).
+pick_port() {
+    if [[ -n "${LLMB_PORT:-}" ]]; then
+        echo "$LLMB_PORT"
+        return
+    fi
+    python3 - <<'EOF'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+EOF
+}
+
+# server_pid NAME: pid of a running server started by start_server, or nothing.
+server_pid() {
+    local f="$RUN_DIR/$1.pid" pid
+    [[ -f "$f" ]] || return 0
+    pid="$(cat "$f")"
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+}
+
+server_url() { echo "http://127.0.0.1:$(cat "$RUN_DIR/$1.port")"; }
+
+# start_server NAME PORT CMD...: run CMD in a new session (its own process group), log to run/NAME.log.
+start_server() {
+    local name="$1" port="$2"
+    shift 2
+    if [[ -n "$(server_pid "$name")" ]]; then
+        die "$name already running (pid $(server_pid "$name")); run stop first"
+    fi
+    echo "$port" >"$RUN_DIR/$name.port"
+    log "starting: $*"
+    log "log: $RUN_DIR/$name.log"
+    setsid "$@" >"$RUN_DIR/$name.log" 2>&1 </dev/null &
+    echo $! >"$RUN_DIR/$name.pid"
+}
+
+# stop_server NAME: TERM the whole process group, wait up to 20 s, then KILL it.
+stop_server() {
+    local name="$1" pid i
+    pid="$(server_pid "$name")"
+    if [[ -z "$pid" ]]; then
+        rm -f "$RUN_DIR/$name.pid"
+        return 0
+    fi
+    log "stopping $name (process group $pid)"
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for i in $(seq 1 40); do
+        kill -0 -- "-$pid" 2>/dev/null || break
+        sleep 0.5
+    done
+    if kill -0 -- "-$pid" 2>/dev/null; then
+        log "$name did not exit after TERM; sending KILL to group $pid"
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        sleep 1
+    fi
+    rm -f "$RUN_DIR/$name.pid"
+}
+
+# wait_ready NAME URL TIMEOUT_S: poll URL/health until HTTP 200, the server dies, or the time limit passes.
+wait_ready() {
+    local name="$1" url="$2" limit="$3" start code
+    start="$(now_s)"
+    while true; do
+        if [[ -z "$(server_pid "$name")" ]]; then
+            log "server exited before it was ready; last log lines:"
+            tail -n 30 "$RUN_DIR/$name.log" >&2 || true
+            return 1
+        fi
+        code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url/health" || true)"
+        if [[ "$code" == "200" ]]; then
+            log "ready at $url after $(($(now_s) - start)) s"
+            echo "$(($(now_s) - start))" >"$RUN_DIR/$name.ready_s"
+            return 0
+        fi
+        if (($(now_s) - start >= limit)); then
+            log "not ready after $limit s (last /health status: ${code:-none}); last log lines:"
+            tail -n 30 "$RUN_DIR/$name.log" >&2 || true
+            return 1
+        fi
+        sleep 2
+    done
+}
+
+# Install a trap that stops NAME on exit, interrupt or termination (used by record and check).
+stop_on_exit() {
+    # shellcheck disable=SC2064
+    trap "stop_server '$1'" EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+# A prompt of N token ids in [100, 4000), deterministic per SEED, as a JSON list on stdout.
+prompt_ids() {
+    python3 -c '
+import random, sys
+n, seed = int(sys.argv[1]), int(sys.argv[2])
+r = random.Random(seed)
+print("[" + ",".join(str(r.randrange(100, 4000)) for _ in range(n)) + "]")
+' "$1" "$2"
+}
+
+# A repetitive prompt of N ids (a short motif repeated), so n-gram lookup drafts get accepted.
+repetitive_ids() {
+    python3 -c '
+import sys
+n = int(sys.argv[1])
+motif = [1201, 1202, 1203, 1204, 1205, 1206, 1207, 1208]
+print("[" + ",".join(str(motif[i % len(motif)]) for i in range(n)) + "]")
+' "$1"
+}
+
+# run_rust_checks NAME URL MODEL CONTEXTS: the live conformance check and a short sweep, outputs saved under
+# target/real/NAME/. Fails clearly if either command fails.
+run_rust_checks() {
+    local name="$1" url="$2" model="$3" contexts="$4" out rc=0
+    out="$REPO_ROOT/target/real/$name"
+    mkdir -p "$out"
+    log "conformance --url $url  (output: $out/conformance.txt)"
+    if ! (cd "$REPO_ROOT" && cargo run --release -p conformance -- --url "$url") \
+        >"$out/conformance.txt" 2>&1; then
+        log "FAILED: conformance --url $url; last lines of $out/conformance.txt:"
+        tail -n 40 "$out/conformance.txt" >&2 || true
+        rc=1
+    else
+        cat "$out/conformance.txt"
+    fi
+    log "bench-client sweep --contexts $contexts --runs 2  (output: $out/sweep*)"
+    if ! (cd "$REPO_ROOT" && cargo run --release -p bench-client -- sweep --url "$url" --api openai \
+        --model "$model" --contexts "$contexts" --runs 2 --out "$out/sweep.jsonl") >"$out/sweep.txt" 2>&1; then
+        log "FAILED: bench-client sweep against $url; last lines of $out/sweep.txt:"
+        tail -n 40 "$out/sweep.txt" >&2 || true
+        rc=1
+    else
+        cat "$out/sweep.txt"
+    fi
+    return "$rc"
+}

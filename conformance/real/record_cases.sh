@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Record the standard set of cases from a running server into fixtures/streams/real/<server>_<case>.json.
+# Called by `vllm.sh record` and `llamacpp.sh record`; usable directly:
+#   record_cases.sh vllm|llamacpp URL "SERVER AND VERSION TEXT" [CASE...]
+# Prompts are token-id lists (ids in [100, 4000)), each case its own seed so that no case hits the prefix
+# cache of another, except `prefix_cache_repeat`, which sends one prompt twice and records the second.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+SERVER_NAME="$1"
+URL="$2"
+SERVER_TEXT="$3"
+shift 3
+ONLY=("$@")
+OUT_DIR="$REPO_ROOT/fixtures/streams/real"
+MODEL=tiny-llama
+PROMPT_LEN="${LLMB_PROMPT_LEN:-300}"
+mkdir -p "$OUT_DIR"
+FAILED=()
+
+wanted() {
+    [[ ${#ONLY[@]} -eq 0 ]] && return 0
+    local c
+    for c in "${ONLY[@]}"; do [[ "$c" == "$1" ]] && return 0; done
+    return 1
+}
+
+# body SEED_OR_IDS EXTRA_JSON: a completions body; EXTRA_JSON fields are merged over the defaults.
+body() {
+    python3 -c '
+import json, sys
+ids, extra = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+b = {"model": sys.argv[3], "prompt": ids, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "stream": True}
+b.update(extra)
+print(json.dumps(b))
+' "$1" "$2" "$MODEL"
+}
+
+# rec CASE DESCRIPTION BODY [PATH] [DIALECT]
+rec() {
+    local name="$1" desc="$2" b="$3" path="${4:-/v1/completions}" dialect="${5:-openai}"
+    local out="$OUT_DIR/${SERVER_NAME}_${name}.json"
+    if ! python3 "$REAL_DIR/record.py" --url "$URL" --path "$path" --body "$b" --server "$SERVER_TEXT" \
+        --description "$SERVER_NAME: $desc" --dialect "$dialect" --out "$out"; then
+        FAILED+=("$name")
+    fi
+}
+
+ids() { prompt_ids "$PROMPT_LEN" "$1"; }
+
+# One unrecorded warm-up request: the first request after start pays one-time costs (vLLM compiles, caches).
+python3 "$REAL_DIR/record.py" --url "$URL" --body "$(body "$(prompt_ids "$PROMPT_LEN" 99)" '{}')" \
+    --server "$SERVER_TEXT" --description warmup --out "$RUN_DIR/${SERVER_NAME}_warmup.json" ||
+    die "warm-up request to $URL failed"
+
+if wanted plain; then
+    rec plain "plain stream, no stream_options; shows where finish_reason sits and whether usage comes unasked" \
+        "$(body "$(ids 1)" '{}')"
+fi
+if wanted include_usage; then
+    rec include_usage "stream_options.include_usage: the usage chunk (cached-token details if any)" \
+        "$(body "$(ids 2)" '{"stream_options":{"include_usage":true}}')"
+fi
+if wanted continuous_usage; then
+    rec continuous_usage "stream_options.continuous_usage_stats: usage on every chunk" \
+        "$(body "$(ids 3)" '{"stream_options":{"include_usage":true,"continuous_usage_stats":true}}')"
+fi
+if wanted token_ids; then
+    if [[ "$SERVER_NAME" == vllm ]]; then
+        rec token_ids "return_token_ids: token ids per chunk (chunk text is empty under --skip-tokenizer-init)" \
+            "$(body "$(ids 4)" '{"return_token_ids":true,"stream_options":{"include_usage":true}}')"
+    else
+        rec token_ids "return_tokens (llama.cpp's field): token ids per chunk" \
+            "$(body "$(ids 4)" '{"return_tokens":true,"stream_options":{"include_usage":true}}')"
+    fi
+fi
+if wanted prefix_cache_repeat; then
+    p="$(ids 5)"
+    b="$(body "$p" '{"stream_options":{"include_usage":true}}')"
+    python3 "$REAL_DIR/record.py" --url "$URL" --body "$b" --server "$SERVER_TEXT" --description warmup \
+        --out "$RUN_DIR/${SERVER_NAME}_prefix_first.json" || FAILED+=(prefix_cache_repeat_first)
+    rec prefix_cache_repeat "the second of two identical requests (include_usage): cached prompt tokens" "$b"
+fi
+if wanted speculative; then
+    extra='{"max_tokens":32,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}'
+    [[ "$SERVER_NAME" == vllm ]] && extra='{"max_tokens":32,"return_token_ids":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}'
+    [[ "$SERVER_NAME" == llamacpp ]] && extra='{"max_tokens":32,"return_tokens":true,"stream_options":{"include_usage":true}}'
+    rec speculative "repetitive prompt under speculative decoding: chunks carrying several tokens" \
+        "$(body "$(repetitive_ids "$PROMPT_LEN")" "$extra")"
+fi
+if wanted bad_request; then
+    rec bad_request "max_tokens beyond the context length: HTTP error before any stream" \
+        "$(body "$(ids 7)" '{"max_tokens":100000}')"
+fi
+if wanted too_long_prompt; then
+    rec too_long_prompt "a prompt longer than the context (5000 ids): error shape" \
+        "$(body "$(prompt_ids 5000 8)" '{}')"
+fi
+if wanted chat; then
+    rec chat "/v1/chat/completions without a chat template" \
+        '{"model":"tiny-llama","messages":[{"role":"user","content":"hello there"}],"max_tokens":16,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}' \
+        /v1/chat/completions openai-chat
+fi
+
+# Last on purpose: on vLLM 0.32.0 (CPU) this kills the engine: HTTP 200, one in-stream error event, [DONE],
+# and the whole server exits.
+if wanted bad_token_id; then
+    desc="a prompt token id outside the vocabulary (4096): error shape"
+    [[ "$SERVER_NAME" == vllm ]] && desc="in-stream error: a prompt token id outside the vocabulary (999999 >= 4096) passes validation, the engine core crashes, the stream (HTTP 200) carries one error event and [DONE]; the server then exits"
+    rec bad_token_id "$desc" "$(body "[100, 200, 999999]" '{}')"
+fi
+
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+    die "cases that could not be recorded: ${FAILED[*]}"
+fi
+log "transcripts in $OUT_DIR"

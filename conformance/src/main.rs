@@ -1,0 +1,65 @@
+//! `conformance --url URL`: run the protocol checks against any server (the mock, SGLang, vLLM,
+//! llama.cpp) and print what holds. Exits 1 when a check fails, 2 on bad usage.
+//!
+//! Example: `cargo run -p conformance -- --url http://127.0.0.1:30000`
+
+use clap::Parser;
+use conformance::checks::{self, CheckOptions, Outcome};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Check a live LLM server against the assumptions the mock makes")]
+struct Args {
+    /// Server base URL.
+    #[arg(long)]
+    url: String,
+    /// Wire dialect (probed when omitted).
+    #[arg(long, value_enum)]
+    api: Option<bench_client::api::Dialect>,
+    /// Model name (first model of /v1/models when omitted).
+    #[arg(long)]
+    model: Option<String>,
+    /// Bearer token (also from OPENAI_API_KEY or SGLANG_API_KEY).
+    #[arg(long, env = "SGLANG_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Prompt length of the token-id prompts.
+    #[arg(long, default_value_t = 256)]
+    prompt_tokens: u32,
+    /// Output tokens per request.
+    #[arg(long, default_value_t = 16)]
+    max_tokens: u32,
+    /// Output tokens of the request that keeps the server busy during the flush check.
+    #[arg(long, default_value_t = 256)]
+    busy_tokens: u32,
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let mut opts = CheckOptions::new(args.url);
+    opts.dialect = args.api;
+    opts.model = args.model;
+    opts.api_key = args.api_key.or_else(|| std::env::var("OPENAI_API_KEY").ok());
+    opts.prompt_tokens = args.prompt_tokens;
+    opts.max_tokens = args.max_tokens;
+    opts.busy_tokens = args.busy_tokens;
+    let results = checks::run_checks(opts).await;
+    if args.json {
+        match serde_json::to_string_pretty(&results) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", checks::render_table(&results));
+    }
+    if results.iter().any(|r| r.outcome == Outcome::Fail) {
+        std::process::ExitCode::from(1)
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,303 @@
+//! Simulation parameters: presets embedded from `fixtures/presets/*.toml`, overrides by TOML key.
+
+use serde::{Deserialize, Serialize};
+
+/// Errors raised while building or validating a [`Config`].
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown preset {0:?}; known presets: {1}")]
+    UnknownPreset(String, String),
+    #[error("preset {name}: {source}")]
+    Parse {
+        name: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("unknown configuration key {0:?}")]
+    UnknownKey(String),
+    #[error("bad value {value:?} for {key}: {reason}")]
+    BadValue {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Every parameter of the simulated server. TOML keys equal the field names; the CLI flags
+/// are named like SGLang's server arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    // --- serving ---
+    pub host: String,
+    /// 0 picks a free port.
+    pub port: u16,
+    pub model_path: String,
+    pub served_model_name: String,
+    pub api_key: Option<String>,
+    pub debug_endpoints: bool,
+    pub restart_on_oom: bool,
+    /// Seconds the server answers 503 while "starting up" (at start and after an OOM restart).
+    pub startup_s: f64,
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: usize,
+    // --- randomness and time ---
+    pub seed: u64,
+    /// Model time runs this many times faster than real time (2.0 = twice as fast).
+    pub time_scale: f64,
+    // --- scheduler ---
+    pub context_length: usize,
+    /// Prefill tokens per pass; -1 disables chunking.
+    pub chunked_prefill_size: i64,
+    pub max_running_requests: usize,
+    /// Emit a stream event every N output tokens (the last one always).
+    pub stream_interval: usize,
+    pub incremental_streaming_output: bool,
+    pub enable_cache_report: bool,
+    pub disable_radix_cache: bool,
+    // --- tokenizer / sampling ---
+    pub vocab_size: u32,
+    pub eos_token_id: u32,
+    /// Probability that a sampled token is EOS once `min_new_tokens` are out (unless `ignore_eos`).
+    pub eos_probability: f64,
+    // --- GPU memory budget (per GPU, bytes) ---
+    pub gpu_total_bytes: u64,
+    pub weights_bytes: u64,
+    pub mem_fraction_static: f64,
+    /// CUDA graphs, NCCL buffers, CUDA context: taken from the non-static share.
+    pub overhead_bytes: u64,
+    pub kv_bytes_per_token: u64,
+    /// Activation peak per token extended in a prefill pass.
+    pub activation_bytes_per_extend_token: f64,
+    /// Activation peak per token of context the pass attends over (context before + chunk).
+    pub activation_bytes_per_context_token: f64,
+    /// Allocator fragmentation per context token, added to every peak unless `expandable_segments`.
+    pub fragmentation_bytes_per_context_token: f64,
+    pub expandable_segments: bool,
+    // --- cost model (seconds of model time) ---
+    pub prefill_base_s: f64,
+    pub prefill_per_token_s: f64,
+    /// Attention cost per (new token x context token) pair.
+    pub prefill_per_token_pair_s: f64,
+    pub decode_base_s: f64,
+    /// Per token of context summed over the batch.
+    pub decode_per_context_token_s: f64,
+    /// Per request in the batch.
+    pub decode_per_request_s: f64,
+    // --- speculative decoding ---
+    /// "none", "EAGLE" or "DFLASH".
+    pub speculative_algorithm: String,
+    pub speculative_num_draft_tokens: usize,
+    /// Probability that draft position i is accepted given that positions before it were.
+    pub spec_accept_rates: Vec<f64>,
+}
+
+const PRESETS: &[(&str, &str)] = &[
+    (
+        "small-cpu-demo",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/presets/small-cpu-demo.toml"
+        )),
+    ),
+    (
+        "kimi-k2.6-dflash-8xrtx-pro-6000",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml"
+        )),
+    ),
+];
+const PRESET_NAMES: &[&str] = &["small-cpu-demo", "kimi-k2.6-dflash-8xrtx-pro-6000"];
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::default()
+    }
+}
+
+impl Config {
+    /// Loads a preset by name.
+    pub fn preset(name: &str) -> Result<Config, ConfigError> {
+        let text = PRESETS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| ConfigError::UnknownPreset(name.to_string(), PRESET_NAMES.join(", ")))?;
+        toml::from_str(text).map_err(|source| ConfigError::Parse {
+            name: name.to_string(),
+            source,
+        })
+    }
+
+    /// Names accepted by [`Config::preset`].
+    pub fn preset_names() -> &'static [&'static str] {
+        PRESET_NAMES
+    }
+
+    /// The `small-cpu-demo` preset.
+    #[allow(clippy::should_implement_trait)]
+    #[allow(clippy::expect_used)]
+    pub fn default() -> Config {
+        // The preset is compiled in and covered by a unit test, so this cannot fail at run time.
+        Config::preset("small-cpu-demo").expect("embedded small-cpu-demo preset parses")
+    }
+
+    /// Overrides one field by its TOML key; the value is parsed as TOML (bare strings allowed).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |reason: String| ConfigError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason,
+        };
+        let mut table = toml::Table::try_from(&*self).map_err(|e| bad(e.to_string()))?;
+        let known = table.contains_key(key) || matches!(key, "api_key");
+        if !known {
+            return Err(ConfigError::UnknownKey(key.to_string()));
+        }
+        let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+            Ok(mut t) => t
+                .remove("v")
+                .unwrap_or(toml::Value::String(value.to_string())),
+            Err(_) => toml::Value::String(value.to_string()),
+        };
+        // Integers are accepted where floats are expected.
+        let parsed = match (table.get(key), parsed) {
+            (Some(toml::Value::Float(_)), toml::Value::Integer(i)) => toml::Value::Float(i as f64),
+            (
+                Some(toml::Value::String(_)),
+                v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_)),
+            ) => toml::Value::String(v.to_string()),
+            (_, v) => v,
+        };
+        table.insert(key.to_string(), parsed);
+        let next: Config = table
+            .try_into()
+            .map_err(|e: toml::de::Error| bad(e.message().to_string()))?;
+        *self = next;
+        Ok(())
+    }
+
+    /// Checks every parameter, including SGLang's refusal when the KV pool would be empty.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let inv = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if !(self.mem_fraction_static > 0.0 && self.mem_fraction_static < 1.0) {
+            return inv("mem_fraction_static must be in (0, 1)");
+        }
+        if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
+            return inv("time_scale must be a positive finite number");
+        }
+        if self.context_length < 2 {
+            return inv("context_length must be at least 2");
+        }
+        if self.chunked_prefill_size == 0 || self.chunked_prefill_size < -1 {
+            return inv("chunked_prefill_size must be positive or -1 (disabled)");
+        }
+        if self.max_running_requests == 0 {
+            return inv("max_running_requests must be at least 1");
+        }
+        if self.stream_interval == 0 {
+            return inv("stream_interval must be at least 1");
+        }
+        if self.kv_bytes_per_token == 0 || self.vocab_size < 2 {
+            return inv("kv_bytes_per_token and vocab_size must be positive");
+        }
+        if !(0.0..=1.0).contains(&self.eos_probability) {
+            return inv("eos_probability must be in [0, 1]");
+        }
+        let costs = [
+            self.prefill_base_s,
+            self.prefill_per_token_s,
+            self.prefill_per_token_pair_s,
+            self.decode_base_s,
+            self.decode_per_context_token_s,
+            self.decode_per_request_s,
+            self.activation_bytes_per_extend_token,
+            self.activation_bytes_per_context_token,
+            self.fragmentation_bytes_per_context_token,
+            self.startup_s,
+        ];
+        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) {
+            return inv("cost-model and activation parameters must be finite and non-negative");
+        }
+        match self.speculative_algorithm.to_ascii_uppercase().as_str() {
+            "NONE" | "" => {}
+            "EAGLE" | "EAGLE3" | "DFLASH" => {
+                if self.speculative_num_draft_tokens == 0 {
+                    return inv("speculative_num_draft_tokens must be at least 1");
+                }
+                if self
+                    .spec_accept_rates
+                    .iter()
+                    .any(|p| !(0.0..=1.0).contains(p))
+                {
+                    return inv("spec_accept_rates must lie in [0, 1]");
+                }
+            }
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown speculative_algorithm {other:?} (none, EAGLE, DFLASH)"
+                )))
+            }
+        }
+        let budget = crate::memory::MemoryBudget::new(self);
+        if budget.kv_pool_tokens == 0 {
+            // SGLang's model_runner raises this when the KV pool would be empty.
+            return inv("Not enough memory. Please try to increase --mem-fraction-static.");
+        }
+        Ok(())
+    }
+
+    /// Whether speculative decoding is on.
+    pub fn speculative(&self) -> bool {
+        !matches!(
+            self.speculative_algorithm.to_ascii_uppercase().as_str(),
+            "NONE" | ""
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse_and_validate() {
+        for name in Config::preset_names() {
+            let c = Config::preset(name).unwrap();
+            c.validate().unwrap();
+        }
+        assert_eq!(Config::default().port, 30000);
+    }
+
+    #[test]
+    fn set_overrides_and_rejects() {
+        let mut c = Config::default();
+        c.set("mem_fraction_static", "0.93").unwrap();
+        assert_eq!(c.mem_fraction_static, 0.93);
+        c.set("chunked_prefill_size", "-1").unwrap();
+        assert_eq!(c.chunked_prefill_size, -1);
+        c.set("speculative_algorithm", "EAGLE").unwrap();
+        assert_eq!(c.speculative_algorithm, "EAGLE");
+        c.set("api_key", "secret").unwrap();
+        assert_eq!(c.api_key.as_deref(), Some("secret"));
+        c.set("time_scale", "2").unwrap();
+        assert_eq!(c.time_scale, 2.0);
+        assert!(matches!(
+            c.set("nope", "1"),
+            Err(ConfigError::UnknownKey(_))
+        ));
+        assert!(c.set("port", "banana").is_err());
+        assert!(Config::preset("nope").is_err());
+    }
+
+    #[test]
+    fn empty_kv_pool_is_refused() {
+        let mut c = Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
+        c.set("mem_fraction_static", "0.5").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("Not enough memory"), "{e}");
+    }
+}

@@ -1,0 +1,716 @@
+//! The scheduler: one loop with continuous batching, chunked prefill, decode steps and
+//! speculative multi-token steps. Every pass costs model time from the cost model and the loop
+//! waits for it on tokio's clock with absolute deadlines, so errors never accumulate.
+
+use crate::config::Config;
+use crate::memory::MemoryBudget;
+use crate::radix::{NodeId, RadixTree};
+use crate::truth::{ChunkTruth, FinishTruth, GroundTruth, PrefillPass, RequestTruth};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{Duration, Instant};
+
+/// A validated generation request.
+#[derive(Debug, Clone)]
+pub struct GenRequest {
+    pub rid: String,
+    pub input_ids: Vec<u32>,
+    pub max_new_tokens: usize,
+    pub min_new_tokens: usize,
+    pub ignore_eos: bool,
+    pub stop_token_ids: Vec<u32>,
+    /// The instant the HTTP handler received the request.
+    pub received: Instant,
+}
+
+/// Why a request finished.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    Length(usize),
+    Stop(u32),
+}
+
+/// Speculative-decoding statistics reported on the final event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecStats {
+    pub verify_ct: usize,
+    pub accept_length: f64,
+    pub accept_rate: f64,
+    pub histogram: Vec<u64>,
+}
+
+/// What the engine sends to a request's HTTP stream.
+#[derive(Debug, Clone)]
+pub enum StreamEvent {
+    Tokens {
+        new_ids: Vec<u32>,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+        completion_tokens: usize,
+        finish: Option<Finish>,
+        spec: Option<SpecStats>,
+    },
+    Error(String),
+    /// The server died; the stream must be cut without `[DONE]`.
+    Crash(String),
+}
+
+enum Msg {
+    Submit(GenRequest, mpsc::UnboundedSender<StreamEvent>),
+    Flush(oneshot::Sender<bool>),
+}
+
+/// Live counters for `/metrics` and `/server_info`.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    pub kv_used_tokens: usize,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub cached_tokens_total: u64,
+    pub requests_total: u64,
+    pub spec_verify_total: u64,
+    pub spec_tokens_total: u64,
+    pub last_gen_throughput: f64,
+    pub ttft_s: Vec<f64>,
+    pub itl_s: Vec<f64>,
+    pub e2e_s: Vec<f64>,
+}
+
+/// State shared between the engine and the HTTP layer.
+pub struct Shared {
+    pub config: Config,
+    pub budget: MemoryBudget,
+    pub truth: GroundTruth,
+    pub stats: Mutex<Stats>,
+    pub crashed: Arc<watch::Sender<Option<String>>>,
+}
+
+/// A handle to submit work to the engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::UnboundedSender<Msg>,
+    pub shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    /// Starts an engine task on the current runtime.
+    pub fn spawn(
+        config: Config,
+        truth: GroundTruth,
+        crashed: Arc<watch::Sender<Option<String>>>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            budget: MemoryBudget::new(&config),
+            config: config.clone(),
+            truth,
+            stats: Mutex::new(Stats::default()),
+            crashed,
+        });
+        let engine = Engine {
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            tree: RadixTree::new(),
+            waiting: VecDeque::new(),
+            prefilling: VecDeque::new(),
+            running: Vec::new(),
+            shared: shared.clone(),
+            cfg: config,
+        };
+        tokio::spawn(engine.run(rx));
+        EngineHandle { tx, shared }
+    }
+
+    /// Queues a request; the returned channel yields its stream events.
+    pub fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<StreamEvent>, String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.tx
+            .send(Msg::Submit(req, tx))
+            .map_err(|_| "the engine is not running".to_string())?;
+        Ok(rx)
+    }
+
+    /// Empties the radix cache; `Ok(false)` when requests are running or waiting.
+    pub async fn flush_cache(&self) -> Result<bool, String> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Flush(tx))
+            .map_err(|_| "the engine is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the engine is not running".to_string())
+    }
+
+    pub fn is_alive(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+struct Req {
+    g: GenRequest,
+    tx: mpsc::UnboundedSender<StreamEvent>,
+    /// Tokens whose KV exists (cached prefix included).
+    kv_len: usize,
+    node: NodeId,
+    locked_len: usize,
+    cached: usize,
+    output: Vec<u32>,
+    pending: Vec<u32>,
+    emitted_first: bool,
+    verify_ct: usize,
+    hist: Vec<u64>,
+    last_chunk_at: Option<Instant>,
+}
+
+impl Req {
+    /// The sequence prefill must cover (prompt, plus output after a retraction).
+    fn target(&self) -> Vec<u32> {
+        let mut t = self.g.input_ids.clone();
+        t.extend_from_slice(&self.output);
+        t
+    }
+    fn target_len(&self) -> usize {
+        self.g.input_ids.len() + self.output.len()
+    }
+    fn private(&self) -> usize {
+        self.kv_len.saturating_sub(self.locked_len)
+    }
+    fn ns(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.g.received).as_nanos() as u64
+    }
+}
+
+struct Engine {
+    cfg: Config,
+    rng: ChaCha8Rng,
+    tree: RadixTree,
+    waiting: VecDeque<Req>,
+    prefilling: VecDeque<Req>,
+    running: Vec<Req>,
+    shared: Arc<Shared>,
+}
+
+impl Engine {
+    fn idle(&self) -> bool {
+        self.waiting.is_empty() && self.prefilling.is_empty() && self.running.is_empty()
+    }
+
+    fn scaled(&self, secs: f64) -> Duration {
+        Duration::from_secs_f64((secs / self.cfg.time_scale).max(0.0))
+    }
+
+    fn handle(&mut self, m: Msg) {
+        match m {
+            Msg::Submit(g, tx) => {
+                let mut t = RequestTruth::new(&g.rid);
+                t.prompt_tokens = g.input_ids.len();
+                t.max_new_tokens = g.max_new_tokens;
+                self.shared.truth.insert(t);
+                self.waiting.push_back(Req {
+                    g,
+                    tx,
+                    kv_len: 0,
+                    node: RadixTree::ROOT,
+                    locked_len: 0,
+                    cached: 0,
+                    output: Vec::new(),
+                    pending: Vec::new(),
+                    emitted_first: false,
+                    verify_ct: 0,
+                    hist: Vec::new(),
+                    last_chunk_at: None,
+                });
+            }
+            Msg::Flush(reply) => {
+                let ok = self.idle();
+                if ok {
+                    self.tree.reset();
+                }
+                let _ = reply.send(ok);
+            }
+        }
+    }
+
+    fn kv_available(&self) -> usize {
+        let private: usize = self
+            .prefilling
+            .iter()
+            .chain(self.running.iter())
+            .map(Req::private)
+            .sum();
+        self.shared
+            .budget
+            .kv_pool_tokens
+            .saturating_sub(self.tree.size() + private)
+    }
+
+    /// Makes room for `need` tokens by evicting cache; true when they fit.
+    fn reserve(&mut self, need: usize) -> bool {
+        let avail = self.kv_available();
+        if avail >= need {
+            return true;
+        }
+        self.tree.evict(need - avail);
+        self.kv_available() >= need
+    }
+
+    fn release(&mut self, r: &mut Req) {
+        self.tree.unlock(r.node);
+        r.node = RadixTree::ROOT;
+        r.locked_len = 0;
+        r.kv_len = 0;
+    }
+
+    fn finish_truth(&self, r: &Req, f: FinishTruth) {
+        self.shared.truth.update(&r.g.rid, |t| t.finish = f);
+    }
+
+    fn reap_closed(&mut self) {
+        let mut gone = Vec::new();
+        for q in [&mut self.waiting, &mut self.prefilling] {
+            let mut i = 0;
+            while i < q.len() {
+                if q[i].tx.is_closed() {
+                    if let Some(r) = q.remove(i) {
+                        gone.push(r);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].tx.is_closed() {
+                gone.push(self.running.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        for mut r in gone {
+            self.finish_truth(&r, FinishTruth::Aborted);
+            self.release(&mut r);
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let mut chain: Option<Instant> = None;
+        loop {
+            if self.idle() {
+                chain = None;
+                match rx.recv().await {
+                    Some(m) => self.handle(m),
+                    None => return,
+                }
+            }
+            while let Ok(m) = rx.try_recv() {
+                self.handle(m);
+            }
+            self.reap_closed();
+            self.publish_stats();
+            if self.idle() {
+                continue;
+            }
+            let start = chain.unwrap_or_else(Instant::now);
+            let end = if self.plan_prefill() {
+                match self.prefill_pass(start).await {
+                    Some(end) => end,
+                    None => return, // crashed
+                }
+            } else if !self.running.is_empty() {
+                self.decode_step(start).await
+            } else {
+                // Nothing runs and the head of the queue cannot fit: it can never be served.
+                if let Some(r) = self.waiting.pop_front() {
+                    let msg = format!(
+                        "request needs {} KV tokens but the pool holds {}",
+                        r.target_len(),
+                        self.shared.budget.kv_pool_tokens
+                    );
+                    let _ = r.tx.send(StreamEvent::Error(msg.clone()));
+                    self.finish_truth(&r, FinishTruth::Error(msg));
+                }
+                chain = None;
+                continue;
+            };
+            chain = Some(end);
+        }
+    }
+
+    /// Admits waiting requests into the prefill set; true when a prefill pass should run.
+    fn plan_prefill(&mut self) -> bool {
+        while self.running.len() + self.prefilling.len() < self.cfg.max_running_requests {
+            let Some(mut r) = self.waiting.pop_front() else {
+                break;
+            };
+            let target = r.target();
+            let (matched, node) = if self.cfg.disable_radix_cache {
+                (0, RadixTree::ROOT)
+            } else {
+                let (m, n) = self
+                    .tree
+                    .match_prefix(&target[..target.len().saturating_sub(1)]);
+                (m, n)
+            };
+            self.tree.lock(node);
+            r.node = node;
+            r.locked_len = matched;
+            r.kv_len = matched;
+            // Reserve the first chunk now; later chunks reserve as they run.
+            let first = (target.len() - matched).min(self.chunk_budget());
+            if !self.reserve(first) {
+                self.release(&mut r);
+                self.waiting.push_front(r);
+                break;
+            }
+            if r.output.is_empty() {
+                r.cached = matched;
+                let wait = r.ns(Instant::now());
+                self.shared.truth.update(&r.g.rid, |t| {
+                    t.cached_tokens = matched;
+                    t.queue_wait_ns = wait;
+                });
+            }
+            self.prefilling.push_back(r);
+        }
+        !self.prefilling.is_empty()
+    }
+
+    fn chunk_budget(&self) -> usize {
+        if self.cfg.chunked_prefill_size < 0 {
+            usize::MAX
+        } else {
+            self.cfg.chunked_prefill_size as usize
+        }
+    }
+
+    async fn prefill_pass(&mut self, start: Instant) -> Option<Instant> {
+        let mut budget = self.chunk_budget();
+        let mut items: Vec<(usize, usize, usize)> = Vec::new(); // (index, tokens, context_before)
+        for i in 0..self.prefilling.len() {
+            if budget == 0 {
+                break;
+            }
+            let r = &self.prefilling[i];
+            let n = (r.target_len() - r.kv_len).min(budget);
+            if n == 0 {
+                continue;
+            }
+            let ctx = r.kv_len;
+            if i > 0 && !self.reserve(n) {
+                break;
+            }
+            budget -= n;
+            items.push((i, n, ctx));
+        }
+        let extend: usize = items.iter().map(|x| x.1).sum();
+        let ctx_end = items.iter().map(|x| x.2 + x.1).max().unwrap_or(0);
+        let peak = self.shared.budget.activation_peak(extend, ctx_end);
+        let c = &self.cfg;
+        let secs = c.prefill_base_s
+            + items
+                .iter()
+                .map(|(_, n, ctx)| {
+                    *n as f64
+                        * (c.prefill_per_token_s
+                            + c.prefill_per_token_pair_s * (*ctx as f64 + *n as f64 / 2.0))
+                })
+                .sum::<f64>();
+        if self.shared.budget.is_oom(peak) {
+            self.crash(peak, start, &items);
+            return None;
+        }
+        let deadline = start + self.scaled(secs);
+        tokio::time::sleep_until(deadline).await;
+        let now = Instant::now();
+        self.shared
+            .truth
+            .count_pass(now.saturating_duration_since(deadline).as_nanos() as u64);
+        let mut done = Vec::new();
+        for (i, n, ctx) in items {
+            let radix = !self.cfg.disable_radix_cache;
+            let r = &mut self.prefilling[i];
+            let pass = PrefillPass {
+                tokens: n,
+                context_before: ctx,
+                start_ns: r.ns(start),
+                end_ns: r.ns(deadline),
+                activation_peak_bytes: peak,
+            };
+            self.shared.truth.update(&r.g.rid, |t| {
+                t.prefill_passes.push(pass);
+                t.memory_peak_bytes = t.memory_peak_bytes.max(peak);
+            });
+            r.kv_len += n;
+            if radix {
+                let seq = r.target();
+                let (_, node) = self.tree.insert(&seq[..r.kv_len]);
+                let r = &mut self.prefilling[i];
+                self.tree.unlock(r.node);
+                self.tree.lock(node);
+                r.node = node;
+                r.locked_len = r.kv_len;
+            }
+            if self.prefilling[i].kv_len >= self.prefilling[i].target_len() {
+                done.push(i);
+            }
+        }
+        for i in done.into_iter().rev() {
+            if let Some(mut r) = self.prefilling.remove(i) {
+                if !r.emitted_first {
+                    r.emitted_first = true;
+                    let stop = self.step_tokens(&mut r, deadline, now);
+                    if stop {
+                        self.complete(r);
+                        continue;
+                    }
+                }
+                self.running.push(r);
+            }
+        }
+        Some(deadline)
+    }
+
+    async fn decode_step(&mut self, start: Instant) -> Instant {
+        let per = if self.cfg.speculative() {
+            self.cfg.speculative_num_draft_tokens + 1
+        } else {
+            1
+        };
+        while !self.reserve(per * self.running.len()) && self.running.len() > 1 {
+            // Retraction under KV pressure: the newest request goes back to the queue.
+            if let Some(mut r) = self.running.pop() {
+                self.release(&mut r);
+                self.waiting.push_front(r);
+            }
+        }
+        let c = &self.cfg;
+        let ctx: usize = self.running.iter().map(|r| r.kv_len).sum();
+        let secs = c.decode_base_s
+            + c.decode_per_context_token_s * ctx as f64
+            + c.decode_per_request_s * self.running.len() as f64;
+        let deadline = start + self.scaled(secs);
+        tokio::time::sleep_until(deadline).await;
+        let now = Instant::now();
+        self.shared
+            .truth
+            .record_pacing(now.saturating_duration_since(deadline).as_nanos() as u64);
+        let running = std::mem::take(&mut self.running);
+        let mut step_tokens = 0usize;
+        for mut r in running {
+            let before = r.output.len();
+            let stop = self.step_tokens(&mut r, deadline, now);
+            r.kv_len += r.output.len() - before;
+            step_tokens += r.output.len() - before;
+            if stop {
+                self.complete(r);
+            } else {
+                self.running.push(r);
+            }
+        }
+        let dt = secs / self.cfg.time_scale;
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.last_gen_throughput = if dt > 0.0 {
+                step_tokens as f64 / dt
+            } else {
+                0.0
+            };
+        }
+        deadline
+    }
+
+    /// Draws one verify step's tokens for `r`, emits an event when due; true when finished.
+    fn step_tokens(&mut self, r: &mut Req, modelled: Instant, now: Instant) -> bool {
+        let n = if self.cfg.speculative() {
+            let mut accepted = 0;
+            for k in 0..self.cfg.speculative_num_draft_tokens {
+                let p = self
+                    .cfg
+                    .spec_accept_rates
+                    .get(k)
+                    .or(self.cfg.spec_accept_rates.last())
+                    .copied()
+                    .unwrap_or(0.0);
+                if self.rng.random::<f64>() < p {
+                    accepted += 1;
+                } else {
+                    break;
+                }
+            }
+            accepted + 1
+        } else {
+            1
+        };
+        let mut finish = None;
+        let mut emitted = 0;
+        for _ in 0..n {
+            if r.output.len() >= r.g.max_new_tokens {
+                break;
+            }
+            let eos = !r.g.ignore_eos
+                && r.output.len() >= r.g.min_new_tokens
+                && self.cfg.eos_probability > 0.0
+                && self.rng.random::<f64>() < self.cfg.eos_probability;
+            let mut tok = if eos {
+                self.cfg.eos_token_id
+            } else {
+                let mut t = self.rng.random_range(0..self.cfg.vocab_size);
+                if t == self.cfg.eos_token_id {
+                    t = (t + 1) % self.cfg.vocab_size;
+                }
+                t
+            };
+            if r.g.ignore_eos && tok == self.cfg.eos_token_id {
+                tok = (tok + 1) % self.cfg.vocab_size;
+            }
+            r.output.push(tok);
+            r.pending.push(tok);
+            emitted += 1;
+            let stop_id = tok == self.cfg.eos_token_id
+                || (r.output.len() > r.g.min_new_tokens && r.g.stop_token_ids.contains(&tok));
+            if stop_id && !r.g.ignore_eos {
+                finish = Some(Finish::Stop(tok));
+                break;
+            }
+            if r.output.len() >= r.g.max_new_tokens {
+                finish = Some(Finish::Length(r.output.len()));
+                break;
+            }
+        }
+        if emitted > 0 {
+            r.verify_ct += 1;
+            if r.hist.len() < emitted {
+                r.hist.resize(emitted, 0);
+            }
+            r.hist[emitted - 1] += 1;
+        }
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.generation_tokens_total += emitted as u64;
+            s.spec_verify_total += 1;
+            s.spec_tokens_total += emitted as u64;
+        }
+        let due = finish.is_some()
+            || r.pending.len() >= self.cfg.stream_interval
+            || r.last_chunk_at.is_none();
+        if due && !r.pending.is_empty() {
+            let new_ids = std::mem::take(&mut r.pending);
+            let spec = (finish.is_some() && self.cfg.speculative()).then(|| SpecStats {
+                verify_ct: r.verify_ct,
+                accept_length: r.output.len() as f64 / r.verify_ct.max(1) as f64,
+                accept_rate: (r.output.len() as f64 / r.verify_ct.max(1) as f64 - 1.0)
+                    / self.cfg.speculative_num_draft_tokens.max(1) as f64,
+                histogram: r.hist.clone(),
+            });
+            let tokens = new_ids.len();
+            let _ = r.tx.send(StreamEvent::Tokens {
+                new_ids,
+                prompt_tokens: r.g.input_ids.len(),
+                cached_tokens: r.cached,
+                completion_tokens: r.output.len(),
+                finish: finish.clone(),
+                spec,
+            });
+            let at = r.ns(now);
+            let err = now.saturating_duration_since(modelled).as_nanos() as u64;
+            let (vc, hist, out) = (r.verify_ct, r.hist.clone(), r.output.len());
+            self.shared.truth.update(&r.g.rid, |t| {
+                t.chunks.push(ChunkTruth { at_ns: at, tokens });
+                t.completion_tokens = out;
+                t.spec_verify_ct = vc;
+                t.spec_accept_histogram = hist;
+                t.max_pacing_error_ns = t.max_pacing_error_ns.max(err);
+            });
+            if let Ok(mut s) = self.shared.stats.lock() {
+                let t = now.saturating_duration_since(r.g.received).as_secs_f64();
+                match r.last_chunk_at {
+                    None => s.ttft_s.push(t),
+                    Some(prev) => s
+                        .itl_s
+                        .push(now.saturating_duration_since(prev).as_secs_f64()),
+                }
+                if finish.is_some() {
+                    s.e2e_s.push(t);
+                }
+            }
+            r.last_chunk_at = Some(now);
+        }
+        finish.is_some()
+    }
+
+    fn complete(&mut self, mut r: Req) {
+        let f = match r.output.last() {
+            Some(t) if *t == self.cfg.eos_token_id && !r.g.ignore_eos => FinishTruth::Stop,
+            _ if r.output.len() < r.g.max_new_tokens => FinishTruth::Stop,
+            _ => FinishTruth::Length,
+        };
+        self.finish_truth(&r, f);
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.requests_total += 1;
+            s.prompt_tokens_total += r.g.input_ids.len() as u64;
+            s.cached_tokens_total += r.cached as u64;
+        }
+        if !self.cfg.disable_radix_cache {
+            let mut seq = r.target();
+            seq.pop();
+            self.tree.insert(&seq);
+        }
+        self.release(&mut r);
+    }
+
+    fn crash(&mut self, peak: u64, start: Instant, items: &[(usize, usize, usize)]) {
+        let b = &self.shared.budget;
+        let reason = format!(
+            "CUDA out of memory. Tried to allocate {:.2} MiB. GPU 0 has a total capacity of {:.2} GiB of which {:.2} MiB is free. (prefill of {} tokens)",
+            peak as f64 / 1048576.0,
+            b.total_bytes as f64 / 1073741824.0,
+            b.free_headroom_bytes as f64 / 1048576.0,
+            items.iter().map(|x| x.1).sum::<usize>()
+        );
+        tracing::error!("{reason}");
+        eprintln!("torch.OutOfMemoryError: {reason}");
+        for &(i, n, ctx) in items {
+            let r = &self.prefilling[i];
+            let pass = PrefillPass {
+                tokens: n,
+                context_before: ctx,
+                start_ns: r.ns(start),
+                end_ns: r.ns(start),
+                activation_peak_bytes: peak,
+            };
+            self.shared.truth.update(&r.g.rid, |t| {
+                t.prefill_passes.push(pass);
+                t.memory_peak_bytes = t.memory_peak_bytes.max(peak);
+            });
+        }
+        let all: Vec<Req> = self
+            .waiting
+            .drain(..)
+            .chain(self.prefilling.drain(..))
+            .chain(self.running.drain(..))
+            .collect();
+        for r in all {
+            self.finish_truth(&r, FinishTruth::OomCrash);
+            let _ = r.tx.send(StreamEvent::Crash(reason.clone()));
+        }
+        self.shared.crashed.send_replace(Some(reason));
+    }
+
+    fn publish_stats(&self) {
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.num_running = self.running.len() + self.prefilling.len();
+            s.num_waiting = self.waiting.len();
+            s.kv_used_tokens = self.shared.budget.kv_pool_tokens - self.kv_available();
+        }
+    }
+}

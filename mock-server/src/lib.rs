@@ -1,0 +1,16 @@
+//! A simulated SGLang server: radix cache, chunked prefill, GPU memory budget, speculative
+//! decoding and exact ground truth, for regression-checking benchmark arithmetic without a GPU.
+
+pub mod config;
+pub mod engine;
+pub mod http;
+pub mod memory;
+pub mod radix;
+pub mod server;
+pub mod tokenizer;
+pub mod truth;
+
+pub use config::{Config, ConfigError};
+pub use http::{app, AppState};
+pub use server::MockServer;
+pub use truth::{ChunkTruth, FinishTruth, GroundTruth, PrefillPass, RequestTruth};

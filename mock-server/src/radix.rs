@@ -1,0 +1,272 @@
+//! A radix tree over token ids, like SGLang's RadixCache: longest-prefix match, lock references
+//! that protect a running request's prefix, and LRU eviction of unlocked leaves.
+
+use std::collections::HashMap;
+
+/// Index of a node in the tree; the root is [`RadixTree::ROOT`].
+pub type NodeId = usize;
+
+#[derive(Debug, Clone)]
+struct Node {
+    key: Vec<u32>,
+    parent: NodeId,
+    children: HashMap<u32, NodeId>,
+    lock_ref: usize,
+    last_access: u64,
+    alive: bool,
+}
+
+/// The prefix cache.
+#[derive(Debug, Clone)]
+pub struct RadixTree {
+    nodes: Vec<Node>,
+    free: Vec<NodeId>,
+    clock: u64,
+    size: usize,
+}
+
+impl Default for RadixTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RadixTree {
+    pub const ROOT: NodeId = 0;
+
+    pub fn new() -> Self {
+        RadixTree {
+            nodes: vec![Node {
+                key: Vec::new(),
+                parent: 0,
+                children: HashMap::new(),
+                lock_ref: 0,
+                last_access: 0,
+                alive: true,
+            }],
+            free: Vec::new(),
+            clock: 0,
+            size: 0,
+        }
+    }
+
+    /// Tokens held by the tree.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Tokens held by nodes that no request locks (evictable).
+    pub fn evictable_size(&self) -> usize {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| *i != Self::ROOT && n.alive && n.lock_ref == 0)
+            .map(|(_, n)| n.key.len())
+            .sum()
+    }
+
+    /// Empties the tree (what `/flush_cache` does).
+    pub fn reset(&mut self) {
+        *self = RadixTree::new();
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn alloc(&mut self, key: Vec<u32>, parent: NodeId) -> NodeId {
+        let node = Node {
+            key,
+            parent,
+            children: HashMap::new(),
+            lock_ref: 0,
+            last_access: self.clock,
+            alive: true,
+        };
+        if let Some(id) = self.free.pop() {
+            self.nodes[id] = node;
+            id
+        } else {
+            self.nodes.push(node);
+            self.nodes.len() - 1
+        }
+    }
+
+    /// Splits `child` so that its first `at` tokens become a new parent node; returns that node.
+    fn split(&mut self, child: NodeId, at: usize) -> NodeId {
+        let parent = self.nodes[child].parent;
+        let head: Vec<u32> = self.nodes[child].key[..at].to_vec();
+        let tail: Vec<u32> = self.nodes[child].key[at..].to_vec();
+        let first = head[0];
+        let mid = self.alloc(head, parent);
+        self.nodes[mid].lock_ref = self.nodes[child].lock_ref;
+        self.nodes[mid].last_access = self.nodes[child].last_access;
+        self.nodes[mid].children.insert(tail[0], child);
+        self.nodes[child].key = tail;
+        self.nodes[child].parent = mid;
+        self.nodes[parent].children.insert(first, mid);
+        mid
+    }
+
+    /// Longest cached prefix of `tokens`: returns (matched length, node where it ends).
+    /// Splits a node when the match ends inside it, so the returned node covers exactly the match.
+    pub fn match_prefix(&mut self, tokens: &[u32]) -> (usize, NodeId) {
+        let now = self.tick();
+        let mut node = Self::ROOT;
+        let mut pos = 0;
+        while pos < tokens.len() {
+            let Some(&child) = self.nodes[node].children.get(&tokens[pos]) else {
+                break;
+            };
+            let key = &self.nodes[child].key;
+            let common = key
+                .iter()
+                .zip(&tokens[pos..])
+                .take_while(|(a, b)| a == b)
+                .count();
+            if common < key.len() {
+                let mid = self.split(child, common);
+                self.nodes[mid].last_access = now;
+                return (pos + common, mid);
+            }
+            self.nodes[child].last_access = now;
+            pos += common;
+            node = child;
+        }
+        (pos, node)
+    }
+
+    /// Inserts `tokens`; returns (tokens newly added, node covering the whole sequence).
+    pub fn insert(&mut self, tokens: &[u32]) -> (usize, NodeId) {
+        let (matched, node) = self.match_prefix(tokens);
+        if matched == tokens.len() {
+            return (0, node);
+        }
+        let rest = tokens[matched..].to_vec();
+        let added = rest.len();
+        let first = rest[0];
+        let leaf = self.alloc(rest, node);
+        self.nodes[node].children.insert(first, leaf);
+        self.size += added;
+        (added, leaf)
+    }
+
+    /// Depth (prefix length in tokens) of a node.
+    pub fn depth(&self, mut node: NodeId) -> usize {
+        let mut d = 0;
+        while node != Self::ROOT {
+            d += self.nodes[node].key.len();
+            node = self.nodes[node].parent;
+        }
+        d
+    }
+
+    /// Protects the path from `node` to the root from eviction.
+    pub fn lock(&mut self, mut node: NodeId) {
+        while node != Self::ROOT {
+            self.nodes[node].lock_ref += 1;
+            node = self.nodes[node].parent;
+        }
+    }
+
+    /// Undoes one [`RadixTree::lock`].
+    pub fn unlock(&mut self, mut node: NodeId) {
+        while node != Self::ROOT {
+            let n = &mut self.nodes[node];
+            n.lock_ref = n.lock_ref.saturating_sub(1);
+            node = n.parent;
+        }
+    }
+
+    /// Evicts least-recently-used unlocked leaves until `want` tokens are freed or nothing is
+    /// evictable; returns the tokens freed.
+    pub fn evict(&mut self, want: usize) -> usize {
+        let mut freed = 0;
+        let mut leaves: Vec<(u64, NodeId)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| {
+                *i != Self::ROOT && n.alive && n.children.is_empty() && n.lock_ref == 0
+            })
+            .map(|(i, n)| (n.last_access, i))
+            .collect();
+        leaves.sort_unstable();
+        let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, NodeId)>> =
+            leaves.into_iter().map(std::cmp::Reverse).collect();
+        while freed < want {
+            let Some(std::cmp::Reverse((_, id))) = heap.pop() else {
+                break;
+            };
+            let parent = self.nodes[id].parent;
+            let len = self.nodes[id].key.len();
+            let first = self.nodes[id].key[0];
+            self.nodes[parent].children.remove(&first);
+            self.nodes[id].alive = false;
+            self.nodes[id].key = Vec::new();
+            self.nodes[id].children = HashMap::new();
+            self.free.push(id);
+            self.size -= len;
+            freed += len;
+            let p = &self.nodes[parent];
+            if parent != Self::ROOT && p.children.is_empty() && p.lock_ref == 0 {
+                heap.push(std::cmp::Reverse((p.last_access, parent)));
+            }
+        }
+        freed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn match_insert_split() {
+        let mut t = RadixTree::new();
+        assert_eq!(t.insert(&[1, 2, 3, 4]).0, 4);
+        assert_eq!(t.match_prefix(&[1, 2, 3, 4, 5]).0, 4);
+        assert_eq!(t.match_prefix(&[1, 2, 9]).0, 2);
+        assert_eq!(t.insert(&[1, 2, 7]).0, 1);
+        assert_eq!(t.size(), 5);
+        let (n, node) = t.match_prefix(&[1, 2]);
+        assert_eq!((n, t.depth(node)), (2, 2));
+        assert_eq!(t.match_prefix(&[9]).0, 0);
+    }
+
+    #[test]
+    fn lru_eviction_respects_locks() {
+        let mut t = RadixTree::new();
+        let (_, a) = t.insert(&[1, 2, 3]);
+        t.insert(&[4, 5]);
+        t.lock(a);
+        assert_eq!(t.evictable_size(), 2);
+        assert_eq!(t.evict(10), 2);
+        assert_eq!(t.match_prefix(&[4, 5]).0, 0);
+        assert_eq!(t.match_prefix(&[1, 2, 3]).0, 3);
+        t.unlock(a);
+        t.insert(&[6]);
+        // [1,2,3] was touched before [6] was inserted, so it goes first.
+        assert_eq!(t.evict(1), 3);
+        assert_eq!(t.match_prefix(&[6]).0, 1);
+        t.reset();
+        assert_eq!(t.size(), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn size_equals_distinct_prefix_tokens(seqs in prop::collection::vec(prop::collection::vec(0u32..4, 1..8), 1..12), evict in 0usize..20) {
+            let mut t = RadixTree::new();
+            for s in &seqs { t.insert(s); }
+            for s in &seqs { prop_assert_eq!(t.match_prefix(s).0, s.len()); }
+            let before = t.size();
+            let freed = t.evict(evict);
+            prop_assert_eq!(t.size(), before - freed);
+            prop_assert!(freed >= evict.min(before));
+            // Every remaining match is a prefix of some inserted sequence.
+            for s in &seqs { prop_assert!(t.match_prefix(s).0 <= s.len()); }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! [`MockServer`]: the engine and the HTTP app on a real socket inside this process, with OOM
+//! death (listener dropped, streams cut) or restart, and graceful shutdown.
+
+use crate::config::Config;
+use crate::engine::EngineHandle;
+use crate::http::{app, AppState};
+use crate::truth::GroundTruth;
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+use tokio::time::{Duration, Instant};
+
+/// A mock server running inside this process on a real socket.
+pub struct MockServer {
+    addr: SocketAddr,
+    truth: GroundTruth,
+    crash_log: Arc<Mutex<Option<String>>>,
+    crash_events: watch::Receiver<u64>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    serve: tokio::task::JoinHandle<()>,
+    supervisor: tokio::task::JoinHandle<()>,
+    state: AppState,
+}
+
+impl MockServer {
+    /// Validates the config, binds host:port and spawns the engine and the HTTP server.
+    pub async fn start(config: Config) -> anyhow::Result<MockServer> {
+        config
+            .validate()
+            .context("invalid mock-server configuration")?;
+        let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+            .await
+            .with_context(|| format!("cannot bind {}:{}", config.host, config.port))?;
+        let addr = listener.local_addr()?;
+        let truth = GroundTruth::default();
+        let crashed = Arc::new(watch::channel(None::<String>).0);
+        let engine = EngineHandle::spawn(config.clone(), truth.clone(), crashed.clone());
+        let state = AppState::new(engine);
+        if config.startup_s > 0.0 {
+            state.set_starting_until(Some(
+                Instant::now() + Duration::from_secs_f64(config.startup_s),
+            ));
+        }
+        let router = app(state.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        // Like uvicorn under SGLang, send every SSE event at once: without TCP_NODELAY, Nagle's algorithm
+        // holds small writes until the peer's delayed ACK (~40 ms) on a reused connection.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!("cannot set TCP_NODELAY: {e}");
+            }
+        });
+        let serve = tokio::spawn(async move {
+            let r = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stop_rx.await;
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::error!("server error: {e}");
+            }
+        });
+        let crash_log = Arc::new(Mutex::new(None));
+        let (ev_tx, ev_rx) = watch::channel(0u64);
+        let supervisor = {
+            let crash_log = crash_log.clone();
+            let state = state.clone();
+            let truth = truth.clone();
+            let serve_abort = serve.abort_handle();
+            let mut rx = crashed.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    if rx.wait_for(|c| c.is_some()).await.is_err() {
+                        return;
+                    }
+                    let reason = rx.borrow().clone().unwrap_or_default();
+                    *crash_log.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+                    if !config.restart_on_oom {
+                        // The process is dead: stop accepting connections.
+                        serve_abort.abort();
+                        ev_tx.send_modify(|n| *n += 1);
+                        return;
+                    }
+                    ev_tx.send_modify(|n| *n += 1);
+                    let startup =
+                        Duration::from_secs_f64(config.startup_s.max(0.0) / config.time_scale);
+                    state.set_starting_until(Some(Instant::now() + startup));
+                    crashed.send_replace(None);
+                    let engine =
+                        EngineHandle::spawn(config.clone(), truth.clone(), crashed.clone());
+                    state.replace_engine(engine);
+                    tracing::warn!("engine restarted after out-of-memory (empty cache)");
+                }
+            })
+        };
+        Ok(MockServer {
+            addr,
+            truth,
+            crash_log,
+            crash_events: ev_rx,
+            shutdown: Some(stop_tx),
+            serve,
+            supervisor,
+            state,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://HOST:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A live view of the ground truth.
+    pub fn truth(&self) -> GroundTruth {
+        self.truth.clone()
+    }
+
+    /// The app state (engine handle and start-up state).
+    pub fn state(&self) -> AppState {
+        self.state.clone()
+    }
+
+    /// `Some(reason)` after an OOM death (also after a restart).
+    pub fn crashed(&self) -> Option<String> {
+        self.crash_log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Resolves when the server dies of OOM.
+    pub async fn wait_crashed(&self) -> String {
+        let mut rx = self.crash_events.clone();
+        let _ = rx.wait_for(|n| *n > 0).await;
+        self.crashed().unwrap_or_default()
+    }
+
+    /// Stops accepting, lets open responses finish, and stops the engine.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.serve).await;
+        self.supervisor.abort();
+    }
+}

@@ -1,0 +1,153 @@
+//! Ground truth: what the engine really did for every request, on the client's timeline.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// One prefill pass that processed part of a request's prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrefillPass {
+    /// Prompt tokens this request extended in the pass.
+    pub tokens: usize,
+    /// Tokens of this request already in KV before the pass (cached prefix + earlier chunks).
+    pub context_before: usize,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Activation peak of the whole pass, fragmentation included.
+    pub activation_peak_bytes: u64,
+}
+
+/// One stream event that carried output tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkTruth {
+    pub at_ns: u64,
+    pub tokens: usize,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FinishTruth {
+    /// Still running.
+    Pending,
+    Length,
+    Stop,
+    Aborted,
+    OomCrash,
+    Error(String),
+}
+
+/// Everything the engine knows about one request. `*_ns` are relative to the instant the HTTP
+/// handler received the request, on tokio's clock (time scaling included).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestTruth {
+    pub rid: String,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+    pub max_new_tokens: usize,
+    pub queue_wait_ns: u64,
+    pub prefill_passes: Vec<PrefillPass>,
+    pub chunks: Vec<ChunkTruth>,
+    pub finish: FinishTruth,
+    /// Speculative verify steps (one per output chunk of the model, before stream batching).
+    pub spec_verify_ct: usize,
+    /// `spec_accept_histogram[k]` = verify steps that emitted k + 1 tokens.
+    pub spec_accept_histogram: Vec<u64>,
+    /// Highest activation peak among this request's prefill passes.
+    pub memory_peak_bytes: u64,
+    /// Model instant minus emitted instant is the pacing error; largest one seen, in ns.
+    pub max_pacing_error_ns: u64,
+}
+
+impl RequestTruth {
+    pub fn new(rid: &str) -> Self {
+        RequestTruth {
+            rid: rid.to_string(),
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            completion_tokens: 0,
+            max_new_tokens: 0,
+            queue_wait_ns: 0,
+            prefill_passes: Vec::new(),
+            chunks: Vec::new(),
+            finish: FinishTruth::Pending,
+            spec_verify_ct: 0,
+            spec_accept_histogram: Vec::new(),
+            memory_peak_bytes: 0,
+            max_pacing_error_ns: 0,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    order: Vec<RequestTruth>,
+    index: HashMap<String, usize>,
+    prefill_passes_total: usize,
+    pacing_errors_ns: Vec<u64>,
+}
+
+/// A live, cheaply cloned view of the ground truth.
+#[derive(Clone, Default)]
+pub struct GroundTruth {
+    inner: Arc<Mutex<Store>>,
+}
+
+impl GroundTruth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The record of one request.
+    pub fn request(&self, rid: &str) -> Option<RequestTruth> {
+        let s = self.lock();
+        s.index.get(rid).map(|i| s.order[*i].clone())
+    }
+
+    /// Every record, in arrival order.
+    pub fn all(&self) -> Vec<RequestTruth> {
+        self.lock().order.clone()
+    }
+
+    /// Prefill passes the engine ran (a pass may serve several requests).
+    pub fn prefill_passes_total(&self) -> usize {
+        self.lock().prefill_passes_total
+    }
+
+    /// Every pacing error (emitted instant minus modelled instant) seen, in ns.
+    pub fn pacing_errors_ns(&self) -> Vec<u64> {
+        self.lock().pacing_errors_ns.clone()
+    }
+
+    pub(crate) fn insert(&self, t: RequestTruth) {
+        let mut s = self.lock();
+        if let Some(i) = s.index.get(&t.rid).copied() {
+            s.order[i] = t;
+        } else {
+            let i = s.order.len();
+            s.index.insert(t.rid.clone(), i);
+            s.order.push(t);
+        }
+    }
+
+    pub(crate) fn update(&self, rid: &str, f: impl FnOnce(&mut RequestTruth)) {
+        let mut s = self.lock();
+        if let Some(i) = s.index.get(rid).copied() {
+            f(&mut s.order[i]);
+        }
+    }
+
+    pub(crate) fn count_pass(&self, pacing_error_ns: u64) {
+        let mut s = self.lock();
+        s.prefill_passes_total += 1;
+        s.pacing_errors_ns.push(pacing_error_ns);
+    }
+
+    pub(crate) fn record_pacing(&self, pacing_error_ns: u64) {
+        self.lock().pacing_errors_ns.push(pacing_error_ns);
+    }
+
+    pub(crate) fn contains(&self, rid: &str) -> bool {
+        self.lock().index.contains_key(rid)
+    }
+}
