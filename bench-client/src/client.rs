@@ -209,13 +209,16 @@ impl TraceHead {
         end: StreamEnd,
         end_ns: u64,
     ) -> RequestTrace {
-        let (chunks, done_ns, reads, attribution) = match asm {
+        let (mut chunks, done_ns, reads, mut attribution) = match asm {
             Some(a) => {
                 let attr = a.attribution();
                 (a.chunks, a.done_ns, a.reads, attr)
             }
             None => (Vec::new(), None, 0, TokenAttribution::Unknown),
         };
+        if attribution == TokenAttribution::Unknown && attribute_by_event_count(&mut chunks) {
+            attribution = TokenAttribution::EventCount;
+        }
         RequestTrace {
             rid: self.rid,
             dialect: self.dialect,
@@ -230,6 +233,28 @@ impl TraceHead {
             end_ns,
             attribution,
         }
+    }
+}
+
+/// Per-chunk counts when the server reports only a final total: each event that carried text
+/// carried at least one token, so when there are exactly as many such events as the reported
+/// `completion_tokens`, each carried exactly one and every other event none. This is a proof from
+/// the stream, not a guess; any other case stays `unknown`. Returns whether it applied.
+pub fn attribute_by_event_count(chunks: &mut [Chunk]) -> bool {
+    let total = chunks
+        .iter()
+        .rev()
+        .find_map(|c| c.usage.as_ref().and_then(|u| u.completion_tokens));
+    let is_text = |c: &Chunk| c.text_len > 0 && !c.role_only && !c.usage_only && c.error.is_none();
+    let events = chunks.iter().filter(|c| is_text(c)).count();
+    match total {
+        Some(t) if t > 0 && u64::from(t) == events as u64 => {
+            for c in chunks.iter_mut() {
+                c.tokens = Some(u32::from(is_text(c)));
+            }
+            true
+        }
+        _ => false,
     }
 }
 
@@ -482,6 +507,46 @@ mod tests {
         let t = Timeouts::default();
         assert!(t.first_token(185_000) > t.first_token(1_000));
         assert_eq!(t.first_token(0), t.first_token_base);
+    }
+
+    fn text_chunk(at_ns: u64, text_len: u32) -> Chunk {
+        Chunk {
+            at_ns,
+            text_len,
+            content_event: true,
+            ..Chunk::default()
+        }
+    }
+
+    #[test]
+    fn one_token_per_event_is_proved_only_when_counts_match() {
+        let usage = |n| crate::trace::Usage {
+            completion_tokens: Some(n),
+            ..Default::default()
+        };
+        // llama.cpp: one text event per token, then a final empty chunk with the total.
+        let mut chunks = vec![text_chunk(1, 3), text_chunk(2, 4), text_chunk(3, 2)];
+        chunks.push(Chunk {
+            at_ns: 4,
+            tokens: Some(3),
+            usage: Some(usage(3)),
+            finish_reason: Some("length".into()),
+            content_event: true,
+            ..Chunk::default()
+        });
+        assert!(attribute_by_event_count(&mut chunks));
+        let counts: Vec<_> = chunks.iter().map(|c| c.tokens).collect();
+        assert_eq!(counts, vec![Some(1), Some(1), Some(1), Some(0)]);
+
+        // One event carried two tokens (a split UTF-8 character): counts stay unknown.
+        let mut chunks = vec![text_chunk(1, 3), text_chunk(2, 4)];
+        chunks.push(Chunk {
+            at_ns: 4,
+            usage: Some(usage(3)),
+            ..Chunk::default()
+        });
+        assert!(!attribute_by_event_count(&mut chunks));
+        assert!(chunks[0].tokens.is_none());
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod api;
 pub mod client;
 #[cfg(feature = "embedded-mock")]
 pub mod embedded;
+pub mod load;
 pub mod measure;
 pub mod prompt;
 pub mod record;

@@ -30,6 +30,123 @@ enum Cmd {
     Sweep(Box<SweepArgs>),
     /// Redraw tables (and a plot) from results files.
     Report(ReportArgs),
+    /// Serving benchmark under load: closed loop (--concurrency) or open loop (--request-rate).
+    Load(Box<LoadArgs>),
+    /// Merge load results from several processes or machines into one summary.
+    Merge(MergeArgs),
+}
+
+#[derive(Args, Debug)]
+struct LoadArgs {
+    /// Server base URL; without it, an embedded mock server is started.
+    #[arg(long)]
+    url: Option<String>,
+    /// API dialect (default: probe the server); load runs need sglang or openai (token-id prompts).
+    #[arg(long, value_enum)]
+    api: Option<Dialect>,
+    /// Model name (default: the server's first model from /v1/models).
+    #[arg(long)]
+    model: Option<String>,
+    /// API key (else env OPENAI_API_KEY or SGLANG_API_KEY); sent as a Bearer token, never recorded.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Closed loop: keep N requests in flight (over all shards together).
+    #[arg(long, conflicts_with_all = ["request_rate", "trace"])]
+    concurrency: Option<u32>,
+    /// Open loop: requests per second (over all shards together).
+    #[arg(long, conflicts_with = "trace")]
+    request_rate: Option<f64>,
+    /// Open-loop arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    arrival: bench_client::load::ArrivalKind,
+    /// Gamma shape (1 = Poisson; below 1 burstier, above 1 more regular); needs --arrival gamma.
+    #[arg(long, default_value_t = 1.0)]
+    burstiness: f64,
+    /// Measured requests (over all shards together).
+    #[arg(long, conflicts_with = "duration")]
+    num_requests: Option<u64>,
+    /// Run length, e.g. 60s, 5m, 500ms (no request is started or scheduled after it).
+    #[arg(long)]
+    duration: Option<String>,
+    /// Warm-up requests before the run (not recorded).
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
+    /// Prompt length distribution: 512, uniform:256:1024 or normal:1000:200 (k = 1,000).
+    #[arg(long, default_value = "512")]
+    input_len: String,
+    /// Output length distribution, same forms.
+    #[arg(long, default_value = "128")]
+    output_len: String,
+    /// Shared-prefix workload: this many groups, each sharing a --prefix-len prefix.
+    #[arg(long)]
+    prefix_groups: Option<u32>,
+    /// Prefix length of the shared-prefix and replay workloads; --input-len is added after it.
+    #[arg(long, default_value_t = 0)]
+    prefix_len: u32,
+    /// Replay a JSONL trace of {"offset_ms", "input_len", "output_len"[, "prefix_group"]}.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Run the I-th of N slices of the same schedule (0-based), e.g. 0/4.
+    #[arg(long, default_value = "0/1")]
+    shard: String,
+    /// Shared start time, unix ms; every shard of a run gets the same value.
+    #[arg(long)]
+    start_at: Option<u64>,
+    /// Goodput objective, e.g. ttft=500,tpot=50 (ms).
+    #[arg(long)]
+    slo: Option<String>,
+    /// Results file (JSONL); default results/load-<unix time>.jsonl.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Skip request indices already in --out (same --seed and --shard).
+    #[arg(long)]
+    resume: bool,
+    /// Seed of the schedule and the prompts.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Smallest prompt token id.
+    #[arg(long, default_value_t = 100)]
+    token_id_min: u32,
+    /// Prompt token ids are below this.
+    #[arg(long, default_value_t = 4000)]
+    token_id_max: u32,
+    /// Do not scrape /metrics before and after.
+    #[arg(long)]
+    no_metrics: bool,
+    /// Time-to-first-token timeout, seconds, fixed part.
+    #[arg(long, default_value_t = 600.0)]
+    ttft_timeout_s: f64,
+    /// Longest gap between chunks, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    idle_timeout_s: f64,
+    /// Whole-request timeout, seconds.
+    #[arg(long, default_value_t = 3600.0)]
+    total_timeout_s: f64,
+    /// Embedded mock preset.
+    #[arg(long, default_value = "small-cpu-demo")]
+    preset: String,
+    /// Embedded mock setting, KEY=VALUE (repeatable).
+    #[arg(long = "mock-set", value_parser = parse_kv)]
+    mock_set: Vec<(String, String)>,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Summary format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+#[derive(Args, Debug)]
+struct MergeArgs {
+    /// Load results files (JSONL) from the shards of one run.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Goodput objective, e.g. ttft=500,tpot=50 (ms).
+    #[arg(long)]
+    slo: Option<String>,
+    /// Summary format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -331,6 +448,220 @@ fn run_report(a: ReportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--duration {s:?}: expected e.g. 60s, 5m, 500ms"))?;
+    secs("duration", v * mult)
+}
+
+fn print_load(summary: &bench_client::load::LoadSummary, format: Format) -> anyhow::Result<()> {
+    use bench_client::load::summary;
+    match format {
+        Format::Table => print!("{}", summary::render_table(summary)),
+        Format::Json => println!("{}", summary::to_json(summary)),
+        Format::Csv => anyhow::bail!("load summaries are printed as table or json"),
+    }
+    Ok(())
+}
+
+async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
+    use bench_client::load::{self, Arrivals, LenDist, Schedule, Shard, Slo, Stop, Workload};
+    let slo = match &a.slo {
+        Some(s) => Slo::parse(s).map_err(anyhow::Error::msg)?,
+        None => Slo::default(),
+    };
+    let shard = Shard::parse(&a.shard).map_err(anyhow::Error::msg)?;
+    let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
+    let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
+    let (workload, arrivals) = match (&a.trace, a.prefix_groups) {
+        (Some(path), _) => {
+            let entries = load::workload::read_trace(path)?;
+            let offsets_ns = entries
+                .iter()
+                .map(|e| (e.offset_ms * 1e6).round() as u64)
+                .collect();
+            (
+                Workload::Replay {
+                    entries,
+                    prefix_len: a.prefix_len,
+                },
+                Arrivals::Trace { offsets_ns },
+            )
+        }
+        (None, groups) => {
+            let w = match groups {
+                Some(groups) => Workload::SharedPrefix {
+                    groups,
+                    prefix_len: a.prefix_len,
+                    input,
+                    output,
+                },
+                None => Workload::Random { input, output },
+            };
+            let arr = match (a.concurrency, a.request_rate) {
+                (Some(c), None) => Arrivals::Closed { concurrency: c },
+                (None, Some(rate)) => Arrivals::Open {
+                    rate,
+                    kind: a.arrival,
+                    burstiness: a.burstiness,
+                },
+                _ => anyhow::bail!("give --concurrency N (closed loop) or --request-rate R (open loop), or --trace"),
+            };
+            (w, arr)
+        }
+    };
+    let stop = match (&a.duration, a.num_requests, &arrivals) {
+        (Some(d), None, _) => Stop::Duration(parse_duration(d)?),
+        (None, Some(n), _) => Stop::Requests(n),
+        (None, None, Arrivals::Trace { offsets_ns }) => Stop::Requests(offsets_ns.len() as u64),
+        (None, None, _) => anyhow::bail!("give --num-requests N or --duration (e.g. 60s)"),
+        (Some(_), Some(_), _) => anyhow::bail!("give --num-requests or --duration, not both"),
+    };
+    let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(10),
+        first_token_base: secs("ttft-timeout-s", a.ttft_timeout_s)?,
+        first_token_per_1k: Duration::ZERO,
+        idle: secs("idle-timeout-s", a.idle_timeout_s)?,
+        total: secs("total-timeout-s", a.total_timeout_s)?,
+    };
+    let api_key = a
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("OPENAI_API_KEY").ok())
+        .or_else(|| std::env::var("SGLANG_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    #[cfg(feature = "embedded-mock")]
+    let mut mock = None;
+    let base_url = match &a.url {
+        Some(u) => u.clone(),
+        None => {
+            #[cfg(feature = "embedded-mock")]
+            {
+                let m = bench_client::embedded::EmbeddedMock::start(&a.preset, &a.mock_set).await?;
+                let url = m.url();
+                eprintln!(
+                    "started the embedded mock server (preset {}) at {url}",
+                    a.preset
+                );
+                mock = Some(m);
+                url
+            }
+            #[cfg(not(feature = "embedded-mock"))]
+            {
+                anyhow::bail!(
+                    "no --url given and this build has no embedded mock (feature embedded-mock)"
+                );
+            }
+        }
+    };
+    let http = client::http_client(&timeouts)?;
+    let dialect = match a.api {
+        Some(d) => d,
+        None => client::probe_dialect(&http, &base_url, api_key.as_deref()).await,
+    };
+    let model = match &a.model {
+        Some(m) => Some(m.clone()),
+        None if dialect == Dialect::Sglang => None,
+        None => client::first_model(&http, &base_url, api_key.as_deref()).await,
+    };
+    let out = a.out.clone().unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from(format!("results/load-{t}.jsonl"))
+    });
+    let cfg = load::LoadConfig {
+        target: Target {
+            base_url,
+            dialect,
+            model,
+            api_key,
+        },
+        timeouts,
+        schedule,
+        workload,
+        warmup: a.warmup,
+        shard,
+        start_at_unix_ms: a.start_at,
+        out: out.clone(),
+        resume: a.resume,
+        seed: a.seed,
+        token_id_range: (a.token_id_min, a.token_id_max),
+        slo,
+        scrape_metrics: !a.no_metrics,
+        progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        command: redact_args(std::env::args()),
+    };
+    eprintln!(
+        "load run against {} ({}), shard {}, results in {}",
+        cfg.target.base_url,
+        cfg.target.dialect.as_str(),
+        cfg.shard,
+        out.display()
+    );
+    let outcome = load::run_load(&cfg).await;
+    #[cfg(feature = "embedded-mock")]
+    if let Some(m) = mock {
+        m.shutdown().await;
+    }
+    let outcome = outcome?;
+    print_load(&outcome.summary, a.format)?;
+    if let Some(m) = &outcome.metrics {
+        if matches!(a.format, Format::Table) {
+            print!("{}", m.render());
+        } else {
+            eprint!("{}", m.render());
+        }
+    }
+    if outcome.skipped > 0 {
+        eprintln!(
+            "--resume: skipped {} requests already in {}; `bench-client merge {}` summarises the whole file",
+            outcome.skipped,
+            out.display(),
+            out.display()
+        );
+    }
+    eprintln!("{} records written to {}", outcome.written, out.display());
+    if outcome.interrupted {
+        eprintln!("interrupted: rerun with --resume (same --seed and --shard) to continue");
+        return Ok(ExitCode::from(130));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_merge(a: MergeArgs) -> anyhow::Result<ExitCode> {
+    use bench_client::load::{self, Slo};
+    let slo = match &a.slo {
+        Some(s) => Slo::parse(s).map_err(anyhow::Error::msg)?,
+        None => Slo::default(),
+    };
+    let (summary, ignored) = load::merge_files(&a.files, slo)?;
+    if ignored > 0 {
+        eprintln!("ignored {ignored} records that are not from load runs");
+    }
+    if summary.requests == 0 {
+        anyhow::bail!("no load records in the given files");
+    }
+    print_load(&summary, a.format)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -350,6 +681,8 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Sweep(a) => rt.block_on(run_sweep(*a)),
         Cmd::Report(a) => run_report(a),
+        Cmd::Load(a) => rt.block_on(run_load(*a)),
+        Cmd::Merge(a) => run_merge(a),
     };
     match result {
         Ok(code) => code,

@@ -122,6 +122,9 @@ pub struct Record {
     pub two_point: Option<TwoPointDetail>,
     /// The raw trace (streaming records).
     pub trace: Option<RequestTrace>,
+    /// Load-run fields (`bench-client load` records only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<crate::load::LoadInfo>,
 }
 
 /// Contamination reasons for a trace that asked for `context_tokens` from a cold cache.
@@ -172,6 +175,7 @@ impl Record {
             error: None,
             two_point: None,
             trace: None,
+            load: None,
         };
         let rec = match measure(&trace) {
             Ok(m) => Self {
@@ -253,6 +257,7 @@ impl Record {
             error,
             two_point: Some(detail),
             trace: None,
+            load: None,
         }
     }
 

@@ -266,9 +266,10 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
     }
     let http = client::http_client(&cfg.timeouts).context("building the HTTP client")?;
     let manifest_path = PathBuf::from(format!("{}.manifest.jsonl", cfg.out.display()));
-    let nonce = std::fs::read_to_string(&manifest_path)
-        .map(|s| s.lines().count() as u64)
-        .unwrap_or(0);
+    // A fresh random salt per invocation (recorded in the manifest): prompts stay unique across
+    // invocations against a server whose prefix cache is still warm from an earlier run with the
+    // same seed. 24 bits, because the request counter takes the low 40 bits of the prompt stream.
+    let nonce = u64::from(rand::random::<u32>() & 0x00ff_ffff);
     let key = cfg.target.api_key.as_deref();
     let manifest = json!({
         "command": cfg.command,

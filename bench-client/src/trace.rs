@@ -37,6 +37,11 @@ pub struct Chunk {
     pub role_only: bool,
     /// An event without any choice (for example the final usage-only chunk).
     pub usage_only: bool,
+    /// A content event: its choice has a `text` (completions) or `delta.content` (chat) field, even an
+    /// empty one. vLLM with `--skip-tokenizer-init` streams tokens as events with empty text; such an
+    /// event still marks output arriving, although its token count is unknown without usage data.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub content_event: bool,
 }
 
 impl Chunk {
@@ -48,7 +53,7 @@ impl Chunk {
         }
         match self.tokens {
             Some(t) => t > 0,
-            None => self.text_len > 0,
+            None => self.text_len > 0 || self.content_event,
         }
     }
 }
@@ -65,6 +70,9 @@ pub enum TokenAttribution {
     ContinuousUsage,
     /// vLLM `return_token_ids` (`choices[0].token_ids` per chunk).
     TokenIds,
+    /// Only a final total was reported, but the number of events that carried text equals it, so
+    /// each of those events carried exactly one token (llama.cpp streams one event per token).
+    EventCount,
     /// Only final totals were known; per-chunk counts are not guessed.
     Unknown,
 }
@@ -77,6 +85,7 @@ impl TokenAttribution {
             Self::OutputIds => "output-ids",
             Self::ContinuousUsage => "continuous-usage",
             Self::TokenIds => "token-ids",
+            Self::EventCount => "event-count",
             Self::Unknown => "unknown",
         }
     }

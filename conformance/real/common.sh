@@ -77,7 +77,7 @@ start_server() {
 
 # stop_server NAME: TERM the whole process group, wait up to 20 s, then KILL it.
 stop_server() {
-    local name="$1" pid i
+    local name="$1" pid _
     pid="$(server_pid "$name")"
     if [[ -z "$pid" ]]; then
         rm -f "$RUN_DIR/$name.pid"
@@ -85,7 +85,7 @@ stop_server() {
     fi
     log "stopping $name (process group $pid)"
     kill -TERM -- "-$pid" 2>/dev/null || true
-    for i in $(seq 1 40); do
+    for _ in $(seq 1 40); do
         kill -0 -- "-$pid" 2>/dev/null || break
         sleep 0.5
     done
@@ -140,14 +140,15 @@ print("[" + ",".join(str(r.randrange(100, 4000)) for _ in range(n)) + "]")
 ' "$1" "$2"
 }
 
-# A repetitive prompt of N ids (a short motif repeated), so n-gram lookup drafts get accepted.
+# repetitive_ids N [SEED]: N ids, an 8-id motif (chosen by SEED) repeated, so n-gram lookup drafts get accepted.
 repetitive_ids() {
     python3 -c '
 import sys
 n = int(sys.argv[1])
-motif = [1201, 1202, 1203, 1204, 1205, 1206, 1207, 1208]
+s = int(sys.argv[2])
+motif = [1201 + 8 * ((s + s // 1000) % 300) + k for k in range(8)]
 print("[" + ",".join(str(motif[i % len(motif)]) for i in range(n)) + "]")
-' "$1"
+' "$1" "${2:-0}"
 }
 
 # run_rust_checks NAME URL MODEL CONTEXTS: the live conformance check and a short sweep, outputs saved under

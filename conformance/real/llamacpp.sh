@@ -7,9 +7,9 @@
 #   llamacpp.sh record    start, record transcripts into fixtures/streams/real/, stop
 #   llamacpp.sh check     start, run `conformance --url` and a short `bench-client sweep`, stop
 #
-# Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 120), LLMB_URL (record against a running
-# server), LLAMACPP_PY_VERSION (default 0.3.36), LLAMACPP_DRAFT=1 (start with the same model as a draft
-# model, for speculative decoding).
+# Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 120), LLMB_URL (record/check against a running
+# server), LLAMACPP_PY_VERSION (default 0.3.36), LLAMACPP_SPEC=ngram|draft|none (speculative
+# decoding: n-gram lookup (default), the same tiny model as draft model, or off).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SERVER_NAME=llamacpp
 MODEL_NAME=tiny-llama
@@ -59,9 +59,14 @@ start() {
     [[ -x "$SERVER_BIN" && -f "$MODEL_FILE" ]] || install
     port="$(pick_port)"
     url="http://127.0.0.1:$port"
-    if [[ "${LLAMACPP_DRAFT:-0}" == "1" ]]; then
-        extra+=(--model-draft "$MODEL_FILE" --draft-max 4 --draft-min 1)
-    fi
+    # Speculative decoding, like the vLLM setup: n-gram lookup by default (no draft model), or the same tiny
+    # model as a draft model (every draft accepted), or none.
+    case "${LLAMACPP_SPEC:-ngram}" in
+    ngram) extra+=(--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 4) ;;
+    draft) extra+=(--spec-type draft-simple --spec-draft-model "$MODEL_FILE" --spec-draft-n-max 4) ;;
+    none) ;;
+    *) die "LLAMACPP_SPEC must be ngram, draft or none" ;;
+    esac
     # One slot, so every request shares one KV cache and a repeated prompt hits the prompt cache.
     start_server "$SERVER_NAME" "$port" "$SERVER_BIN" --model "$MODEL_FILE" --alias "$MODEL_NAME" \
         --host 127.0.0.1 --port "$port" --ctx-size "$CTX" --parallel 1 --threads 2 --metrics \
@@ -82,13 +87,17 @@ record() {
         stop_on_exit "$SERVER_NAME"
         url="$(start)"
     fi
-    "$REAL_DIR/record_cases.sh" llamacpp "$url" "llama.cpp llama-server $(version) (llama-cpp-python $LLAMACPP_PY_VERSION sdist vendor/llama.cpp), model $MODEL_NAME (random GGUF)" "$@"
+    "$REAL_DIR/record_cases.sh" llamacpp "$url" "llama.cpp llama-server $(version) (llama-cpp-python $LLAMACPP_PY_VERSION sdist vendor/llama.cpp), model $MODEL_NAME (random GGUF), speculative ${LLAMACPP_SPEC:-ngram}" "$@"
 }
 
 check() {
     local url
-    stop_on_exit "$SERVER_NAME"
-    url="$(start)"
+    if [[ -n "${LLMB_URL:-}" ]]; then
+        url="$LLMB_URL"
+    else
+        stop_on_exit "$SERVER_NAME"
+        url="$(start)"
+    fi
     run_rust_checks "$SERVER_NAME" "$url" "$MODEL_NAME" "${LLMB_CONTEXTS:-512,1024,2048,3072}"
 }
 

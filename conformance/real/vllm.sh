@@ -7,7 +7,7 @@
 #   vllm.sh record    start, record transcripts into fixtures/streams/real/, stop
 #   vllm.sh check     start, run `conformance --url` and a short `bench-client sweep`, stop
 #
-# Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 420), LLMB_URL (record against a running
+# Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 420), LLMB_URL (record/check against a running
 # server), VLLM_VERSION (default 0.32.0), VLLM_TORCH (default 2.13.0), VLLM_NGRAM=0 (start without the ngram
 # speculative config).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -98,8 +98,12 @@ record() {
 
 check() {
     local url
-    stop_on_exit "$SERVER_NAME"
-    url="$(start)"
+    if [[ -n "${LLMB_URL:-}" ]]; then
+        url="$LLMB_URL"
+    else
+        stop_on_exit "$SERVER_NAME"
+        url="$(start)"
+    fi
     run_rust_checks "$SERVER_NAME" "$url" "$MODEL_NAME" "${LLMB_CONTEXTS:-512,1024,2048,3072}"
 }
 

@@ -92,7 +92,12 @@ impl CheckOptions {
     }
 }
 
-fn result(id: &'static str, title: &'static str, outcome: Outcome, evidence: impl Into<String>) -> CheckResult {
+fn result(
+    id: &'static str,
+    title: &'static str,
+    outcome: Outcome,
+    evidence: impl Into<String>,
+) -> CheckResult {
     CheckResult {
         id,
         title,
@@ -121,7 +126,11 @@ impl Ctx {
 
     fn spec(&mut self, prompt: Prompt, max_tokens: u32) -> RequestSpec {
         self.next += 1;
-        RequestSpec::new(format!("conformance-{}-{}", self.opts.seed, self.next), prompt, max_tokens)
+        RequestSpec::new(
+            format!("conformance-{}-{}", self.opts.seed, self.next),
+            prompt,
+            max_tokens,
+        )
     }
 
     async fn send(&self, spec: &RequestSpec) -> RequestTrace {
@@ -158,7 +167,11 @@ pub async fn run_checks(opts: CheckOptions) -> Vec<CheckResult> {
     out.push(result(
         "health",
         "GET /health answers 200 while serving",
-        if healthy { Outcome::Pass } else { Outcome::Fail },
+        if healthy {
+            Outcome::Pass
+        } else {
+            Outcome::Fail
+        },
         if healthy {
             "200".to_string()
         } else {
@@ -177,7 +190,11 @@ pub async fn run_checks(opts: CheckOptions) -> Vec<CheckResult> {
     out.push(result(
         "models",
         "GET /v1/models lists the served model",
-        if model.is_some() { Outcome::Pass } else { Outcome::NotSupported },
+        if model.is_some() {
+            Outcome::Pass
+        } else {
+            Outcome::NotSupported
+        },
         match &model {
             Some(m) => format!("model {m:?}; dialect {}", dialect.as_str()),
             None => format!("no model listed; dialect {}", dialect.as_str()),
@@ -220,7 +237,11 @@ async fn stream_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
         } else {
             Outcome::Fail
         },
-        format!("{} events; end: {}", trace.chunks.len(), describe_end(&trace)),
+        format!(
+            "{} events; end: {}",
+            trace.chunks.len(),
+            describe_end(&trace)
+        ),
     ));
 
     let usage_chunk = trace.chunks.iter().any(|c| {
@@ -231,7 +252,11 @@ async fn stream_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
     out.push(result(
         "usage",
         "token usage reported when asked (final usage chunk / meta_info)",
-        if usage_chunk { Outcome::Pass } else { Outcome::Fail },
+        if usage_chunk {
+            Outcome::Pass
+        } else {
+            Outcome::Fail
+        },
         match trace.completion_tokens() {
             Some(c) => format!("completion_tokens = {c} reported"),
             None => "no usage in any event".to_string(),
@@ -276,7 +301,10 @@ async fn stream_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
             "completion-tokens",
             "completion_tokens equals max_tokens with ignore_eos",
             Outcome::Fail,
-            format!("asked {max}; no completion count reported ({})", describe_end(&trace)),
+            format!(
+                "asked {max}; no completion count reported ({})",
+                describe_end(&trace)
+            ),
         ),
     });
 
@@ -386,7 +414,11 @@ async fn cache_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
     });
 }
 
-async fn post_status(ctx: &Ctx, path: &str, body: Option<&'static str>) -> Result<(u16, String), String> {
+async fn post_status(
+    ctx: &Ctx,
+    path: &str,
+    body: Option<&'static str>,
+) -> Result<(u16, String), String> {
     let mut req = ctx
         .http
         .post(format!("{}{path}", ctx.target.base_url))
@@ -492,7 +524,10 @@ async fn flush_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
             }
         }
     }
-    let finished = long.await.map(|t| t.end == StreamEnd::Done).unwrap_or(false);
+    let finished = long
+        .await
+        .map(|t| t.end == StreamEnd::Done)
+        .unwrap_or(false);
     let refused = statuses.iter().any(|&s| s == 400);
     let accepted_busy = statuses.iter().any(|&s| s == 200);
     out.push(result(
@@ -510,7 +545,11 @@ async fn flush_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
         } else {
             format!(
                 "statuses while busy: {statuses:?}; long request {}",
-                if finished { "completed" } else { "did not complete" }
+                if finished {
+                    "completed"
+                } else {
+                    "did not complete"
+                }
             )
         },
     ));
@@ -519,7 +558,11 @@ async fn flush_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
 async fn error_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
     let path = ctx.target.dialect.path();
     let cases: [(&'static str, &'static str, &'static str); 2] = [
-        ("error-malformed-json", "malformed JSON gets a 4xx with a JSON error message", "{\"prompt\": [1, 2"),
+        (
+            "error-malformed-json",
+            "malformed JSON gets a 4xx with a JSON error message",
+            "{\"prompt\": [1, 2",
+        ),
         (
             "error-bad-max-tokens",
             "a negative max tokens gets a 4xx with a JSON error message",
@@ -606,7 +649,10 @@ mod tests {
     #[test]
     fn error_message_shapes() {
         let cases = [
-            (r#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#, "bad"),
+            (
+                r#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#,
+                "bad",
+            ),
             (r#"{"error":{"message":"bad"}}"#, "bad"),
             (r#"{"error":"bad"}"#, "bad"),
         ];

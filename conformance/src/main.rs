@@ -7,7 +7,10 @@ use clap::Parser;
 use conformance::checks::{self, CheckOptions, Outcome};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Check a live LLM server against the assumptions the mock makes")]
+#[command(
+    version,
+    about = "Check a live LLM server against the assumptions the mock makes"
+)]
 struct Args {
     /// Server base URL.
     #[arg(long)]
@@ -41,7 +44,9 @@ async fn main() -> std::process::ExitCode {
     let mut opts = CheckOptions::new(args.url);
     opts.dialect = args.api;
     opts.model = args.model;
-    opts.api_key = args.api_key.or_else(|| std::env::var("OPENAI_API_KEY").ok());
+    opts.api_key = args
+        .api_key
+        .or_else(|| std::env::var("OPENAI_API_KEY").ok());
     opts.prompt_tokens = args.prompt_tokens;
     opts.max_tokens = args.max_tokens;
     opts.busy_tokens = args.busy_tokens;

@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::memory::MemoryBudget;
+use crate::metrics::{Histogram, E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS};
 use crate::radix::{NodeId, RadixTree};
 use crate::truth::{ChunkTruth, FinishTruth, GroundTruth, PrefillPass, RequestTruth};
 use rand::{Rng, SeedableRng};
@@ -63,8 +64,8 @@ enum Msg {
     Flush(oneshot::Sender<bool>),
 }
 
-/// Live counters for `/metrics` and `/server_info`.
-#[derive(Debug, Default, Clone)]
+/// Live counters for `/metrics` and `/server_info`; constant memory (histograms, not samples).
+#[derive(Debug, Clone)]
 pub struct Stats {
     pub num_running: usize,
     pub num_waiting: usize,
@@ -76,9 +77,33 @@ pub struct Stats {
     pub spec_verify_total: u64,
     pub spec_tokens_total: u64,
     pub last_gen_throughput: f64,
-    pub ttft_s: Vec<f64>,
-    pub itl_s: Vec<f64>,
-    pub e2e_s: Vec<f64>,
+    /// Time to first token, one observation per request.
+    pub ttft: Histogram,
+    /// SGLang's token-weighted inter-token latency: each chunk after the first adds its token
+    /// count of observations of (gap since the previous chunk / tokens), and the gap to the sum.
+    pub itl: Histogram,
+    /// End-to-end latency, one observation per finished request.
+    pub e2e: Histogram,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            num_running: 0,
+            num_waiting: 0,
+            kv_used_tokens: 0,
+            prompt_tokens_total: 0,
+            generation_tokens_total: 0,
+            cached_tokens_total: 0,
+            requests_total: 0,
+            spec_verify_total: 0,
+            spec_tokens_total: 0,
+            last_gen_throughput: 0.0,
+            ttft: Histogram::new(TTFT_BUCKETS),
+            itl: Histogram::new(ITL_BUCKETS),
+            e2e: Histogram::new(E2E_BUCKETS),
+        }
+    }
 }
 
 /// State shared between the engine and the HTTP layer.
@@ -119,6 +144,7 @@ impl EngineHandle {
             prefilling: VecDeque::new(),
             running: Vec::new(),
             shared: shared.clone(),
+            last_wake: None,
             cfg: config,
         };
         tokio::spawn(engine.run(rx));
@@ -199,6 +225,8 @@ struct Engine {
     prefilling: VecDeque<Req>,
     running: Vec<Req>,
     shared: Arc<Shared>,
+    /// When the last pass of the current busy period ended (None while idle).
+    last_wake: Option<Instant>,
 }
 
 impl Engine {
@@ -257,11 +285,20 @@ impl Engine {
 
     /// Makes room for `need` tokens by evicting cache; true when they fit.
     fn reserve(&mut self, need: usize) -> bool {
-        let avail = self.kv_available();
-        if avail >= need {
+        let private: usize = self
+            .prefilling
+            .iter()
+            .chain(self.running.iter())
+            .map(Req::private)
+            .sum();
+        let used = self.tree.size() + private;
+        let pool = self.shared.budget.kv_pool_tokens;
+        if used + need <= pool {
             return true;
         }
-        self.tree.evict(need - avail);
+        // Evict the whole shortfall: `used` may already exceed the pool when the head-of-line
+        // request was let through without room (below), so `pool - used` saturates at zero.
+        self.tree.evict(used + need - pool);
         self.kv_available() >= need
     }
 
@@ -309,6 +346,9 @@ impl Engine {
         loop {
             if self.idle() {
                 chain = None;
+                self.last_wake = None;
+                // Gauges must read idle (no running requests, cache-only KV) while waiting.
+                self.publish_stats();
                 match rx.recv().await {
                     Some(m) => self.handle(m),
                     None => return,
@@ -408,7 +448,9 @@ impl Engine {
                 continue;
             }
             let ctx = r.kv_len;
-            if i > 0 && !self.reserve(n) {
+            // Every chunk makes room for itself. The head-of-line request goes on even when the
+            // cache cannot be evicted far enough (its own locked prefix), so it can never stall.
+            if !self.reserve(n) && i > 0 {
                 break;
             }
             budget -= n;
@@ -434,6 +476,7 @@ impl Engine {
         let deadline = start + self.scaled(secs);
         tokio::time::sleep_until(deadline).await;
         let now = Instant::now();
+        self.last_wake = Some(now);
         self.shared
             .truth
             .count_pass(now.saturating_duration_since(deadline).as_nanos() as u64);
@@ -503,6 +546,7 @@ impl Engine {
         let deadline = start + self.scaled(secs);
         tokio::time::sleep_until(deadline).await;
         let now = Instant::now();
+        let since = self.last_wake.replace(now).unwrap_or(start);
         self.shared
             .truth
             .record_pacing(now.saturating_duration_since(deadline).as_nanos() as u64);
@@ -519,7 +563,8 @@ impl Engine {
                 self.running.push(r);
             }
         }
-        let dt = secs / self.cfg.time_scale;
+        // Like SGLang, tokens over the clock time they took (here: since the previous pass ended).
+        let dt = now.saturating_duration_since(since).as_secs_f64();
         if let Ok(mut s) = self.shared.stats.lock() {
             s.last_gen_throughput = if dt > 0.0 {
                 step_tokens as f64 / dt
@@ -552,7 +597,9 @@ impl Engine {
         } else {
             1
         };
-        let mut finish = None;
+        // `max_new_tokens = 0`: the request ends right after its prefill, with no token.
+        let mut finish =
+            (r.output.len() >= r.g.max_new_tokens).then_some(Finish::Length(r.output.len()));
         let mut emitted = 0;
         for _ in 0..n {
             if r.output.len() >= r.g.max_new_tokens {
@@ -595,22 +642,32 @@ impl Engine {
             }
             r.hist[emitted - 1] += 1;
         }
-        if let Ok(mut s) = self.shared.stats.lock() {
-            s.generation_tokens_total += emitted as u64;
-            s.spec_verify_total += 1;
-            s.spec_tokens_total += emitted as u64;
+        if emitted > 0 {
+            if let Ok(mut s) = self.shared.stats.lock() {
+                s.generation_tokens_total += emitted as u64;
+                s.spec_verify_total += 1;
+                s.spec_tokens_total += emitted as u64;
+            }
         }
         let due = finish.is_some()
             || r.pending.len() >= self.cfg.stream_interval
             || r.last_chunk_at.is_none();
-        if due && !r.pending.is_empty() {
+        if due && (!r.pending.is_empty() || finish.is_some()) {
             let new_ids = std::mem::take(&mut r.pending);
-            let spec = (finish.is_some() && self.cfg.speculative()).then(|| SpecStats {
-                verify_ct: r.verify_ct,
-                accept_length: r.output.len() as f64 / r.verify_ct.max(1) as f64,
-                accept_rate: (r.output.len() as f64 / r.verify_ct.max(1) as f64 - 1.0)
-                    / self.cfg.speculative_num_draft_tokens.max(1) as f64,
-                histogram: r.hist.clone(),
+            let spec = (finish.is_some() && self.cfg.speculative()).then(|| {
+                let (len, rate) = if r.verify_ct == 0 {
+                    (0.0, 0.0)
+                } else {
+                    let len = r.output.len() as f64 / r.verify_ct as f64;
+                    let draft = self.cfg.speculative_num_draft_tokens.max(1) as f64;
+                    (len, (len - 1.0) / draft)
+                };
+                SpecStats {
+                    verify_ct: r.verify_ct,
+                    accept_length: len,
+                    accept_rate: rate,
+                    histogram: r.hist.clone(),
+                }
             });
             let tokens = new_ids.len();
             let _ = r.tx.send(StreamEvent::Tokens {
@@ -634,13 +691,14 @@ impl Engine {
             if let Ok(mut s) = self.shared.stats.lock() {
                 let t = now.saturating_duration_since(r.g.received).as_secs_f64();
                 match r.last_chunk_at {
-                    None => s.ttft_s.push(t),
-                    Some(prev) => s
-                        .itl_s
-                        .push(now.saturating_duration_since(prev).as_secs_f64()),
+                    None => s.ttft.observe(t),
+                    Some(prev) => s.itl.observe_tokens(
+                        now.saturating_duration_since(prev).as_secs_f64(),
+                        tokens as u64,
+                    ),
                 }
                 if finish.is_some() {
-                    s.e2e_s.push(t);
+                    s.e2e.observe(t);
                 }
             }
             r.last_chunk_at = Some(now);

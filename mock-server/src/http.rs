@@ -86,7 +86,8 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Refuses work while starting, after a crash, and without the API key.
+/// Refuses work while starting, after a crash, and without the API key (except on SGLang's
+/// unauthenticated `/health*` and `/metrics*` paths).
 async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let engine = st.engine();
@@ -97,7 +98,8 @@ async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response
     if st.starting() || !engine.is_alive() {
         return (StatusCode::SERVICE_UNAVAILABLE, "server is starting up").into_response();
     }
-    if path != "/health" {
+    // SGLang's middleware (`add_api_key_middleware`) lets `/health*` and `/metrics*` through.
+    if !(path.starts_with("/health") || path.starts_with("/metrics")) {
         if let Some(key) = &engine.shared.config.api_key {
             let ok = req
                 .headers()
@@ -965,24 +967,6 @@ async fn tokenize(State(st): State<AppState>, body: Body2) -> Response {
     }
 }
 
-fn histogram(out: &mut String, name: &str, help: &str, values: &[f64]) {
-    let buckets = [
-        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-        300.0,
-    ];
-    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
-    for b in buckets {
-        let n = values.iter().filter(|v| **v <= b).count();
-        out.push_str(&format!("{name}_bucket{{le=\"{b}\"}} {n}\n"));
-    }
-    out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {}\n", values.len()));
-    out.push_str(&format!(
-        "{name}_sum {}\n{name}_count {}\n",
-        values.iter().sum::<f64>(),
-        values.len()
-    ));
-}
-
 async fn metrics(State(st): State<AppState>) -> Response {
     let e = st.engine();
     let s = e.stats();
@@ -1035,23 +1019,20 @@ async fn metrics(State(st): State<AppState>) -> Response {
             "# HELP {name} {name}\n# TYPE {name} {kind}\n{name} {v}\n"
         ));
     }
-    histogram(
+    s.ttft.render(
         &mut out,
         "sglang:time_to_first_token_seconds",
-        "Time to first token",
-        &s.ttft_s,
+        "Histogram of time to first token in seconds.",
     );
-    histogram(
+    s.itl.render(
         &mut out,
         "sglang:inter_token_latency_seconds",
-        "Time between stream chunks",
-        &s.itl_s,
+        "Histogram of token-to-token latency in seconds.",
     );
-    histogram(
+    s.e2e.render(
         &mut out,
         "sglang:e2e_request_latency_seconds",
-        "End-to-end latency",
-        &s.e2e_s,
+        "Histogram of End-to-end request latency in seconds",
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

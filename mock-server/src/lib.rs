@@ -5,6 +5,7 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod memory;
+pub mod metrics;
 pub mod radix;
 pub mod server;
 pub mod tokenizer;

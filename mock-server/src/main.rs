@@ -16,6 +16,10 @@ struct Args {
     #[arg(long)]
     host: Option<String>,
     #[arg(long)]
+    model_path: Option<String>,
+    #[arg(long)]
+    served_model_name: Option<String>,
+    #[arg(long)]
     port: Option<u16>,
     #[arg(long)]
     mem_fraction_static: Option<f64>,
@@ -54,12 +58,24 @@ struct Args {
     set: Vec<String>,
 }
 
+/// A TOML string literal of `v` (quotes and escapes as TOML wants them).
+fn toml_str(v: &str) -> String {
+    toml::Value::String(v.to_string()).to_string()
+}
+
+/// The preset, then the SGLang-named flags, then every `--set` in order; validated.
 fn build(a: &Args) -> anyhow::Result<Config> {
     let mut c = Config::preset(&a.preset)?;
     let mut kv: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| kv.push((k.to_string(), v));
     if let Some(v) = &a.host {
-        put("host", format!("{v:?}"));
+        put("host", toml_str(v));
+    }
+    if let Some(v) = &a.model_path {
+        put("model_path", toml_str(v));
+    }
+    if let Some(v) = &a.served_model_name {
+        put("served_model_name", toml_str(v));
     }
     if let Some(v) = a.port {
         put("port", v.to_string());
@@ -74,7 +90,7 @@ fn build(a: &Args) -> anyhow::Result<Config> {
         put("max_running_requests", v.to_string());
     }
     if let Some(v) = &a.speculative_algorithm {
-        put("speculative_algorithm", format!("{v:?}"));
+        put("speculative_algorithm", toml_str(v));
     }
     if let Some(v) = a.speculative_num_draft_tokens {
         put("speculative_num_draft_tokens", v.to_string());
@@ -92,7 +108,7 @@ fn build(a: &Args) -> anyhow::Result<Config> {
         put("time_scale", v.to_string());
     }
     if let Some(v) = &a.api_key {
-        put("api_key", format!("{v:?}"));
+        put("api_key", toml_str(v));
     }
     for (flag, key) in [
         (a.enable_cache_report, "enable_cache_report"),
@@ -177,5 +193,125 @@ async fn run(args: Args) -> anyhow::Result<i32> {
             tracing::error!("server died: {reason}");
             Ok(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> anyhow::Result<Config> {
+        let a = Args::try_parse_from(std::iter::once("mock-server").chain(args.iter().copied()))?;
+        build(&a)
+    }
+
+    #[test]
+    fn no_flags_give_the_default_preset() {
+        assert_eq!(parse(&[]).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn sglang_named_flags_override_the_preset() {
+        let c = parse(&[
+            "--preset",
+            "kimi-k2.6-dflash-8xrtx-pro-6000",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "31000",
+            "--model-path",
+            "org/model \"quoted\"",
+            "--served-model-name",
+            "kimi",
+            "--mem-fraction-static",
+            "0.93",
+            "--chunked-prefill-size",
+            "-1",
+            "--max-running-requests",
+            "7",
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-num-draft-tokens",
+            "3",
+            "--stream-interval",
+            "2",
+            "--context-length",
+            "200000",
+            "--seed",
+            "9",
+            "--time-scale",
+            "4",
+            "--api-key",
+            "s3cr=t",
+            "--enable-cache-report",
+            "--incremental-streaming-output",
+            "--expandable-segments",
+            "--disable-radix-cache",
+            "--restart-on-oom",
+            "--debug-endpoints",
+        ])
+        .unwrap();
+        let mut want = Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
+        want.host = "0.0.0.0".into();
+        want.port = 31000;
+        want.model_path = "org/model \"quoted\"".into();
+        want.served_model_name = "kimi".into();
+        want.mem_fraction_static = 0.93;
+        want.chunked_prefill_size = -1;
+        want.max_running_requests = 7;
+        want.speculative_algorithm = "EAGLE".into();
+        want.speculative_num_draft_tokens = 3;
+        want.stream_interval = 2;
+        want.context_length = 200_000;
+        want.seed = 9;
+        want.time_scale = 4.0;
+        want.api_key = Some("s3cr=t".into());
+        want.enable_cache_report = true;
+        want.incremental_streaming_output = true;
+        want.expandable_segments = true;
+        want.disable_radix_cache = true;
+        want.restart_on_oom = true;
+        want.debug_endpoints = true;
+        assert_eq!(c, want);
+    }
+
+    #[test]
+    fn set_overrides_any_key_and_wins_over_flags() {
+        let c = parse(&[
+            "--mem-fraction-static",
+            "0.8",
+            "--set",
+            "mem_fraction_static=0.7",
+            "--set",
+            "spec_accept_rates=[0.5, 0.25]",
+            "--set",
+            " startup_s = 3 ",
+            "--set",
+            "served_model_name=a=b",
+        ])
+        .unwrap();
+        assert_eq!(c.mem_fraction_static, 0.7);
+        assert_eq!(c.spec_accept_rates, vec![0.5, 0.25]);
+        assert_eq!(c.startup_s, 3.0);
+        assert_eq!(c.served_model_name, "a=b");
+    }
+
+    #[test]
+    fn bad_flags_are_clear_errors() {
+        let msg = |args: &[&str]| format!("{:#}", parse(args).unwrap_err());
+        assert!(msg(&["--set", "nokey"]).contains("KEY=VALUE"));
+        assert!(msg(&["--set", "nope=1"]).contains("unknown configuration key"));
+        assert!(msg(&["--set", "port=banana"]).contains("port"));
+        assert!(msg(&["--preset", "nope"]).contains("unknown preset"));
+        assert!(msg(&["--mem-fraction-static", "1.5"]).contains("mem_fraction_static"));
+        assert!(msg(&["--port", "99999"]).contains("99999"));
+        assert!(msg(&["--no-such-flag"]).contains("no-such-flag"));
+        let e = msg(&[
+            "--preset",
+            "kimi-k2.6-dflash-8xrtx-pro-6000",
+            "--mem-fraction-static",
+            "0.5",
+        ]);
+        assert!(e.contains("Not enough memory"), "{e}");
     }
 }

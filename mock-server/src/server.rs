@@ -38,8 +38,9 @@ impl MockServer {
         let engine = EngineHandle::spawn(config.clone(), truth.clone(), crashed.clone());
         let state = AppState::new(engine);
         if config.startup_s > 0.0 {
+            // Start-up is model time, scaled like every other duration.
             state.set_starting_until(Some(
-                Instant::now() + Duration::from_secs_f64(config.startup_s),
+                Instant::now() + Duration::from_secs_f64(config.startup_s / config.time_scale),
             ));
         }
         let router = app(state.clone());
@@ -82,7 +83,6 @@ impl MockServer {
                         ev_tx.send_modify(|n| *n += 1);
                         return;
                     }
-                    ev_tx.send_modify(|n| *n += 1);
                     let startup =
                         Duration::from_secs_f64(config.startup_s.max(0.0) / config.time_scale);
                     state.set_starting_until(Some(Instant::now() + startup));
@@ -91,6 +91,8 @@ impl MockServer {
                         EngineHandle::spawn(config.clone(), truth.clone(), crashed.clone());
                     state.replace_engine(engine);
                     tracing::warn!("engine restarted after out-of-memory (empty cache)");
+                    // Waiters see the restarted state (503 while starting, new engine).
+                    ev_tx.send_modify(|n| *n += 1);
                 }
             })
         };

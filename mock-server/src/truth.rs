@@ -84,7 +84,45 @@ struct Store {
     order: Vec<RequestTruth>,
     index: HashMap<String, usize>,
     prefill_passes_total: usize,
-    pacing_errors_ns: Vec<u64>,
+    pacing: PacingRecord,
+}
+
+/// Most pacing errors kept as samples; past this, a uniform reservoir sample of them.
+pub const PACING_RESERVOIR: usize = 65_536;
+
+/// Pacing errors of every engine pass in constant memory: exact count and maximum, plus a
+/// uniform sample (Vitter's algorithm R over a fixed-seed generator, so runs repeat) of at most
+/// [`PACING_RESERVOIR`] values, which holds every value while fewer have been seen.
+#[derive(Debug, Default)]
+struct PacingRecord {
+    seen: u64,
+    max_ns: u64,
+    sample: Vec<u64>,
+    rng: u64,
+}
+
+impl PacingRecord {
+    fn record(&mut self, ns: u64) {
+        self.seen += 1;
+        self.max_ns = self.max_ns.max(ns);
+        if self.sample.len() < PACING_RESERVOIR {
+            self.sample.push(ns);
+            return;
+        }
+        let j = self.next_u64() % self.seen;
+        if let Some(slot) = self.sample.get_mut(j as usize) {
+            *slot = ns;
+        }
+    }
+
+    /// splitmix64.
+    fn next_u64(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
 }
 
 /// A live, cheaply cloned view of the ground truth.
@@ -114,9 +152,21 @@ impl GroundTruth {
         self.lock().prefill_passes_total
     }
 
-    /// Every pacing error (emitted instant minus modelled instant) seen, in ns.
+    /// Pacing errors (emitted instant minus modelled instant) of engine passes, in ns: every one
+    /// while at most [`PACING_RESERVOIR`] have been seen, a uniform sample of that size after.
+    /// [`GroundTruth::pacing_error_count`] and [`GroundTruth::pacing_error_max_ns`] stay exact.
     pub fn pacing_errors_ns(&self) -> Vec<u64> {
-        self.lock().pacing_errors_ns.clone()
+        self.lock().pacing.sample.clone()
+    }
+
+    /// How many pacing errors were recorded (one per engine pass).
+    pub fn pacing_error_count(&self) -> u64 {
+        self.lock().pacing.seen
+    }
+
+    /// The largest pacing error recorded, in ns (0 before any pass).
+    pub fn pacing_error_max_ns(&self) -> u64 {
+        self.lock().pacing.max_ns
     }
 
     pub(crate) fn insert(&self, t: RequestTruth) {
@@ -140,14 +190,42 @@ impl GroundTruth {
     pub(crate) fn count_pass(&self, pacing_error_ns: u64) {
         let mut s = self.lock();
         s.prefill_passes_total += 1;
-        s.pacing_errors_ns.push(pacing_error_ns);
+        s.pacing.record(pacing_error_ns);
     }
 
     pub(crate) fn record_pacing(&self, pacing_error_ns: u64) {
-        self.lock().pacing_errors_ns.push(pacing_error_ns);
+        self.lock().pacing.record(pacing_error_ns);
     }
 
     pub(crate) fn contains(&self, rid: &str) -> bool {
         self.lock().index.contains_key(rid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacing_record_is_bounded_and_exact_in_count_and_max() {
+        let t = GroundTruth::default();
+        for i in 0..10u64 {
+            t.record_pacing(i);
+        }
+        assert_eq!(t.pacing_errors_ns(), (0..10).collect::<Vec<_>>());
+        let n = PACING_RESERVOIR as u64 * 3;
+        for i in 10..n {
+            t.record_pacing(i);
+        }
+        t.count_pass(n * 10);
+        let sample = t.pacing_errors_ns();
+        assert_eq!(sample.len(), PACING_RESERVOIR);
+        assert_eq!(t.pacing_error_count(), n + 1);
+        assert_eq!(t.pacing_error_max_ns(), n * 10);
+        assert_eq!(t.prefill_passes_total(), 1);
+        // A uniform sample of 0..n has its mean near n / 2; keeping only the first values
+        // would put it near PACING_RESERVOIR / 2 = n / 6.
+        let mean = sample.iter().map(|v| *v as f64).sum::<f64>() / sample.len() as f64;
+        assert!((mean / n as f64 - 0.5).abs() < 0.02, "{mean} of {n}");
     }
 }

@@ -115,6 +115,28 @@ async fn kimi_fixed_config_chunks_32k_and_survives() {
     assert!(s.crashed().is_none());
 }
 
+/// Long prompts one after another (a sweep with warm-ups): every chunk of a long prefill makes room
+/// in the KV pool, so cached prefixes of earlier requests are evicted instead of overfilling the pool.
+#[tokio::test(start_paused = true)]
+async fn kimi_fixed_config_serves_long_prompts_back_to_back() {
+    let mut c = Config::preset(KIMI).unwrap();
+    c.set("mem_fraction_static", "0.93").unwrap();
+    c.set("chunked_prefill_size", "4096").unwrap();
+    c.set("expandable_segments", "true").unwrap();
+    let s = start(c).await;
+    for (i, n) in [64_000usize, 128_000, 128_000, 185_000, 185_000].into_iter().enumerate() {
+        let rid = format!("long-{i}");
+        let body = json!({"rid": rid, "input_ids": ids(n, 100 + i as u32), "stream": true,
+            "sampling_params": {"max_new_tokens": 4, "ignore_eos": true}});
+        let (ev, done) = stream(&s.url(), "/generate", body).await;
+        assert!(done, "{rid}: {:?}", ev.last());
+        let t = s.truth().request(&rid).unwrap();
+        assert_eq!(t.finish, FinishTruth::Length, "{rid}");
+        assert_eq!(t.completion_tokens, 4);
+    }
+    assert!(s.crashed().is_none());
+}
+
 #[tokio::test(start_paused = true)]
 async fn kimi_094_dies_of_oom_on_32k_prefill() {
     let s = start(Config::preset(KIMI).unwrap()).await;
@@ -313,4 +335,1034 @@ async fn api_key_and_debug_endpoint() {
         .unwrap();
     assert_eq!(t, s.truth().request("d").unwrap());
     s.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers for the tests below.
+// ---------------------------------------------------------------------------------------------
+
+async fn get_json(url: &str, path: &str) -> Value {
+    let r = reqwest::get(format!("{url}{path}")).await.unwrap();
+    assert_eq!(r.status(), 200, "{path}");
+    r.json().await.unwrap()
+}
+
+async fn post_json(url: &str, path: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().await.unwrap_or(Value::Null))
+}
+
+/// `/metrics` as a map from series (name plus labels) to value; checks the text is well formed.
+async fn scrape(url: &str) -> std::collections::HashMap<String, f64> {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut m = std::collections::HashMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (k, v) = line.rsplit_once(' ').expect("series value");
+        let v: f64 = v.parse().unwrap();
+        assert!(v.is_finite(), "{line}");
+        assert!(k.starts_with("sglang:"), "{line}");
+        assert!(m.insert(k.to_string(), v).is_none(), "duplicate {k}");
+    }
+    m
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 + 1e-9 * a.abs().max(b.abs())
+}
+
+/// Checks a scraped histogram against the exact observations `(value, weight)` and `sum`.
+fn check_histogram(
+    m: &std::collections::HashMap<String, f64>,
+    name: &str,
+    obs: &[(f64, u64)],
+    sum: f64,
+) {
+    let count: u64 = obs.iter().map(|o| o.1).sum();
+    assert_eq!(m[&format!("{name}_count")], count as f64, "{name}_count");
+    assert!(
+        close(m[&format!("{name}_sum")], sum),
+        "{name}_sum {} vs {sum}",
+        m[&format!("{name}_sum")]
+    );
+    let mut buckets = 0;
+    for (k, v) in m {
+        let Some(rest) = k.strip_prefix(&format!("{name}_bucket{{le=\"")) else {
+            continue;
+        };
+        let le = rest.trim_end_matches("\"}");
+        let le: f64 = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap()
+        };
+        let want: u64 = obs.iter().filter(|o| o.0 <= le).map(|o| o.1).sum();
+        assert_eq!(*v, want as f64, "{k}");
+        buckets += 1;
+    }
+    assert!(buckets > 2, "{name} has buckets");
+}
+
+/// A raw HTTP/1.1 response: status, the body's HTTP chunks (with the tokio instant each one
+/// arrived), and whether the chunked body ended properly with its zero-size chunk.
+struct Raw {
+    status: u16,
+    head: String,
+    chunks: Vec<(tokio::time::Instant, Vec<u8>)>,
+    terminated: bool,
+}
+
+impl Raw {
+    fn body(&self) -> String {
+        let all: Vec<u8> = self.chunks.iter().flat_map(|c| c.1.clone()).collect();
+        String::from_utf8(all).unwrap()
+    }
+    fn events(&self) -> Vec<String> {
+        self.body()
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| e.strip_prefix("data: ").expect("data line").to_string())
+            .collect()
+    }
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
+}
+
+async fn raw_post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &Value,
+    extra: &[(&str, &str)],
+) -> Raw {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("{head}\r\n{body}").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut pos = None::<usize>;
+    let mut raw = Raw {
+        status: 0,
+        head: String::new(),
+        chunks: Vec::new(),
+        terminated: false,
+    };
+    let mut tmp = vec![0u8; 1 << 16];
+    loop {
+        let n = match s.read(&mut tmp).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let now = tokio::time::Instant::now();
+        buf.extend_from_slice(&tmp[..n]);
+        if pos.is_none() {
+            if let Some(i) = find(&buf, b"\r\n\r\n") {
+                raw.head = String::from_utf8(buf[..i].to_vec())
+                    .unwrap()
+                    .to_ascii_lowercase();
+                raw.status = raw.head[9..12].parse().unwrap();
+                assert!(
+                    raw.head.contains("transfer-encoding: chunked"),
+                    "{}",
+                    raw.head
+                );
+                pos = Some(i + 4);
+            }
+        }
+        while let Some(p) = pos {
+            let Some(le) = find(&buf[p..], b"\r\n") else {
+                break;
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&buf[p..p + le]).unwrap(), 16).unwrap();
+            let start = p + le + 2;
+            if buf.len() < start + size + 2 {
+                break;
+            }
+            if size == 0 {
+                raw.terminated = true;
+                pos = None;
+                break;
+            }
+            raw.chunks.push((now, buf[start..start + size].to_vec()));
+            pos = Some(start + size + 2);
+        }
+        if raw.terminated {
+            break;
+        }
+    }
+    raw
+}
+
+fn gen_body(rid: &str, n: usize, salt: u32, max_new: usize) -> Value {
+    json!({"rid": rid, "input_ids": ids(n, salt), "stream": true,
+        "sampling_params": {"max_new_tokens": max_new, "ignore_eos": true}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// /metrics, /tokenize, /health_generate, model and server info.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn metrics_match_the_requests_served() {
+    let s = start(Config::default()).await;
+    let url = s.url();
+    let m0 = scrape(&url).await;
+    assert_eq!(m0["sglang:num_requests_total"], 0.0);
+    assert_eq!(m0["sglang:time_to_first_token_seconds_count"], 0.0);
+    for rid in ["m1", "m2"] {
+        assert!(
+            stream(&url, "/generate", gen_body(rid, 100, 11, 16))
+                .await
+                .1
+        );
+    }
+    let m = scrape(&url).await;
+    let t = s.truth();
+    let reqs = [t.request("m1").unwrap(), t.request("m2").unwrap()];
+    let info = get_json(&url, "/server_info").await;
+    let pool = info["max_total_num_tokens"].as_f64().unwrap();
+
+    assert_eq!(
+        m["sglang:num_running_reqs"], 0.0,
+        "idle after the last request"
+    );
+    assert_eq!(m["sglang:num_queue_reqs"], 0.0);
+    assert_eq!(m["sglang:num_requests_total"], 2.0);
+    assert_eq!(m["sglang:prompt_tokens_total"], 200.0);
+    assert_eq!(m["sglang:generation_tokens_total"], 32.0);
+    assert_eq!(reqs[1].cached_tokens, 99);
+    assert_eq!(m["sglang:cached_tokens_total"], 99.0);
+    assert!(close(m["sglang:cache_hit_rate"], 99.0 / 200.0));
+    // The cache holds the union of both sequences minus each one's last token (the prompt is shared).
+    let held = 2 * (100 + 16 - 1) - 100;
+    assert_eq!(m["sglang:num_used_tokens"], held as f64);
+    assert!(close(m["sglang:token_usage"], held as f64 / pool));
+    let verify: usize = reqs.iter().map(|r| r.spec_verify_ct).sum();
+    assert!(close(m["sglang:spec_accept_length"], 32.0 / verify as f64));
+    // The last decode step produced m2's last chunk: throughput = its tokens / the step time.
+    let c = &reqs[1].chunks;
+    let (a, b) = (&c[c.len() - 2], &c[c.len() - 1]);
+    let step = secs(b.at_ns - a.at_ns);
+    let want = b.tokens as f64 / step;
+    let got = m["sglang:gen_throughput"];
+    assert!(
+        (got / want - 1.0).abs() < 1e-6,
+        "gen_throughput {got} vs {want} ({:?})",
+        c
+    );
+
+    let ttft: Vec<(f64, u64)> = reqs.iter().map(|r| (secs(r.chunks[0].at_ns), 1)).collect();
+    let ttft_sum = ttft.iter().map(|o| o.0).sum();
+    check_histogram(&m, "sglang:time_to_first_token_seconds", &ttft, ttft_sum);
+    let e2e: Vec<(f64, u64)> = reqs
+        .iter()
+        .map(|r| (secs(r.chunks.last().unwrap().at_ns), 1))
+        .collect();
+    let e2e_sum = e2e.iter().map(|o| o.0).sum();
+    check_histogram(&m, "sglang:e2e_request_latency_seconds", &e2e, e2e_sum);
+    // Token-weighted inter-token latency, as SGLang counts it.
+    let mut itl = Vec::new();
+    let mut itl_sum = 0.0;
+    for r in &reqs {
+        for w in r.chunks.windows(2) {
+            let gap = secs(w[1].at_ns - w[0].at_ns);
+            itl.push((gap / w[1].tokens as f64, w[1].tokens as u64));
+            itl_sum += gap;
+        }
+    }
+    let after_first: usize = reqs.iter().map(|r| 16 - r.chunks[0].tokens).sum();
+    assert_eq!(itl.iter().map(|o| o.1).sum::<u64>(), after_first as u64);
+    check_histogram(&m, "sglang:inter_token_latency_seconds", &itl, itl_sum);
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_gauges_show_running_and_queued_requests() {
+    let mut c = Config::default();
+    c.max_running_requests = 1;
+    let s = start(c).await;
+    let url = s.url();
+    let mut hs = Vec::new();
+    for i in 0..3 {
+        let u = url.clone();
+        hs.push(tokio::spawn(async move {
+            stream(&u, "/generate", gen_body(&format!("g{i}"), 50, i, 400)).await
+        }));
+    }
+    let t = s.truth();
+    while t.all().len() < 3 || t.all().iter().all(|r| r.chunks.is_empty()) {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let m = scrape(&url).await;
+    assert_eq!(m["sglang:num_running_reqs"], 1.0);
+    assert_eq!(m["sglang:num_queue_reqs"], 2.0);
+    assert!(m["sglang:num_used_tokens"] >= 50.0);
+    for h in hs {
+        assert!(h.await.unwrap().1);
+    }
+    let m = scrape(&url).await;
+    assert_eq!(m["sglang:num_running_reqs"], 0.0);
+    assert_eq!(m["sglang:num_queue_reqs"], 0.0);
+    assert_eq!(m["sglang:generation_tokens_total"], 1200.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn tokenize_follows_the_documented_rule() {
+    let s = start(Config::default()).await;
+    let url = s.url();
+    let text = "the  quick\nbrown fox";
+    let want = mock_server::tokenizer::encode(text, Config::default().vocab_size);
+    assert_eq!(want.len(), 4);
+    for key in ["prompt", "text"] {
+        let (st, v) = post_json(&url, "/tokenize", json!({ key: text })).await;
+        assert_eq!(st, 200);
+        assert_eq!(v["tokens"], json!(want));
+        assert_eq!(v["count"], 4);
+        assert_eq!(v["max_model_len"], Config::default().context_length);
+    }
+    let (_, v) = post_json(
+        &url,
+        "/generate",
+        json!({"text": text, "sampling_params": {"max_new_tokens": 1}}),
+    )
+    .await;
+    assert_eq!(v["meta_info"]["prompt_tokens"], 4);
+    for bad in [json!({"prompt": 5}), json!({}), json!([1])] {
+        let (st, v) = post_json(&url, "/tokenize", bad).await;
+        assert_eq!(st, 400);
+        assert!(!v["message"].as_str().unwrap().is_empty());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn health_generate_runs_a_one_token_generation() {
+    let s = start(Config::default()).await;
+    let r = reqwest::get(format!("{}/health_generate", s.url()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let all = s.truth().all();
+    assert_eq!(all.len(), 1);
+    assert!(all[0].rid.starts_with("HEALTH_CHECK"));
+    assert_eq!(all[0].completion_tokens, 1);
+    assert_eq!(all[0].finish, FinishTruth::Length);
+}
+
+#[tokio::test(start_paused = true)]
+async fn model_and_server_info() {
+    let mut c = Config::preset(KIMI).unwrap();
+    c.api_key = Some("secret".into());
+    let s = start(c.clone()).await;
+    let cl = reqwest::Client::new();
+    let get = |p: &str| {
+        cl.get(format!("{}{p}", s.url()))
+            .bearer_auth("secret")
+            .send()
+    };
+    let a: Value = get("/model_info").await.unwrap().json().await.unwrap();
+    let b: Value = get("/get_model_info").await.unwrap().json().await.unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a["model_path"], c.model_path);
+    assert_eq!(a["is_generation"], true);
+    let a: Value = get("/server_info").await.unwrap().json().await.unwrap();
+    let b: Value = get("/get_server_info").await.unwrap().json().await.unwrap();
+    assert_eq!(a, b);
+    let budget = mock_server::memory::MemoryBudget::new(&c);
+    assert_eq!(a["max_total_num_tokens"], budget.kv_pool_tokens);
+    assert_eq!(a["mem_fraction_static"], c.mem_fraction_static);
+    assert_eq!(a["chunked_prefill_size"], c.chunked_prefill_size);
+    assert_eq!(a["speculative_algorithm"], c.speculative_algorithm);
+    assert_eq!(a["context_length"], c.context_length);
+    assert!(a.get("api_key").is_none(), "the key must not leak");
+    let mem = &a["memory_usage"];
+    let gib = 1024.0 * 1024.0 * 1024.0;
+    assert!(close(
+        mem["total_gb"].as_f64().unwrap(),
+        c.gpu_total_bytes as f64 / gib
+    ));
+    assert!(close(
+        mem["weight"].as_f64().unwrap(),
+        c.weights_bytes as f64 / gib
+    ));
+    let kv = (budget.kv_pool_tokens as u64 * c.kv_bytes_per_token) as f64 / gib;
+    assert!(close(mem["kvcache"].as_f64().unwrap(), kv));
+    assert!(close(
+        mem["free_headroom_gb"].as_f64().unwrap(),
+        budget.free_headroom_bytes as f64 / gib
+    ));
+    assert_eq!(mem["token_usage"], 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults on demand: the bytes a raw HTTP client sees.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn fault_none_sends_one_event_per_http_chunk() {
+    let s = start(Config::default()).await;
+    let r = raw_post(s.addr(), "/generate", &gen_body("n", 10, 1, 8), &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.terminated);
+    for (_, c) in &r.chunks {
+        let c = std::str::from_utf8(c).unwrap();
+        assert!(
+            c.starts_with("data: ") && c.ends_with("\n\n") && c.matches("\n\n").count() == 1,
+            "{c:?}"
+        );
+    }
+    assert_eq!(r.events().last().unwrap(), "[DONE]");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_split_cuts_every_event_in_two_writes() {
+    let s = start(Config::default()).await;
+    let r = raw_post(
+        s.addr(),
+        "/generate",
+        &gen_body("sp", 10, 1, 8),
+        &[("x-mock-fault", "split")],
+    )
+    .await;
+    assert!(r.terminated);
+    let events = r.events();
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    assert_eq!(r.chunks.len(), 2 * events.len());
+    for pair in r.chunks.chunks(2) {
+        let (a, b) = (
+            std::str::from_utf8(&pair[0].1).unwrap(),
+            std::str::from_utf8(&pair[1].1).unwrap(),
+        );
+        assert!(
+            !a.ends_with("\n\n") && !a.is_empty() && !b.is_empty(),
+            "{a:?} {b:?}"
+        );
+        let whole = format!("{a}{b}");
+        assert!(
+            whole.starts_with("data: ")
+                && whole.ends_with("\n\n")
+                && whole.matches("\n\n").count() == 1
+        );
+    }
+    let t = s.truth().request("sp").unwrap();
+    assert_eq!(t.chunks.len() + 1, events.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_pack_puts_several_events_in_one_write() {
+    let s = start(Config::default()).await;
+    let r = raw_post(
+        s.addr(),
+        "/generate",
+        &gen_body("pk", 10, 1, 8),
+        &[("x-mock-fault", "pack")],
+    )
+    .await;
+    assert!(r.terminated);
+    let events = r.events();
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    assert!(events.len() > 2);
+    assert!(r.chunks.len() < events.len());
+    assert!(r
+        .chunks
+        .iter()
+        .any(|c| std::str::from_utf8(&c.1).unwrap().matches("data: ").count() >= 2));
+    for (_, c) in &r.chunks {
+        assert!(
+            std::str::from_utf8(c).unwrap().ends_with("\n\n"),
+            "writes end on event boundaries"
+        );
+    }
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["meta_info"]["completion_tokens"], 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_reset_after_cuts_the_connection() {
+    let s = start(Config::default()).await;
+    let r = raw_post(
+        s.addr(),
+        "/generate",
+        &gen_body("rs", 10, 1, 32),
+        &[("x-mock-fault", "reset-after=3")],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(!r.terminated, "the chunked body must not end properly");
+    let events = r.events();
+    assert_eq!(events.len(), 3);
+    assert!(events.iter().all(|e| e != "[DONE]"));
+    for e in &events {
+        let v: Value = serde_json::from_str(e).unwrap();
+        assert!(v["meta_info"]["finish_reason"].is_null());
+    }
+    // The engine notices the closed stream and aborts the request.
+    let t = s.truth();
+    for _ in 0..1000 {
+        if t.request("rs").unwrap().finish != FinishTruth::Pending {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let rt = t.request("rs").unwrap();
+    assert_eq!(rt.finish, FinishTruth::Aborted);
+    assert!(rt.completion_tokens < 32);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_error_after_sends_an_in_stream_error() {
+    let s = start(Config::default()).await;
+    let r = raw_post(
+        s.addr(),
+        "/v1/completions",
+        &json!({"prompt": "a b c", "max_tokens": 32, "stream": true,
+        "ignore_eos": true}),
+        &[("x-mock-fault", "error-after=2")],
+    )
+    .await;
+    assert!(r.terminated);
+    let events = r.events();
+    assert_eq!(events.len(), 4, "{events:?}");
+    for e in &events[..2] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        assert_eq!(v["object"], "text_completion");
+    }
+    let err: Value = serde_json::from_str(&events[2]).unwrap();
+    assert!(!err["error"]["message"].as_str().unwrap().is_empty());
+    assert_eq!(events[3], "[DONE]");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_stall_delays_delivery_not_the_engine() {
+    let s = start(Config::default()).await;
+    let r = raw_post(
+        s.addr(),
+        "/generate",
+        &gen_body("st", 10, 1, 16),
+        &[("x-mock-fault", "stall-ms=300")],
+    )
+    .await;
+    assert!(r.terminated);
+    let gap = r.chunks[1].0 - r.chunks[0].0;
+    assert!(gap >= std::time::Duration::from_millis(300), "{gap:?}");
+    let t = s.truth().request("st").unwrap();
+    assert_eq!(t.completion_tokens, 16);
+    let engine_span = t.chunks.last().unwrap().at_ns - t.chunks[0].at_ns;
+    assert!(
+        engine_span < 300_000_000,
+        "the engine did not stall: {engine_span} ns"
+    );
+    // Every other delivery gap is the engine's own pace, far below the stall.
+    for w in r.chunks[1..].windows(2) {
+        assert!(w[1].0 - w[0].0 < std::time::Duration::from_millis(300));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start-up, OOM restart, retraction, continuous batching.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn startup_period_answers_503_then_serves() {
+    let mut c = Config::default();
+    c.startup_s = 5.0;
+    c.time_scale = 2.0;
+    let s = start(c).await;
+    let url = s.url();
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(
+        reqwest::get(format!("{url}/health"))
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    let (st, _) = post_json(
+        &url,
+        "/generate",
+        json!({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}}),
+    )
+    .await;
+    assert_eq!(st, 503);
+    assert_eq!(
+        reqwest::get(format!("{url}/health_generate"))
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    // 5 s of model time at time scale 2 is 2.5 s.
+    tokio::time::sleep_until(t0 + std::time::Duration::from_millis(2400)).await;
+    assert_eq!(
+        reqwest::get(format!("{url}/health"))
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    tokio::time::sleep_until(t0 + std::time::Duration::from_millis(2600)).await;
+    assert_eq!(
+        reqwest::get(format!("{url}/health"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let (st, v) = post_json(
+        &url,
+        "/generate",
+        json!({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(v["meta_info"]["completion_tokens"], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn restart_on_oom_crashes_restarts_and_serves_with_an_empty_cache() {
+    let mut c = Config::preset(KIMI).unwrap();
+    c.restart_on_oom = true;
+    c.startup_s = 30.0;
+    let s = start(c).await;
+    let url = s.url();
+    // The first start-up period.
+    assert_eq!(
+        reqwest::get(format!("{url}/health"))
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(31)).await;
+    let warm = gen_body("warm", 16_384, 4, 2);
+    assert!(stream(&url, "/generate", warm).await.1);
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/generate"))
+        .json(&gen_body("boom", 32_000, 5, 4))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.text().await.is_err(), "the open stream is cut");
+    let reason = s.wait_crashed().await;
+    assert!(reason.contains("CUDA out of memory"), "{reason}");
+    assert_eq!(
+        s.truth().request("boom").unwrap().finish,
+        FinishTruth::OomCrash
+    );
+    // Restarting: connections are accepted but every route answers 503.
+    assert_eq!(
+        reqwest::get(format!("{url}/health"))
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    let (st, _) = post_json(&url, "/generate", gen_body("early", 10, 1, 1)).await;
+    assert_eq!(st, 503);
+    tokio::time::sleep(std::time::Duration::from_secs(31)).await;
+    assert_eq!(
+        reqwest::get(format!("{url}/health"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // The same prompt as before the crash: the restarted engine's cache is empty.
+    let again = gen_body("again", 16_384, 4, 2);
+    assert!(stream(&url, "/generate", again).await.1);
+    assert_eq!(s.truth().request("warm").unwrap().cached_tokens, 0);
+    assert_eq!(s.truth().request("again").unwrap().cached_tokens, 0);
+    assert!(s.crashed().is_some());
+    // Metrics start over with the new engine.
+    let m = scrape(&url).await;
+    assert_eq!(m["sglang:num_requests_total"], 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retraction_under_kv_pressure_finishes_every_request() {
+    let mut c = Config::default();
+    c.speculative_algorithm = "none".into();
+    // A pool of about 300 tokens; four requests of 50 + 100 tokens need 600.
+    c.kv_bytes_per_token = 20_000_000;
+    c.validate().unwrap();
+    let pool = mock_server::memory::MemoryBudget::new(&c).kv_pool_tokens;
+    assert!((150..600).contains(&pool), "{pool}");
+    let s = start(c).await;
+    let mut hs = Vec::new();
+    for i in 0..4u32 {
+        let u = s.url();
+        hs.push(tokio::spawn(async move {
+            stream(
+                &u,
+                "/generate",
+                gen_body(&format!("r{i}"), 50, 100 + i, 100),
+            )
+            .await
+        }));
+    }
+    for h in hs {
+        // Model time: a livelock would run into this instead of hanging the test.
+        let (ev, done) = tokio::time::timeout(std::time::Duration::from_secs(3600), h)
+            .await
+            .expect("every request finishes")
+            .unwrap();
+        assert!(done);
+        assert_eq!(ev.last().unwrap()["meta_info"]["completion_tokens"], 100);
+        assert_eq!(
+            ev.last().unwrap()["output_ids"].as_array().unwrap().len(),
+            100
+        );
+    }
+    let all = s.truth().all();
+    assert_eq!(all.len(), 4);
+    let mut retracted = 0;
+    for t in &all {
+        assert_eq!(t.finish, FinishTruth::Length, "{}", t.rid);
+        assert_eq!(t.completion_tokens, 100);
+        assert_eq!(t.chunks.iter().map(|c| c.tokens).sum::<usize>(), 100);
+        // A prefill pass after the first output token means the request was retracted and re-run.
+        if t.prefill_passes
+            .iter()
+            .any(|p| p.start_ns >= t.chunks[0].at_ns)
+        {
+            retracted += 1;
+        }
+    }
+    assert!(
+        retracted > 0,
+        "KV pressure must retract at least one request"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn prefill_of_one_request_stalls_the_decode_of_another() {
+    let mut c = Config::default();
+    c.speculative_algorithm = "none".into();
+    c.prefill_per_token_s = 1e-5;
+    let s = start(c).await;
+    let url = s.url();
+    let u = url.clone();
+    let a = tokio::spawn(async move { stream(&u, "/generate", gen_body("dec", 10, 1, 200)).await });
+    let t = s.truth();
+    while t.request("dec").is_none_or(|r| r.chunks.len() < 5) {
+        tokio::time::sleep(std::time::Duration::from_micros(100)).await;
+    }
+    assert!(
+        stream(&url, "/generate", gen_body("pre", 20_000, 2, 1))
+            .await
+            .1
+    );
+    assert!(a.await.unwrap().1);
+    let dec = t.request("dec").unwrap();
+    let pre = t.request("pre").unwrap();
+    assert_eq!(
+        pre.prefill_passes.len(),
+        3,
+        "20k tokens in 8192-token chunks"
+    );
+    let prefill_ns: u64 = pre
+        .prefill_passes
+        .iter()
+        .map(|p| p.end_ns - p.start_ns)
+        .sum();
+    let mut gaps: Vec<u64> = dec
+        .chunks
+        .windows(2)
+        .map(|w| w[1].at_ns - w[0].at_ns)
+        .collect();
+    let max_gap = *gaps.iter().max().unwrap();
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2];
+    assert!(
+        max_gap >= prefill_ns,
+        "decode gap {max_gap} ns covers the prefill {prefill_ns} ns"
+    );
+    assert!(
+        median * 10 < prefill_ns,
+        "ordinary decode gaps ({median} ns) are far shorter"
+    );
+    // Exactly one spike: the prefill passes run back to back while the decode waits.
+    assert_eq!(gaps.iter().filter(|g| **g >= prefill_ns).count(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Non-streaming responses, sampling, API key, shutdown.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn non_streaming_generate_and_completions() {
+    let mut c = Config::default();
+    c.enable_cache_report = true;
+    let s = start(c).await;
+    let url = s.url();
+    let (st, v) = post_json(
+        &url,
+        "/generate",
+        json!({"rid": "ns", "input_ids": ids(300, 9),
+        "sampling_params": {"max_new_tokens": 24, "ignore_eos": true}}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let t = s.truth().request("ns").unwrap();
+    let out: Vec<u32> = serde_json::from_value(v["output_ids"].clone()).unwrap();
+    assert_eq!(out.len(), 24);
+    assert_eq!(v["text"], mock_server::tokenizer::decode(&out));
+    let meta = &v["meta_info"];
+    assert_eq!(meta["id"], "ns");
+    assert_eq!(
+        meta["finish_reason"],
+        json!({"type": "length", "length": 24})
+    );
+    assert_eq!(meta["prompt_tokens"], 300);
+    assert_eq!(meta["completion_tokens"], 24);
+    assert_eq!(meta["cached_tokens"], 0);
+    let e2e = meta["e2e_latency"].as_f64().unwrap();
+    assert!(
+        (e2e - secs(t.chunks.last().unwrap().at_ns)).abs() < 1e-6,
+        "{e2e}"
+    );
+    assert_eq!(meta["spec_verify_ct"], t.spec_verify_ct);
+    assert_eq!(
+        meta["spec_accept_histogram"],
+        json!(t.spec_accept_histogram)
+    );
+
+    let (st, v) = post_json(
+        &url,
+        "/v1/completions",
+        json!({"model": "m", "prompt": ids(300, 9),
+        "max_tokens": 5, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(v["object"], "text_completion");
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"));
+    let ch = &v["choices"][0];
+    assert_eq!(ch["finish_reason"], "length");
+    assert_eq!(
+        mock_server::tokenizer::encode(ch["text"].as_str().unwrap(), 32000).len(),
+        5
+    );
+    assert_eq!(v["usage"]["prompt_tokens"], 300);
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+    assert_eq!(v["usage"]["total_tokens"], 305);
+    assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 299);
+
+    let (st, v) = post_json(
+        &url,
+        "/v1/chat/completions",
+        json!({"model": "m",
+        "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    assert_eq!(
+        v["usage"]["prompt_tokens"], 3,
+        "role + one word + assistant turn"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn min_new_tokens_and_eos_without_ignore_eos() {
+    let mut c = Config::default();
+    c.eos_probability = 0.3;
+    c.seed = 7;
+    let eos = c.eos_token_id;
+    let run = |c: Config| async move {
+        let s = start(c).await;
+        let mut outs = Vec::new();
+        for i in 0..20 {
+            let (st, v) = post_json(
+                &s.url(),
+                "/generate",
+                json!({"rid": format!("e{i}"), "input_ids": [5, 6, 7],
+                "sampling_params": {"max_new_tokens": 200, "min_new_tokens": 10}}),
+            )
+            .await;
+            assert_eq!(st, 200);
+            outs.push(v);
+        }
+        (outs, s.truth())
+    };
+    let (outs, truth) = run(c.clone()).await;
+    let mut stopped_early = 0;
+    for (i, v) in outs.iter().enumerate() {
+        let out: Vec<u32> = serde_json::from_value(v["output_ids"].clone()).unwrap();
+        assert!(out.len() > 10, "min_new_tokens holds: {}", out.len());
+        assert!(
+            !out[..out.len() - 1].contains(&eos),
+            "no EOS before the end"
+        );
+        let t = truth.request(&format!("e{i}")).unwrap();
+        assert_eq!(t.completion_tokens, out.len());
+        if out.len() < 200 {
+            stopped_early += 1;
+            assert_eq!(*out.last().unwrap(), eos);
+            assert_eq!(
+                v["meta_info"]["finish_reason"],
+                json!({"type": "stop", "matched": eos})
+            );
+            assert_eq!(t.finish, FinishTruth::Stop);
+        }
+    }
+    assert!(stopped_early > 0, "EOS must end some generations");
+    // The same seed gives the same outputs.
+    let (again, _) = run(c.clone()).await;
+    let o = |v: &Vec<Value>| {
+        v.iter()
+            .map(|x| x["output_ids"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(o(&outs), o(&again));
+    // ignore_eos: never stops early, never emits EOS.
+    let s = start(c).await;
+    let (_, v) = post_json(
+        &s.url(),
+        "/generate",
+        json!({"input_ids": [5, 6, 7],
+        "sampling_params": {"max_new_tokens": 100, "ignore_eos": true}}),
+    )
+    .await;
+    let out: Vec<u32> = serde_json::from_value(v["output_ids"].clone()).unwrap();
+    assert_eq!(out.len(), 100);
+    assert!(!out.contains(&eos));
+    // OpenAI's min_tokens does the same.
+    let (_, v) = post_json(
+        &s.url(),
+        "/v1/completions",
+        json!({"prompt": "a", "max_tokens": 50, "min_tokens": 30}),
+    )
+    .await;
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap() > 30);
+}
+
+#[tokio::test(start_paused = true)]
+async fn api_key_guards_every_route_but_health_and_metrics() {
+    let mut c = Config::default();
+    c.api_key = Some("k".into());
+    c.debug_endpoints = true;
+    let s = start(c).await;
+    let url = s.url();
+    let cl = reqwest::Client::new();
+    let gen = json!({"rid": "x", "input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}});
+    let routes: Vec<(&str, &str, Value)> = vec![
+        ("POST", "/generate", gen.clone()),
+        (
+            "POST",
+            "/v1/completions",
+            json!({"prompt": "a", "max_tokens": 1}),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a"}], "max_tokens": 1}),
+        ),
+        ("GET", "/flush_cache", Value::Null),
+        ("POST", "/flush_cache", Value::Null),
+        ("GET", "/model_info", Value::Null),
+        ("GET", "/get_model_info", Value::Null),
+        ("GET", "/server_info", Value::Null),
+        ("GET", "/get_server_info", Value::Null),
+        ("GET", "/v1/models", Value::Null),
+        ("POST", "/tokenize", json!({"prompt": "a"})),
+        ("GET", "/debug/requests/x", Value::Null),
+        ("GET", "/no/such/route", Value::Null),
+    ];
+    let send = |m: &str, p: &str, b: &Value, key: Option<&str>| {
+        let mut r = if m == "GET" {
+            cl.get(format!("{url}{p}"))
+        } else {
+            cl.post(format!("{url}{p}")).json(b)
+        };
+        if let Some(k) = key {
+            r = r.bearer_auth(k);
+        }
+        r.send()
+    };
+    for (m, p, b) in &routes {
+        for key in [None, Some("wrong"), Some("K")] {
+            let r = send(m, p, b, key).await.unwrap();
+            assert_eq!(r.status(), 401, "{m} {p} with {key:?}");
+            assert_eq!(
+                r.json::<Value>().await.unwrap(),
+                json!({"error": "Unauthorized"})
+            );
+        }
+    }
+    for (m, p, b) in &routes {
+        let st = send(m, p, b, Some("k")).await.unwrap().status();
+        assert_ne!(st, 401, "{m} {p} with the key");
+        assert!(st.is_success() || *p == "/no/such/route", "{m} {p}: {st}");
+    }
+    // As in SGLang's middleware, /health* and /metrics are open.
+    for p in ["/health", "/health_generate", "/metrics"] {
+        assert_eq!(
+            cl.get(format!("{url}{p}")).send().await.unwrap().status(),
+            200,
+            "{p}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_new_tokens_zero_finishes_after_prefill() {
+    let s = start(Config::default()).await;
+    let url = s.url();
+    let fut = post_json(
+        &url,
+        "/generate",
+        json!({"rid": "z", "input_ids": [1, 2, 3],
+        "sampling_params": {"max_new_tokens": 0}}),
+    );
+    let (st, v) = tokio::time::timeout(std::time::Duration::from_secs(60), fut)
+        .await
+        .expect("no hang");
+    assert_eq!(st, 200);
+    assert_eq!(v["meta_info"]["completion_tokens"], 0);
+    assert_eq!(
+        v["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 0})
+    );
+    assert_eq!(s.truth().request("z").unwrap().finish, FinishTruth::Length);
+    let (ev, done) = stream(
+        &s.url(),
+        "/generate",
+        json!({"input_ids": [1, 2, 3], "stream": true,
+        "sampling_params": {"max_new_tokens": 0}}),
+    )
+    .await;
+    assert!(done);
+    assert_eq!(
+        ev.last().unwrap()["meta_info"]["finish_reason"]["type"],
+        "length"
+    );
 }

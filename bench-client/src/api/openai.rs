@@ -56,12 +56,10 @@ pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState, chat: bool) -
             ..Chunk::default()
         };
     };
-    let (text_len, role_only) = if chat {
+    let (text_len, role_only, content_event) = if chat {
         let delta = choice.get("delta");
-        let content = delta
-            .and_then(|d| d.get("content"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let content_field = delta.and_then(|d| d.get("content")).and_then(Value::as_str);
+        let content = content_field.unwrap_or("");
         let reasoning = delta
             .and_then(|d| d.get("reasoning_content"))
             .and_then(Value::as_str)
@@ -72,10 +70,11 @@ pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState, chat: bool) -
             .get("token_ids")
             .and_then(Value::as_array)
             .is_none_or(|a| a.is_empty());
-        (len, has_role && len == 0 && ids_empty)
+        let role_only = has_role && len == 0 && ids_empty;
+        (len, role_only, content_field.is_some() && !role_only)
     } else {
-        let text = choice.get("text").and_then(Value::as_str).unwrap_or("");
-        (text.len(), false)
+        let text_field = choice.get("text").and_then(Value::as_str);
+        (text_field.map_or(0, str::len), false, text_field.is_some())
     };
     let finish_reason = choice
         .get("finish_reason")
@@ -115,6 +114,7 @@ pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState, chat: bool) -
         error: None,
         role_only,
         usage_only: false,
+        content_event,
     }
 }
 
@@ -166,6 +166,26 @@ mod tests {
         assert!(c.iter().all(Chunk::carries_output));
         assert_eq!(c[0].tokens, Some(2));
         assert_eq!(a, TokenAttribution::TokenIds);
+    }
+
+    #[test]
+    fn empty_text_without_counts_still_marks_the_first_token() {
+        // vLLM --skip-tokenizer-init without stream_options: events with "text": "" and no counts.
+        let (c, a) = run(
+            Dialect::OpenAi,
+            &[
+                r#"{"choices":[{"index":0,"text":"","finish_reason":null}]}"#,
+                r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#,
+            ],
+        );
+        assert!(c.iter().all(|c| c.tokens.is_none() && c.carries_output()));
+        assert_eq!(a, TokenAttribution::Unknown);
+        // A chat finish chunk with an empty delta carries nothing.
+        let (c, _) = run(
+            Dialect::OpenAiChat,
+            &[r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#],
+        );
+        assert!(!c[0].carries_output());
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState) -> Chunk {
         error: None,
         role_only: false,
         usage_only: false,
+        content_event: false,
     };
     match tokens {
         None => st.methods.push(None),

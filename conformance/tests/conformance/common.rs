@@ -46,9 +46,21 @@ pub fn prompt(seed: u64, n: u32, index: u64) -> Prompt {
     Prompt::TokenIds(PromptGen::new(seed).token_ids(n, index))
 }
 
-pub async fn send(server: &MockServer, dialect: Dialect, rid: &str, p: Prompt, max_tokens: u32) -> RequestTrace {
+pub async fn send(
+    server: &MockServer,
+    dialect: Dialect,
+    rid: &str,
+    p: Prompt,
+    max_tokens: u32,
+) -> RequestTrace {
     let spec = RequestSpec::new(rid, p, max_tokens);
-    client::send(&http(), &target(server, dialect), &spec, &Timeouts::default()).await
+    client::send(
+        &http(),
+        &target(server, dialect),
+        &spec,
+        &Timeouts::default(),
+    )
+    .await
 }
 
 /// Nanoseconds to milliseconds, as the client reports them.

@@ -18,13 +18,21 @@ fn transcripts() -> Vec<(String, PathBuf)> {
             if p.is_dir() {
                 dirs.push(p);
             } else if p.extension().is_some_and(|x| x == "json") {
-                let name = p.strip_prefix(&root).unwrap().to_string_lossy().replace(['/', '\\'], "__");
+                let name = p
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace(['/', '\\'], "__");
                 out.push((name.trim_end_matches(".json").to_string(), p));
             }
         }
     }
     out.sort();
-    assert!(out.len() >= 10, "expected the fixture transcripts, found {}", out.len());
+    assert!(
+        out.len() >= 10,
+        "expected the fixture transcripts, found {}",
+        out.len()
+    );
     out
 }
 
@@ -32,19 +40,30 @@ fn transcripts() -> Vec<(String, PathBuf)> {
 fn every_transcript_replays_to_its_snapshot() {
     for (name, path) in transcripts() {
         let t = replay::load(&path).unwrap();
-        assert!(!t.source.trim().is_empty(), "{name}: a transcript must say where its format comes from");
+        assert!(
+            !t.source.trim().is_empty(),
+            "{name}: a transcript must say where its format comes from"
+        );
         if !t.recorded {
-            assert!(t.source.contains("constructed"), "{name}: a constructed transcript must say so");
+            assert!(
+                t.source.contains("constructed"),
+                "{name}: a constructed transcript must say so"
+            );
         }
         let trace = replay::replay(&t);
         let measurement = measure(&trace).map_err(|e| e.to_string());
-        let failure = trace.failure().map(|f| format!("{}: {}", f.kind.as_str(), f.message));
-        insta::assert_json_snapshot!(name.clone(), serde_json::json!({
-            "description": t.description,
-            "trace": trace,
-            "failure": failure,
-            "measurement": measurement,
-        }));
+        let failure = trace
+            .failure()
+            .map(|f| format!("{}: {}", f.kind.as_str(), f.message));
+        insta::assert_json_snapshot!(
+            name.clone(),
+            serde_json::json!({
+                "description": t.description,
+                "trace": trace,
+                "failure": failure,
+                "measurement": measurement,
+            })
+        );
     }
 }
 
@@ -52,7 +71,9 @@ fn every_transcript_replays_to_its_snapshot() {
 #[test]
 fn fixture_semantics() {
     let load = |n: &str| {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/streams").join(n);
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/streams")
+            .join(n);
         replay::replay(&replay::load(&p).unwrap())
     };
     let spec = measure(&load("sglang-native-speculative.json")).unwrap();
@@ -63,7 +84,10 @@ fn fixture_semantics() {
     assert!((spec.ttft_ms - 80.0).abs() < 1e-9);
 
     let chat = measure(&load("openai-chat-role-first.json")).unwrap();
-    assert!((chat.ttft_ms - 45.0).abs() < 1e-9, "the role-only chunk is not the first token");
+    assert!(
+        (chat.ttft_ms - 45.0).abs() < 1e-9,
+        "the role-only chunk is not the first token"
+    );
 
     let usage = measure(&load("openai-completions-usage-chunk.json")).unwrap();
     assert_eq!(usage.completion_tokens, Some(4));
@@ -71,10 +95,17 @@ fn fixture_semantics() {
     let vllm = measure(&load("vllm-completions-continuous-usage.json")).unwrap();
     assert_eq!(vllm.tokens_per_chunk, vec![2, 1, 3, 2]);
 
-    for failing in ["sglang-native-inband-error.json", "sglang-native-cut-no-done.json", "openai-http-400.json"] {
+    for failing in [
+        "sglang-native-inband-error.json",
+        "sglang-native-cut-no-done.json",
+        "openai-http-400.json",
+    ] {
         let t = load(failing);
         assert!(t.failure().is_some(), "{failing} must be a failed request");
-        assert!(measure(&t).is_err(), "{failing} must not be measured as a success");
+        assert!(
+            measure(&t).is_err(),
+            "{failing} must not be measured as a success"
+        );
     }
     let hit = load("sglang-native-cache-hit.json");
     assert_eq!(hit.cached_tokens(), Some(31));
@@ -99,7 +130,10 @@ fn resplit(t: &Transcript, cuts: &[usize]) -> Transcript {
     for w in points.windows(2) {
         // Reads are bytes; the transcript format stores text, so only cut at char boundaries.
         if let Some(s) = bytes.get(w[0]..w[1]) {
-            reads.push(Read { at_ms: 10.0, data: s.to_string() });
+            reads.push(Read {
+                at_ms: 10.0,
+                data: s.to_string(),
+            });
         } else {
             return single(t);
         }
@@ -109,7 +143,10 @@ fn resplit(t: &Transcript, cuts: &[usize]) -> Transcript {
 
 fn single(t: &Transcript) -> Transcript {
     Transcript {
-        reads: vec![Read { at_ms: 10.0, data: all_bytes(t) }],
+        reads: vec![Read {
+            at_ms: 10.0,
+            data: all_bytes(t),
+        }],
         ..t.clone()
     }
 }

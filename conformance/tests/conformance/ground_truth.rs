@@ -49,7 +49,12 @@ fn case() -> impl Strategy<Value = Case> {
     ];
     let context = prop_oneof![3 => 1u32..4096, 2 => 4096u32..40_000, 1 => 40_000u32..=185_000];
     (
-        (1e-8f64..1e-4, prop_oneof![Just(0.0), 1e-12f64..1e-9], 1e-4f64..0.05, 0.0f64..3e-5),
+        (
+            1e-8f64..1e-4,
+            prop_oneof![Just(0.0), 1e-12f64..1e-9],
+            1e-4f64..0.05,
+            0.0f64..3e-5,
+        ),
         prop_oneof![Just(-1i64), 256i64..16_384],
         spec,
         any::<bool>(),
@@ -60,7 +65,17 @@ fn case() -> impl Strategy<Value = Case> {
         any::<u64>(),
     )
         .prop_map(
-            |((ppt, ppp, db, dpc), chunk, speculative, incremental, stream_interval, dialect, context, output, seed)| Case {
+            |(
+                (ppt, ppp, db, dpc),
+                chunk,
+                speculative,
+                incremental,
+                stream_interval,
+                dialect,
+                context,
+                output,
+                seed,
+            )| Case {
                 prefill_per_token_s: ppt,
                 prefill_per_token_pair_s: ppp,
                 decode_base_s: db,
@@ -103,8 +118,16 @@ fn config(c: &Case) -> Config {
     cfg
 }
 
-fn check(c: &Case, truth: &RequestTruth, trace: &bench_client::trace::RequestTrace) -> Result<(), TestCaseError> {
-    prop_assert!(trace.failure().is_none(), "request failed: {:?}", trace.failure());
+fn check(
+    c: &Case,
+    truth: &RequestTruth,
+    trace: &bench_client::trace::RequestTrace,
+) -> Result<(), TestCaseError> {
+    prop_assert!(
+        trace.failure().is_none(),
+        "request failed: {:?}",
+        trace.failure()
+    );
     let m = measure(trace).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let truth_tokens: Vec<u32> = truth.chunks.iter().map(|ch| ch.tokens as u32).collect();
     prop_assert!(!truth_tokens.is_empty());
@@ -121,32 +144,68 @@ fn check(c: &Case, truth: &RequestTruth, trace: &bench_client::trace::RequestTra
     // TTFT and end-to-end latency.
     let first = &truth.chunks[0];
     let last = &truth.chunks[truth.chunks.len() - 1];
-    prop_assert!((m.ttft_ms - ms(first.at_ns)).abs() <= TIME_TOL_MS, "ttft {} vs truth {}", m.ttft_ms, ms(first.at_ns));
-    prop_assert!(m.e2e_ms + TIME_TOL_MS >= ms(last.at_ns), "e2e {} before the last chunk {}", m.e2e_ms, ms(last.at_ns));
-    prop_assert!((m.e2e_ms - ms(last.at_ns)).abs() <= TIME_TOL_MS, "e2e {} vs last chunk {}", m.e2e_ms, ms(last.at_ns));
+    prop_assert!(
+        (m.ttft_ms - ms(first.at_ns)).abs() <= TIME_TOL_MS,
+        "ttft {} vs truth {}",
+        m.ttft_ms,
+        ms(first.at_ns)
+    );
+    prop_assert!(
+        m.e2e_ms + TIME_TOL_MS >= ms(last.at_ns),
+        "e2e {} before the last chunk {}",
+        m.e2e_ms,
+        ms(last.at_ns)
+    );
+    prop_assert!(
+        (m.e2e_ms - ms(last.at_ns)).abs() <= TIME_TOL_MS,
+        "e2e {} vs last chunk {}",
+        m.e2e_ms,
+        ms(last.at_ns)
+    );
 
     // Prefill rate over the uncached prompt tokens.
     let prefill = c.context as f64 / (first.at_ns as f64 / 1e9);
-    prop_assert!(m.prefill_tok_s.is_some_and(|p| close(p, prefill, RATE_TOL)), "prefill {:?} vs {prefill}", m.prefill_tok_s);
+    prop_assert!(
+        m.prefill_tok_s.is_some_and(|p| close(p, prefill, RATE_TOL)),
+        "prefill {:?} vs {prefill}",
+        m.prefill_tok_s
+    );
 
     // Decode rate: tokens after the first chunk over the time after it.
     let after: u32 = truth_tokens[1..].iter().sum();
     let span_ns = last.at_ns - first.at_ns;
     if truth_tokens.len() == 1 {
         prop_assert!(m.decode_tok_s.is_none());
-        let want = if c.output == 1 { DecodeUnavailable::SingleToken } else { DecodeUnavailable::SingleChunk };
+        let want = if c.output == 1 {
+            DecodeUnavailable::SingleToken
+        } else {
+            DecodeUnavailable::SingleChunk
+        };
         prop_assert_eq!(m.decode_unavailable, Some(want));
     } else {
         let truth_decode = after as f64 / (span_ns as f64 / 1e9);
-        let got = m.decode_tok_s.ok_or_else(|| TestCaseError::fail(format!("no decode rate: {:?}", m.decode_unavailable)))?;
-        prop_assert!(close(got, truth_decode, RATE_TOL), "decode {got} vs truth {truth_decode}");
+        let got = m.decode_tok_s.ok_or_else(|| {
+            TestCaseError::fail(format!("no decode rate: {:?}", m.decode_unavailable))
+        })?;
+        prop_assert!(
+            close(got, truth_decode, RATE_TOL),
+            "decode {got} vs truth {truth_decode}"
+        );
         // The common formula is off by exactly the first chunk's extra tokens.
-        let naive = m.naive_decode_tok_s.ok_or_else(|| TestCaseError::fail("no naive rate"))?;
+        let naive = m
+            .naive_decode_tok_s
+            .ok_or_else(|| TestCaseError::fail("no naive rate"))?;
         let k = truth_tokens[0];
         let predicted = got * f64::from(c.output - 1) / f64::from(c.output - k);
-        prop_assert!(close(naive, predicted, RATE_TOL), "naive {naive} vs predicted {predicted} (first chunk {k})");
+        prop_assert!(
+            close(naive, predicted, RATE_TOL),
+            "naive {naive} vs predicted {predicted} (first chunk {k})"
+        );
         if k > 1 {
-            prop_assert!(naive > got, "a multi-token first chunk must make the naive rate overstate decode");
+            prop_assert!(
+                naive > got,
+                "a multi-token first chunk must make the naive rate overstate decode"
+            );
         }
     }
     Ok(())
@@ -180,15 +239,32 @@ fn speculative_first_chunk_carries_several_tokens() {
         cfg.speculative_num_draft_tokens = 3;
         cfg.spec_accept_rates = vec![1.0, 1.0, 1.0];
         let server = common::start(cfg).await;
-        let trace = common::send(&server, Dialect::Sglang, "spec-1", common::prompt(9, 2048, 1), 32).await;
+        let trace = common::send(
+            &server,
+            Dialect::Sglang,
+            "spec-1",
+            common::prompt(9, 2048, 1),
+            32,
+        )
+        .await;
         let truth = server.truth().request("spec-1").expect("truth");
         let m = measure(&trace).expect("measurement");
         assert_eq!(m.tokens_per_chunk, vec![4; 8]);
-        assert_eq!(truth.chunks.iter().map(|c| c.tokens as u32).collect::<Vec<_>>(), vec![4; 8]);
+        assert_eq!(
+            truth
+                .chunks
+                .iter()
+                .map(|c| c.tokens as u32)
+                .collect::<Vec<_>>(),
+            vec![4; 8]
+        );
         let decode = m.decode_tok_s.expect("decode");
         let naive = m.naive_decode_tok_s.expect("naive");
         // 28 tokens after the first chunk, 31 by the naive count.
-        assert!(close(naive / decode, 31.0 / 28.0, 1e-12), "{naive} / {decode}");
+        assert!(
+            close(naive / decode, 31.0 / 28.0, 1e-12),
+            "{naive} / {decode}"
+        );
         server.shutdown().await;
     });
 }

@@ -46,7 +46,11 @@ fn probing_picks_the_native_dialect_on_an_sglang_server() {
     rt.block_on(async {
         let results = run(common::preset("small-cpu-demo"), None).await;
         let models = results.iter().find(|r| r.id == "models").unwrap();
-        assert!(models.evidence.contains("dialect sglang"), "{}", models.evidence);
+        assert!(
+            models.evidence.contains("dialect sglang"),
+            "{}",
+            models.evidence
+        );
     });
 }
 

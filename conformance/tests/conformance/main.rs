@@ -7,5 +7,6 @@ mod common;
 mod fixtures;
 mod ground_truth;
 mod live_checks;
+mod load;
 mod reports;
 mod story;

@@ -47,7 +47,11 @@ fn seeded_records() -> Vec<Record> {
 #[test]
 fn seeded_run_reports_are_stable() {
     let recs = seeded_records();
-    assert_eq!(recs.len(), 3 * 3 * 2, "3 contexts x 3 runs x (streaming + two-point)");
+    assert_eq!(
+        recs.len(),
+        3 * 3 * 2,
+        "3 contexts x 3 runs x (streaming + two-point)"
+    );
     let report = Report::from_records(&recs);
     insta::assert_snapshot!("seeded_table", render_table(&report));
     insta::assert_snapshot!("seeded_json", to_json(&report));

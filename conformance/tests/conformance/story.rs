@@ -14,7 +14,13 @@ use mock_server::{MockServer, RequestTruth};
 
 use crate::common::{self, ms};
 
-fn sweep_cfg(server: &MockServer, out: &Path, contexts: &[u32], method: Method, flush: bool) -> SweepConfig {
+fn sweep_cfg(
+    server: &MockServer,
+    out: &Path,
+    contexts: &[u32],
+    method: Method,
+    flush: bool,
+) -> SweepConfig {
     SweepConfig {
         target: common::target(server, Dialect::Sglang),
         contexts: contexts.to_vec(),
@@ -50,19 +56,33 @@ fn two_point_names_the_cache_hit_and_streaming_matches_truth() {
         let server = common::start(common::preset("small-cpu-demo")).await;
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("r.jsonl");
-        let outcome = run_sweep(&sweep_cfg(&server, &out, &[4096], Method::TwoPoint, false)).await.unwrap();
+        let outcome = run_sweep(&sweep_cfg(&server, &out, &[4096], Method::TwoPoint, false))
+            .await
+            .unwrap();
         assert!(outcome.stopped.is_none(), "{:?}", outcome.stopped);
         let recs = read_records(&out).unwrap();
-        let tp: Vec<&Record> = recs.iter().filter(|r| r.method == Method::TwoPoint).collect();
-        let st: Vec<&Record> = recs.iter().filter(|r| r.method == Method::Streaming).collect();
+        let tp: Vec<&Record> = recs
+            .iter()
+            .filter(|r| r.method == Method::TwoPoint)
+            .collect();
+        let st: Vec<&Record> = recs
+            .iter()
+            .filter(|r| r.method == Method::Streaming)
+            .collect();
         assert_eq!((tp.len(), st.len()), (1, 1), "{recs:#?}");
 
-        let err = tp[0].error.as_ref().expect("two-point must fail on a cache hit");
+        let err = tp[0]
+            .error
+            .as_ref()
+            .expect("two-point must fail on a cache hit");
         assert_eq!(err.kind, "cache-hit", "{err:?}");
         assert!(tp[0].decode_tok_s.is_none() && tp[0].prefill_tok_s.is_none());
         let b_rid = &tp[0].rid;
         let b_truth = server.truth().request(b_rid).expect("truth of b");
-        assert_eq!(b_truth.cached_tokens, 4095, "the radix cache serves prompt length - 1");
+        assert_eq!(
+            b_truth.cached_tokens, 4095,
+            "the radix cache serves prompt length - 1"
+        );
         assert_eq!(tp[0].cached_tokens, Some(4095));
         assert!(err.message.contains("4095"), "{}", err.message);
 
@@ -88,7 +108,9 @@ fn flushing_between_two_point_requests_doubles_the_prefills() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("r.jsonl");
         let ctx = 8192;
-        run_sweep(&sweep_cfg(&server, &out, &[ctx], Method::TwoPoint, true)).await.unwrap();
+        run_sweep(&sweep_cfg(&server, &out, &[ctx], Method::TwoPoint, true))
+            .await
+            .unwrap();
         let recs = read_records(&out).unwrap();
         let tp = recs.iter().find(|r| r.method == Method::TwoPoint).unwrap();
         let st = recs.iter().find(|r| r.method == Method::Streaming).unwrap();
@@ -123,10 +145,19 @@ fn repeated_prompt_is_served_from_cache_and_flagged() {
         let truth = server.truth();
         assert_eq!(truth.request("rep-2").unwrap().cached_tokens, 31_999);
         let (m1, m2) = (measure(&first).unwrap(), measure(&second).unwrap());
-        assert!(m2.ttft_ms < m1.ttft_ms, "a cache hit skips prefill: {} vs {}", m2.ttft_ms, m1.ttft_ms);
+        assert!(
+            m2.ttft_ms < m1.ttft_ms,
+            "a cache hit skips prefill: {} vs {}",
+            m2.ttft_ms,
+            m1.ttft_ms
+        );
         let rec = Record::streaming(second, 32_000, 0);
         assert!(rec.contaminated, "{rec:#?}");
-        assert!(rec.contamination.iter().any(|c| c.contains("31999")), "{:?}", rec.contamination);
+        assert!(
+            rec.contamination.iter().any(|c| c.contains("31999")),
+            "{:?}",
+            rec.contamination
+        );
         let rec1 = Record::streaming(first, 32_000, 0);
         assert!(!rec1.contaminated);
         server.shutdown().await;
@@ -141,7 +172,9 @@ const KIMI: &str = "kimi-k2.6-dflash-8xrtx-pro-6000";
 fn kimi_oom_at_32k_keeps_earlier_points_and_resume_finishes() {
     let rt = common::paused_runtime();
     rt.block_on(async {
-        let contexts = [1000, 2000, 4000, 8000, 16_000, 32_000, 64_000, 128_000, 185_000];
+        let contexts = [
+            1000, 2000, 4000, 8000, 16_000, 32_000, 64_000, 128_000, 185_000,
+        ];
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("kimi.jsonl");
 
@@ -151,14 +184,30 @@ fn kimi_oom_at_32k_keeps_earlier_points_and_resume_finishes() {
         let outcome = run_sweep(&cfg).await.unwrap();
         let reason = server.crashed().expect("the server must die of OOM at 32k");
         assert!(reason.to_lowercase().contains("out of memory"), "{reason}");
-        assert!(outcome.stopped.is_some(), "the sweep must stop when the server is gone");
-        let truth_32k: Vec<_> = server.truth().all().into_iter().filter(|t| t.prompt_tokens == 32_000).collect();
+        assert!(
+            outcome.stopped.is_some(),
+            "the sweep must stop when the server is gone"
+        );
+        let truth_32k: Vec<_> = server
+            .truth()
+            .all()
+            .into_iter()
+            .filter(|t| t.prompt_tokens == 32_000)
+            .collect();
         assert!(!truth_32k.is_empty());
         server.shutdown().await;
 
         let recs = read_records(&out).unwrap();
-        let ok: Vec<u32> = recs.iter().filter(|r| r.error.is_none()).map(|r| r.context_tokens).collect();
-        assert_eq!(ok, vec![1000, 2000, 4000, 8000, 16_000], "every point before 32k is kept");
+        let ok: Vec<u32> = recs
+            .iter()
+            .filter(|r| r.error.is_none())
+            .map(|r| r.context_tokens)
+            .collect();
+        assert_eq!(
+            ok,
+            vec![1000, 2000, 4000, 8000, 16_000],
+            "every point before 32k is kept"
+        );
         let failed: Vec<&Record> = recs.iter().filter(|r| r.error.is_some()).collect();
         assert_eq!(failed.len(), 1, "{recs:#?}");
         assert_eq!(failed[0].context_tokens, 32_000);
@@ -174,13 +223,24 @@ fn kimi_oom_at_32k_keeps_earlier_points_and_resume_finishes() {
         let outcome = run_sweep(&cfg).await.unwrap();
         assert!(outcome.stopped.is_none(), "{:?}", outcome.stopped);
         assert!(server.crashed().is_none());
-        assert_eq!(outcome.skipped, 5, "the five measured points are not measured again");
+        assert_eq!(
+            outcome.skipped, 5,
+            "the five measured points are not measured again"
+        );
         server.shutdown().await;
 
         let recs = read_records(&out).unwrap();
-        let mut ok: Vec<u32> = recs.iter().filter(|r| r.error.is_none()).map(|r| r.context_tokens).collect();
+        let mut ok: Vec<u32> = recs
+            .iter()
+            .filter(|r| r.error.is_none())
+            .map(|r| r.context_tokens)
+            .collect();
         ok.sort_unstable();
-        assert_eq!(ok, contexts.to_vec(), "after resume every context has a good point");
+        assert_eq!(
+            ok,
+            contexts.to_vec(),
+            "after resume every context has a good point"
+        );
         // Decode slows with context, as in the story (109 tok/s at 1k, 13.8 tok/s at 8k).
         let decode = |c: u32| {
             recs.iter()
@@ -188,6 +248,11 @@ fn kimi_oom_at_32k_keeps_earlier_points_and_resume_finishes() {
                 .and_then(|r| r.decode_tok_s)
                 .unwrap()
         };
-        assert!(decode(1000) > 5.0 * decode(8000), "{} vs {}", decode(1000), decode(8000));
+        assert!(
+            decode(1000) > 5.0 * decode(8000),
+            "{} vs {}",
+            decode(1000),
+            decode(8000)
+        );
     });
 }

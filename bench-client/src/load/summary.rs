@@ -1,0 +1,656 @@
+//! The load-run summary, built from records alone so that it merges exactly: integer counters,
+//! nanosecond HdrHistograms (3 significant digits) and a per-second timeline keyed by unix second.
+//! `merge(summary(a), summary(b)) == summary(a ++ b)` for any split of the records.
+//!
+//! Percentiles here are HdrHistogram's `value_at_quantile`: the smallest recorded value (to 3
+//! significant digits) at or below which the given fraction of samples lie. `max` is exact.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::measure::measure;
+use crate::record::Record;
+use crate::trace::TokenAttribution;
+
+/// Service-level objective for goodput.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    /// TTFT from the scheduled start, ms.
+    pub ttft_ms: Option<f64>,
+    /// TPOT (our definition), ms.
+    pub tpot_ms: Option<f64>,
+}
+
+impl Slo {
+    /// Parse `ttft=MS,tpot=MS` (either may be left out).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut slo = Slo::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("--slo expects ttft=MS,tpot=MS, got {part:?}"))?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| format!("--slo {k}: {v:?} is not a positive number of ms"))?;
+            match k.trim() {
+                "ttft" => slo.ttft_ms = Some(v),
+                "tpot" => slo.tpot_ms = Some(v),
+                other => return Err(format!("--slo: unknown objective {other:?} (ttft, tpot)")),
+            }
+        }
+        if slo.ttft_ms.is_none() && slo.tpot_ms.is_none() {
+            return Err("--slo needs ttft=MS and/or tpot=MS".into());
+        }
+        Ok(slo)
+    }
+
+    fn is_set(&self) -> bool {
+        self.ttft_ms.is_some() || self.tpot_ms.is_some()
+    }
+}
+
+/// A histogram with its exact maximum.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    hist: Histogram<u64>,
+    max: u64,
+    sum: u128,
+}
+
+impl Default for Metric {
+    fn default() -> Self {
+        Self {
+            // Auto-resizing; 3 significant digits cannot fail.
+            hist: Histogram::new(3).unwrap_or_else(|_| unreachable_hist()),
+            max: 0,
+            sum: 0,
+        }
+    }
+}
+
+fn unreachable_hist() -> Histogram<u64> {
+    // Only reached if hdrhistogram refused 3 significant digits, which it accepts (1..=5).
+    Histogram::new_with_bounds(1, u64::MAX / 2, 2).unwrap_or_else(|_| std::process::abort())
+}
+
+impl Metric {
+    fn record(&mut self, v: u64) {
+        // Auto-resize makes recording infallible for u64 values the histogram can hold.
+        if self.hist.record(v).is_ok() {
+            self.max = self.max.max(v);
+            self.sum += u128::from(v);
+        }
+    }
+
+    fn merge(&mut self, o: &Metric) {
+        if self.hist.add(&o.hist).is_ok() {
+            self.max = self.max.max(o.max);
+            self.sum += o.sum;
+        }
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// Value at percentile `p` (0..=100), `None` when empty.
+    pub fn percentile(&self, p: f64) -> Option<u64> {
+        (!self.hist.is_empty()).then(|| self.hist.value_at_quantile(p / 100.0).min(self.max))
+    }
+
+    /// Exact maximum.
+    pub fn max(&self) -> Option<u64> {
+        (!self.hist.is_empty()).then_some(self.max)
+    }
+
+    /// Exact mean.
+    pub fn mean(&self) -> Option<f64> {
+        (!self.hist.is_empty()).then(|| self.sum as f64 / self.hist.len() as f64)
+    }
+}
+
+/// Requests in one second of the run (unix second of the event).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Second {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that finished successfully.
+    pub completed: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Output tokens of requests finished in this second.
+    pub output_tokens: u64,
+}
+
+/// Latency metrics, in nanoseconds, each with its definition.
+pub const METRICS: [(&str, &str); 11] = [
+    (
+        "ttft",
+        "TTFT from the scheduled start: client queue time + first output chunk after send",
+    ),
+    (
+        "ttft_server",
+        "TTFT from the send (what the server is responsible for)",
+    ),
+    (
+        "client_queue",
+        "client_queue_time: actual send - scheduled start",
+    ),
+    (
+        "tpot",
+        "TPOT: (t_last_chunk - t_first_chunk) / tokens after the first chunk",
+    ),
+    (
+        "inter_chunk",
+        "gap between successive output chunks (one sample per gap)",
+    ),
+    (
+        "per_token",
+        "each chunk gap divided over its tokens (one sample per token after the first chunk)",
+    ),
+    (
+        "e2e",
+        "end-to-end latency from the send to the end of the stream",
+    ),
+    (
+        "sglang_vllm_ttft",
+        "SGLang bench_serving / vLLM bench serve TTFT: first chunk after the send",
+    ),
+    (
+        "sglang_vllm_tpot",
+        "SGLang bench_serving / vLLM bench serve TPOT: (e2e - ttft) / (output tokens - 1)",
+    ),
+    (
+        "sglang_vllm_itl",
+        "SGLang bench_serving / vLLM bench serve ITL: per-chunk gap (not per token)",
+    ),
+    (
+        "sglang_vllm_e2e",
+        "SGLang bench_serving / vLLM bench serve E2E latency",
+    ),
+];
+
+/// A mergeable summary of load records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoadSummary {
+    /// Goodput objective.
+    pub slo: Slo,
+    /// Measured requests.
+    pub requests: u64,
+    /// Successful requests.
+    pub succeeded: u64,
+    /// Failed requests by failure kind.
+    pub failures: BTreeMap<String, u64>,
+    /// Prompt tokens (server-reported, else sent) of successful requests.
+    pub prompt_tokens: u64,
+    /// Prompt tokens of successful requests that reported a cached count.
+    pub prompt_tokens_cache_reported: u64,
+    /// Cached prompt tokens reported.
+    pub cached_tokens: u64,
+    /// Output tokens of successful requests.
+    pub output_tokens: u64,
+    /// Output-carrying chunks of successful requests whose per-chunk counts are known.
+    pub chunks_counted: u64,
+    /// Output tokens in those chunks.
+    pub chunk_tokens: u64,
+    /// Successful requests whose per-chunk token counts were unknown.
+    pub counts_unknown: u64,
+    /// Successful requests meeting the SLO.
+    pub good: u64,
+    /// Earliest scheduled start, unix ns.
+    pub first_scheduled_ns: Option<u64>,
+    /// Earliest send, unix ns.
+    pub first_sent_ns: Option<u64>,
+    /// Latest send, unix ns.
+    pub last_sent_ns: Option<u64>,
+    /// Latest end, unix ns.
+    pub last_end_ns: Option<u64>,
+    /// Sum over requests of send-to-end time, ns.
+    pub busy_ns: u128,
+    /// Latency metrics by name (see [`METRICS`]).
+    pub metrics: BTreeMap<&'static str, Metric>,
+    /// Tokens per output chunk.
+    pub tokens_per_chunk: Metric,
+    /// Per-second timeline.
+    pub timeline: BTreeMap<u64, Second>,
+    /// Shards seen (`I/N`).
+    pub shards: BTreeSet<String>,
+}
+
+fn slo_met(slo: &Slo, ttft_ns: u64, tpot_ns: Option<u64>, single_token: bool) -> bool {
+    let ttft_ok = slo.ttft_ms.is_none_or(|t| ttft_ns as f64 / 1e6 <= t);
+    let tpot_ok = match (slo.tpot_ms, tpot_ns) {
+        (None, _) => true,
+        (Some(t), Some(v)) => v as f64 / 1e6 <= t,
+        (Some(_), None) => single_token,
+    };
+    ttft_ok && tpot_ok
+}
+
+fn ns_of_ms(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1e6).round() as u64
+    } else {
+        0
+    }
+}
+
+impl LoadSummary {
+    /// An empty summary with an SLO.
+    pub fn new(slo: Slo) -> Self {
+        Self {
+            slo,
+            ..Self::default()
+        }
+    }
+
+    /// Summary of the load records among `records` (records without load fields are ignored).
+    pub fn from_records(records: &[Record], slo: Slo) -> Self {
+        let mut s = Self::new(slo);
+        for r in records {
+            s.add(r);
+        }
+        s
+    }
+
+    fn metric(&mut self, name: &'static str) -> &mut Metric {
+        self.metrics.entry(name).or_default()
+    }
+
+    /// Add one record.
+    pub fn add(&mut self, rec: &Record) {
+        let (Some(load), Some(trace)) = (&rec.load, &rec.trace) else {
+            return;
+        };
+        let base = load.start_unix_ms.saturating_mul(1_000_000);
+        let scheduled = base.saturating_add(load.scheduled_ns);
+        let sent = base.saturating_add(load.sent_ns);
+        let end = sent.saturating_add(trace.end_ns);
+        self.requests += 1;
+        self.shards.insert(load.shard.to_string());
+        self.first_scheduled_ns = Some(
+            self.first_scheduled_ns
+                .map_or(scheduled, |v| v.min(scheduled)),
+        );
+        self.first_sent_ns = Some(self.first_sent_ns.map_or(sent, |v| v.min(sent)));
+        self.last_sent_ns = Some(self.last_sent_ns.map_or(sent, |v| v.max(sent)));
+        self.last_end_ns = Some(self.last_end_ns.map_or(end, |v| v.max(end)));
+        self.busy_ns += u128::from(trace.end_ns);
+        self.timeline.entry(sent / 1_000_000_000).or_default().sent += 1;
+        self.metric("client_queue").record(load.client_queue_ns);
+        let m = match (&rec.error, measure(trace)) {
+            (None, Ok(m)) => m,
+            (err, _) => {
+                let kind = err.as_ref().map_or("no-output", |e| e.kind.as_str());
+                *self.failures.entry(kind.to_string()).or_default() += 1;
+                self.timeline.entry(end / 1_000_000_000).or_default().failed += 1;
+                return;
+            }
+        };
+        self.succeeded += 1;
+        let out: Vec<_> = trace.chunks.iter().filter(|c| c.carries_output()).collect();
+        let first_ns = out.first().map_or(0, |c| c.at_ns);
+        let last_ns = out.last().map_or(0, |c| c.at_ns);
+        let output = u64::from(m.completion_tokens.unwrap_or(0));
+        self.output_tokens += output;
+        if let Some(p) = m.prompt_tokens {
+            self.prompt_tokens += u64::from(p);
+            if let Some(c) = m.cached_tokens {
+                self.prompt_tokens_cache_reported += u64::from(p);
+                self.cached_tokens += u64::from(c);
+            }
+        }
+        let sec = self.timeline.entry(end / 1_000_000_000).or_default();
+        sec.completed += 1;
+        sec.output_tokens += output;
+        let ttft_sched = load.client_queue_ns.saturating_add(first_ns);
+        self.metric("ttft").record(ttft_sched);
+        self.metric("ttft_server").record(first_ns);
+        self.metric("sglang_vllm_ttft").record(first_ns);
+        self.metric("e2e").record(trace.end_ns);
+        self.metric("sglang_vllm_e2e").record(trace.end_ns);
+        for w in out.windows(2) {
+            let gap = w[1].at_ns.saturating_sub(w[0].at_ns);
+            self.metric("inter_chunk").record(gap);
+            self.metric("sglang_vllm_itl").record(gap);
+        }
+        let known = m.token_attribution != TokenAttribution::Unknown;
+        let mut tpot_ns = None;
+        if known {
+            for &t in &m.tokens_per_chunk {
+                self.tokens_per_chunk.record(u64::from(t));
+                self.chunks_counted += 1;
+                self.chunk_tokens += u64::from(t);
+            }
+            for v in &m.per_token_ms {
+                self.metric("per_token").record(ns_of_ms(*v));
+            }
+            let after: u64 = m
+                .tokens_per_chunk
+                .iter()
+                .skip(1)
+                .map(|&t| u64::from(t))
+                .sum();
+            if m.decode_tok_s.is_some() && after > 0 {
+                let v = (last_ns.saturating_sub(first_ns) as f64 / after as f64).round() as u64;
+                self.metric("tpot").record(v);
+                tpot_ns = Some(v);
+            }
+        } else {
+            self.counts_unknown += 1;
+        }
+        if output >= 2 {
+            let v =
+                (trace.end_ns.saturating_sub(first_ns) as f64 / (output - 1) as f64).round() as u64;
+            self.metric("sglang_vllm_tpot").record(v);
+        }
+        if slo_met(&self.slo, ttft_sched, tpot_ns, output <= 1) {
+            self.good += 1;
+        }
+    }
+
+    /// Merge two summaries (same SLO expected; `self`'s is kept).
+    pub fn merge(mut self, o: &LoadSummary) -> Self {
+        self.requests += o.requests;
+        self.succeeded += o.succeeded;
+        for (k, v) in &o.failures {
+            *self.failures.entry(k.clone()).or_default() += v;
+        }
+        self.prompt_tokens += o.prompt_tokens;
+        self.prompt_tokens_cache_reported += o.prompt_tokens_cache_reported;
+        self.cached_tokens += o.cached_tokens;
+        self.output_tokens += o.output_tokens;
+        self.chunks_counted += o.chunks_counted;
+        self.chunk_tokens += o.chunk_tokens;
+        self.counts_unknown += o.counts_unknown;
+        self.good += o.good;
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        let max = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            (x, y) => x.or(y),
+        };
+        self.first_scheduled_ns = min(self.first_scheduled_ns, o.first_scheduled_ns);
+        self.first_sent_ns = min(self.first_sent_ns, o.first_sent_ns);
+        self.last_sent_ns = max(self.last_sent_ns, o.last_sent_ns);
+        self.last_end_ns = max(self.last_end_ns, o.last_end_ns);
+        self.busy_ns += o.busy_ns;
+        for (k, m) in &o.metrics {
+            self.metrics.entry(k).or_default().merge(m);
+        }
+        self.tokens_per_chunk.merge(&o.tokens_per_chunk);
+        for (k, s) in &o.timeline {
+            let e = self.timeline.entry(*k).or_default();
+            e.sent += s.sent;
+            e.completed += s.completed;
+            e.failed += s.failed;
+            e.output_tokens += s.output_tokens;
+        }
+        self.shards.extend(o.shards.iter().cloned());
+        self
+    }
+
+    /// First scheduled start to last end, seconds (`None` when empty or zero).
+    pub fn duration_s(&self) -> Option<f64> {
+        let (a, b) = (self.first_scheduled_ns?, self.last_end_ns?);
+        (b > a).then(|| (b - a) as f64 / 1e9)
+    }
+
+    /// Rates and ratios derived from the counters; `None` where undefined.
+    pub fn derived(&self) -> Derived {
+        let d = self.duration_s();
+        let per_s = |n: u64| d.map(|d| n as f64 / d);
+        let arrival = match (self.first_sent_ns, self.last_sent_ns) {
+            (Some(a), Some(b)) if b > a && self.requests >= 2 => {
+                Some((self.requests - 1) as f64 / ((b - a) as f64 / 1e9))
+            }
+            _ => None,
+        };
+        Derived {
+            duration_s: d,
+            request_throughput: per_s(self.succeeded),
+            output_throughput: per_s(self.output_tokens),
+            input_throughput: per_s(self.prompt_tokens),
+            goodput: if self.slo.is_set() {
+                per_s(self.good)
+            } else {
+                None
+            },
+            arrival_rate: arrival,
+            achieved_concurrency: d.map(|d| self.busy_ns as f64 / 1e9 / d),
+            cache_hit_rate: (self.prompt_tokens_cache_reported > 0)
+                .then(|| self.cached_tokens as f64 / self.prompt_tokens_cache_reported as f64),
+            tokens_per_chunk_mean: (self.chunks_counted > 0)
+                .then(|| self.chunk_tokens as f64 / self.chunks_counted as f64),
+        }
+    }
+}
+
+/// Derived figures of a summary.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Derived {
+    /// First scheduled start to last end.
+    pub duration_s: Option<f64>,
+    /// Successful requests per second.
+    pub request_throughput: Option<f64>,
+    /// Output tokens per second.
+    pub output_throughput: Option<f64>,
+    /// Prompt tokens per second.
+    pub input_throughput: Option<f64>,
+    /// Requests meeting the SLO per second.
+    pub goodput: Option<f64>,
+    /// (requests - 1) / (last send - first send).
+    pub arrival_rate: Option<f64>,
+    /// Mean requests in flight: sum of send-to-end times / duration.
+    pub achieved_concurrency: Option<f64>,
+    /// Cached prompt tokens / prompt tokens (server-reported).
+    pub cache_hit_rate: Option<f64>,
+    /// Output tokens / output chunks.
+    pub tokens_per_chunk_mean: Option<f64>,
+}
+
+const PCTS: [(&str, f64); 4] = [("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0)];
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The summary as JSON (all latencies in ms).
+pub fn to_json(s: &LoadSummary) -> Value {
+    let mut metrics = serde_json::Map::new();
+    for (name, def) in METRICS {
+        let Some(m) = s.metrics.get(name) else {
+            continue;
+        };
+        let mut o = serde_json::Map::new();
+        o.insert("definition".into(), json!(def));
+        o.insert("count".into(), json!(m.count()));
+        for (label, p) in PCTS {
+            o.insert(format!("{label}_ms"), json!(m.percentile(p).map(ms)));
+        }
+        o.insert("max_ms".into(), json!(m.max().map(ms)));
+        o.insert("mean_ms".into(), json!(m.mean().map(|v| v / 1e6)));
+        metrics.insert(name.into(), Value::Object(o));
+    }
+    let tpc = &s.tokens_per_chunk;
+    let t0 = s.timeline.keys().next().copied().unwrap_or(0);
+    json!({
+        "requests": s.requests,
+        "succeeded": s.succeeded,
+        "failures": s.failures,
+        "shards": s.shards,
+        "slo": s.slo,
+        "good": s.good,
+        "prompt_tokens": s.prompt_tokens,
+        "cached_tokens": s.cached_tokens,
+        "output_tokens": s.output_tokens,
+        "per_chunk_counts_unknown": s.counts_unknown,
+        "derived": s.derived(),
+        "tokens_per_chunk": {
+            "p50": tpc.percentile(50.0), "p90": tpc.percentile(90.0), "p99": tpc.percentile(99.0),
+            "max": tpc.max(),
+        },
+        "metrics": metrics,
+        "timeline": s.timeline.iter().map(|(k, v)| json!({
+            "second": k - t0, "unix_s": k, "sent": v.sent, "completed": v.completed,
+            "failed": v.failed, "output_tokens": v.output_tokens,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.prec$}"))
+}
+
+/// The summary as a text table.
+pub fn render_table(s: &LoadSummary) -> String {
+    let d = s.derived();
+    let mut o = String::new();
+    let shards: Vec<&str> = s.shards.iter().map(String::as_str).collect();
+    let _ = writeln!(o, "load summary (shards {})", shards.join(", "));
+    let _ = writeln!(
+        o,
+        "  requests              {} measured, {} ok, {} failed",
+        s.requests,
+        s.succeeded,
+        s.requests - s.succeeded
+    );
+    let rows: [(&str, String, &str); 9] = [
+        (
+            "duration",
+            opt(d.duration_s, 3),
+            "s, first scheduled start to last stream end",
+        ),
+        (
+            "request throughput",
+            opt(d.request_throughput, 2),
+            "req/s, successful requests / duration",
+        ),
+        (
+            "output throughput",
+            opt(d.output_throughput, 1),
+            "tok/s, output tokens / duration",
+        ),
+        (
+            "input throughput",
+            opt(d.input_throughput, 1),
+            "tok/s, prompt tokens / duration",
+        ),
+        (
+            "arrival rate",
+            opt(d.arrival_rate, 2),
+            "req/s, (sends - 1) / (last send - first send)",
+        ),
+        (
+            "achieved concurrency",
+            opt(d.achieved_concurrency, 2),
+            "mean in flight, sum(send-to-end) / duration",
+        ),
+        (
+            "cache hit rate",
+            opt(d.cache_hit_rate, 4),
+            "cached / prompt tokens, as the server reported",
+        ),
+        (
+            "tokens per chunk",
+            opt(d.tokens_per_chunk_mean, 3),
+            "mean output tokens per output chunk",
+        ),
+        ("goodput", opt(d.goodput, 2), "req/s meeting the SLO"),
+    ];
+    for (k, v, def) in rows {
+        let _ = writeln!(o, "  {k:<21} {v:<12} {def}");
+    }
+    if s.slo.is_set() {
+        let _ = writeln!(
+            o,
+            "  slo                   ttft <= {} ms, tpot <= {} ms: {} of {} requests",
+            opt(s.slo.ttft_ms, 1),
+            opt(s.slo.tpot_ms, 1),
+            s.good,
+            s.requests
+        );
+    }
+    if s.counts_unknown > 0 {
+        let _ = writeln!(
+            o,
+            "  note: {} requests had no per-chunk token counts; TPOT and per-token latency exclude them",
+            s.counts_unknown
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n  {:<18} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "latency (ms)", "n", "p50", "p90", "p95", "p99", "max", "mean"
+    );
+    for (name, _) in METRICS {
+        let Some(m) = s.metrics.get(name) else {
+            continue;
+        };
+        let mut line = format!("  {name:<18} {:>7}", m.count());
+        for (_, p) in PCTS {
+            let _ = write!(line, " {:>10}", opt(m.percentile(p).map(ms), 3));
+        }
+        let _ = write!(
+            line,
+            " {:>10} {:>10}",
+            opt(m.max().map(ms), 3),
+            opt(m.mean().map(|v| v / 1e6), 3)
+        );
+        let _ = writeln!(o, "{line}");
+    }
+    let _ = writeln!(o, "\n  definitions:");
+    for (name, def) in METRICS {
+        let _ = writeln!(o, "    {name:<18} {def}");
+    }
+    if !s.failures.is_empty() {
+        let _ = writeln!(o, "\n  failures by cause:");
+        for (k, v) in &s.failures {
+            let _ = writeln!(o, "    {k:<24} {v}");
+        }
+    }
+    if let Some(&t0) = s.timeline.keys().next() {
+        let _ = writeln!(o, "\n  timeline (s: sent, completed, failed, output tok)");
+        for (k, v) in &s.timeline {
+            let _ = writeln!(
+                o,
+                "    {:>5} {:>7} {:>9} {:>6} {:>10}",
+                k - t0,
+                v.sent,
+                v.completed,
+                v.failed,
+                v.output_tokens
+            );
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slo_parses() {
+        assert_eq!(
+            Slo::parse("ttft=500,tpot=50").unwrap(),
+            Slo {
+                ttft_ms: Some(500.0),
+                tpot_ms: Some(50.0)
+            }
+        );
+        for bad in ["", "ttft", "ttft=-1", "ttft=abc", "itl=3", "tpot=inf"] {
+            assert!(Slo::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

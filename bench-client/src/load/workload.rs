@@ -1,0 +1,402 @@
+//! Load-run workloads: random token-id prompts with input/output length distributions, shared-prefix
+//! groups that exercise the prefix cache on purpose, and replay of a JSONL trace. Every request is a
+//! pure function of (seed, request index), so shards and resumed runs draw the same requests.
+
+use std::path::Path;
+
+use anyhow::Context;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal, Uniform};
+use serde::{Deserialize, Serialize};
+
+use crate::prompt::PromptGen;
+
+/// A length distribution in tokens.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum LenDist {
+    /// Always `n`.
+    Fixed { n: u32 },
+    /// Uniform on `[lo, hi]`.
+    Uniform { lo: u32, hi: u32 },
+    /// Normal with `mean` and `std`, rounded and clamped to `[1, 2 * mean]`.
+    Normal { mean: f64, std: f64 },
+}
+
+impl LenDist {
+    /// Parse `512`, `uniform:256:1024` or `normal:1000:200`; `k` = 1,000 tokens (`2k`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let num = |p: &str| -> Result<f64, String> {
+            let p = p.trim();
+            let (n, mult) = match p.strip_suffix(['k', 'K']) {
+                Some(n) => (n, 1000.0),
+                None => (p, 1.0),
+            };
+            let v: f64 = n
+                .parse()
+                .map_err(|_| format!("{p:?} is not a number in length distribution {s:?}"))?;
+            let v = v * mult;
+            if !v.is_finite() || v < 0.0 || v > f64::from(u32::MAX) {
+                return Err(format!(
+                    "{p:?} is out of range in length distribution {s:?}"
+                ));
+            }
+            Ok(v)
+        };
+        let parts: Vec<&str> = s.split(':').collect();
+        let d = match parts.as_slice() {
+            [n] | ["fixed", n] => Self::Fixed {
+                n: num(n)?.round() as u32,
+            },
+            ["uniform", lo, hi] => Self::Uniform {
+                lo: num(lo)?.round() as u32,
+                hi: num(hi)?.round() as u32,
+            },
+            ["normal", mean, std] => Self::Normal {
+                mean: num(mean)?,
+                std: num(std)?,
+            },
+            _ => {
+                return Err(format!(
+                "length distribution {s:?} not understood (examples: 512, uniform:256:1024, normal:1000:200)"
+            ))
+            }
+        };
+        d.validate()?;
+        Ok(d)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match *self {
+            Self::Fixed { n: 0 } => Err("a fixed length must be at least 1".into()),
+            Self::Uniform { lo, hi } if lo == 0 || hi < lo => {
+                Err(format!("uniform:{lo}:{hi} needs 1 <= lo <= hi"))
+            }
+            Self::Normal { mean, std } if mean < 1.0 || std < 0.0 => {
+                Err(format!("normal:{mean}:{std} needs mean >= 1 and std >= 0"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// One draw.
+    pub fn sample(&self, rng: &mut ChaCha8Rng) -> u32 {
+        match *self {
+            Self::Fixed { n } => n,
+            Self::Uniform { lo, hi } => match Uniform::new_inclusive(lo, hi) {
+                Ok(u) => u.sample(rng),
+                Err(_) => lo,
+            },
+            Self::Normal { mean, std } => {
+                let x = match Normal::new(mean, std) {
+                    Ok(n) => n.sample(rng),
+                    Err(_) => mean,
+                };
+                let hi = (2.0 * mean).max(1.0);
+                if x.is_finite() {
+                    x.round().clamp(1.0, hi) as u32
+                } else {
+                    mean.round().max(1.0) as u32
+                }
+            }
+        }
+    }
+}
+
+/// One line of a replay trace (JSONL).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceEntry {
+    /// Arrival offset from the start of the run, ms.
+    pub offset_ms: f64,
+    /// Prompt tokens (including the group prefix, when there is one).
+    pub input_len: u32,
+    /// Output tokens.
+    pub output_len: u32,
+    /// Prefix group: requests of one group share their first `--prefix-len` tokens.
+    #[serde(default)]
+    pub prefix_group: Option<u32>,
+}
+
+/// Read a replay trace: one [`TraceEntry`] per line; offsets must be finite, non-negative and
+/// non-decreasing; lengths at least 1.
+pub fn read_trace(path: &Path) -> anyhow::Result<Vec<TraceEntry>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading trace {}", path.display()))?;
+    let mut out: Vec<TraceEntry> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: TraceEntry = serde_json::from_str(line).with_context(|| {
+            format!(
+                "{} line {}: expected {{\"offset_ms\": .., \"input_len\": .., \"output_len\": ..[, \"prefix_group\": ..]}}",
+                path.display(),
+                i + 1
+            )
+        })?;
+        if !e.offset_ms.is_finite() || e.offset_ms < 0.0 {
+            anyhow::bail!(
+                "{} line {}: offset_ms must be a non-negative number",
+                path.display(),
+                i + 1
+            );
+        }
+        if out.last().is_some_and(|p| p.offset_ms > e.offset_ms) {
+            anyhow::bail!(
+                "{} line {}: offsets must not decrease",
+                path.display(),
+                i + 1
+            );
+        }
+        if e.input_len == 0 || e.output_len == 0 {
+            anyhow::bail!(
+                "{} line {}: input_len and output_len must be at least 1",
+                path.display(),
+                i + 1
+            );
+        }
+        out.push(e);
+    }
+    if out.is_empty() {
+        anyhow::bail!("trace {} has no requests", path.display());
+    }
+    Ok(out)
+}
+
+/// What prompts and output lengths a load run sends.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// Unique random prompts.
+    Random { input: LenDist, output: LenDist },
+    /// `groups` groups; request `i` belongs to group `i % groups` and starts with its group's
+    /// `prefix_len`-token prefix, followed by a unique suffix of `input` tokens.
+    SharedPrefix {
+        groups: u32,
+        prefix_len: u32,
+        input: LenDist,
+        output: LenDist,
+    },
+    /// A recorded trace; entries with a prefix group share their first `prefix_len` tokens.
+    Replay {
+        entries: Vec<TraceEntry>,
+        prefix_len: u32,
+    },
+}
+
+/// One request of a load run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedRequest {
+    /// Index in the run's schedule.
+    pub index: u64,
+    /// Prompt token ids (exact length).
+    pub prompt: Vec<u32>,
+    /// Output tokens asked.
+    pub output_len: u32,
+    /// Prefix group, for shared-prefix and replay workloads.
+    pub prefix_group: Option<u32>,
+}
+
+/// Draws a run's requests.
+#[derive(Clone, Debug)]
+pub struct Planner {
+    workload: Workload,
+    seed: u64,
+    prompts: PromptGen,
+    prefixes: PromptGen,
+}
+
+/// Index space of warm-up requests, apart from measured ones.
+pub const WARMUP_INDEX_BASE: u64 = 1 << 62;
+
+impl Planner {
+    /// A planner for `workload`; token ids in `[id_min, id_max)`.
+    pub fn new(workload: Workload, seed: u64, id_range: (u32, u32)) -> Result<Self, String> {
+        match &workload {
+            Workload::SharedPrefix { groups, .. } if *groups == 0 => {
+                return Err("--prefix-groups must be at least 1".into())
+            }
+            Workload::Replay {
+                entries,
+                prefix_len,
+            } => {
+                if let Some(e) = entries
+                    .iter()
+                    .find(|e| e.prefix_group.is_some() && e.input_len < *prefix_len)
+                {
+                    return Err(format!(
+                        "trace entry at {} ms has prefix group {:?} but input_len {} < --prefix-len {prefix_len}",
+                        e.offset_ms, e.prefix_group, e.input_len
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(Self {
+            workload,
+            seed,
+            prompts: PromptGen::with_range(seed, id_range.0, id_range.1)?,
+            prefixes: PromptGen::with_range(seed ^ 0x5a5a_9e37_79b9_7f4a, id_range.0, id_range.1)?,
+        })
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    fn rng(&self, index: u64) -> ChaCha8Rng {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x10ad_0000_0000_0001);
+        rng.set_stream(index);
+        rng
+    }
+
+    /// Request `index`; `None` past the end of a replay trace.
+    pub fn request(&self, index: u64) -> Option<PlannedRequest> {
+        let mut rng = self.rng(index);
+        let (prefix, suffix_len, output_len, group) = match &self.workload {
+            Workload::Random { input, output } => {
+                let i = input.sample(&mut rng);
+                (Vec::new(), i, output.sample(&mut rng), None)
+            }
+            Workload::SharedPrefix {
+                groups,
+                prefix_len,
+                input,
+                output,
+            } => {
+                let g = (index % u64::from(*groups)) as u32;
+                let i = input.sample(&mut rng);
+                (
+                    self.prefixes.token_ids(*prefix_len, u64::from(g)),
+                    i,
+                    output.sample(&mut rng),
+                    Some(g),
+                )
+            }
+            Workload::Replay {
+                entries,
+                prefix_len,
+            } => {
+                let e = entries.get(usize::try_from(index).ok()?)?;
+                match e.prefix_group {
+                    Some(g) => (
+                        self.prefixes.token_ids(*prefix_len, u64::from(g)),
+                        e.input_len - prefix_len,
+                        e.output_len,
+                        Some(g),
+                    ),
+                    None => (Vec::new(), e.input_len, e.output_len, None),
+                }
+            }
+        };
+        let mut prompt = prefix;
+        prompt.extend(self.prompts.token_ids(suffix_len, index));
+        Some(PlannedRequest {
+            index,
+            prompt,
+            output_len,
+            prefix_group: group,
+        })
+    }
+
+    /// Warm-up request `k`: the lengths of measured request `k` (of the trace's `k`-th entry, cycling),
+    /// but a unique prompt with no group prefix, so warm-up never primes a measured request's cache.
+    pub fn warmup(&self, k: u64) -> Option<PlannedRequest> {
+        let k_eff = match &self.workload {
+            Workload::Replay { entries, .. } if !entries.is_empty() => k % entries.len() as u64,
+            _ => k,
+        };
+        let planned = self.request(k_eff)?;
+        let index = WARMUP_INDEX_BASE + k;
+        Some(PlannedRequest {
+            index,
+            prompt: self.prompts.token_ids(planned.prompt.len() as u32, index),
+            output_len: planned.output_len,
+            prefix_group: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_distributions() {
+        assert_eq!(LenDist::parse("512").unwrap(), LenDist::Fixed { n: 512 });
+        assert_eq!(LenDist::parse("2k").unwrap(), LenDist::Fixed { n: 2000 });
+        assert_eq!(
+            LenDist::parse("uniform:1:8").unwrap(),
+            LenDist::Uniform { lo: 1, hi: 8 }
+        );
+        assert!(LenDist::parse("normal:100:10").is_ok());
+        for bad in [
+            "0",
+            "uniform:9:8",
+            "normal:0:1",
+            "zipf:1:2",
+            "abc",
+            "-3",
+            "nan",
+        ] {
+            assert!(LenDist::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn samples_stay_in_range() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let u = LenDist::parse("uniform:3:9").unwrap();
+        let n = LenDist::parse("normal:10:50").unwrap();
+        for _ in 0..1000 {
+            assert!((3..=9).contains(&u.sample(&mut rng)));
+            assert!((1..=20).contains(&n.sample(&mut rng)));
+        }
+    }
+
+    #[test]
+    fn shared_prefix_groups_share_exactly_the_prefix() {
+        let w = Workload::SharedPrefix {
+            groups: 2,
+            prefix_len: 16,
+            input: LenDist::Fixed { n: 8 },
+            output: LenDist::Fixed { n: 4 },
+        };
+        let p = Planner::new(w, 3, (100, 4000)).unwrap();
+        let (a, b, c) = (
+            p.request(0).unwrap(),
+            p.request(2).unwrap(),
+            p.request(1).unwrap(),
+        );
+        assert_eq!(a.prompt.len(), 24);
+        assert_eq!(a.prompt[..16], b.prompt[..16]);
+        assert_ne!(a.prompt[16..], b.prompt[16..]);
+        assert_ne!(a.prompt[..16], c.prompt[..16]);
+        assert_eq!(p.request(5), p.request(5));
+    }
+
+    #[test]
+    fn trace_is_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(
+            &path,
+            "{\"offset_ms\": 0, \"input_len\": 8, \"output_len\": 2}\n{\"offset_ms\": 5.5, \"input_len\": 9, \"output_len\": 3, \"prefix_group\": 1}\n",
+        )
+        .unwrap();
+        assert_eq!(read_trace(&path).unwrap().len(), 2);
+        std::fs::write(&path, "{\"offset_ms\": 5, \"input_len\": 8, \"output_len\": 2}\n{\"offset_ms\": 1, \"input_len\": 8, \"output_len\": 2}\n").unwrap();
+        assert!(read_trace(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("line 2"));
+        std::fs::write(
+            &path,
+            "{\"offset_ms\": 0, \"input_len\": 0, \"output_len\": 2}\n",
+        )
+        .unwrap();
+        assert!(read_trace(&path).is_err());
+    }
+}

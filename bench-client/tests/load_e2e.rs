@@ -1,0 +1,375 @@
+//! Load runs against the in-process mock on tokio's paused clock: a closed loop at concurrency 64 and
+//! an open Poisson loop write JSONL and a summary; two shards of one schedule merged give the same
+//! counts (and the same latency histograms) as one unsharded run; `--resume` skips done indices; and
+//! the summary merges exactly: merge(summary(a), summary(b)) == summary(a ++ b).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use bench_client::client::{Target, Timeouts};
+use bench_client::load::run::load_record;
+use bench_client::load::summary::{render_table, to_json};
+use bench_client::load::{
+    run_load, ArrivalKind, Arrivals, LenDist, LoadConfig, LoadInfo, LoadSummary, Schedule, Shard,
+    Slo, Stop, Workload,
+};
+use bench_client::record::{read_records, Record};
+use bench_client::trace::{Chunk, RequestTrace, StreamEnd, TokenAttribution, Usage};
+use bench_client::Dialect;
+use mock_server::{Config, MockServer};
+use proptest::prelude::*;
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+async fn mock() -> MockServer {
+    let mut c = Config::preset("small-cpu-demo").unwrap();
+    c.port = 0;
+    c.host = "127.0.0.1".into();
+    MockServer::start(c).await.unwrap()
+}
+
+fn config(url: &str, out: &Path, schedule: Schedule, workload: Workload) -> LoadConfig {
+    LoadConfig {
+        target: Target {
+            base_url: url.to_string(),
+            dialect: Dialect::Sglang,
+            model: None,
+            api_key: None,
+        },
+        timeouts: Timeouts::default(),
+        schedule,
+        workload,
+        warmup: 0,
+        shard: Shard::default(),
+        start_at_unix_ms: None,
+        out: out.to_path_buf(),
+        resume: false,
+        seed: 11,
+        token_id_range: (100, 4000),
+        slo: Slo {
+            ttft_ms: Some(50.0),
+            tpot_ms: Some(5.0),
+        },
+        scrape_metrics: true,
+        progress: false,
+        command: "test".into(),
+    }
+}
+
+fn small() -> Workload {
+    Workload::Random {
+        input: LenDist::Uniform { lo: 16, hi: 48 },
+        output: LenDist::Uniform { lo: 2, hi: 12 },
+    }
+}
+
+fn indices(recs: &[Record]) -> BTreeSet<u64> {
+    recs.iter()
+        .map(|r| r.load.as_ref().unwrap().index)
+        .collect()
+}
+
+#[test]
+fn closed_loop_at_concurrency_64_writes_jsonl_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("closed.jsonl");
+    paused_runtime().block_on(async {
+        let server = mock().await;
+        let s = Schedule::new(
+            Arrivals::Closed { concurrency: 64 },
+            Stop::Requests(256),
+            11,
+        )
+        .unwrap();
+        let mut cfg = config(&server.url(), &out, s, small());
+        cfg.warmup = 4;
+        let o = run_load(&cfg).await.unwrap();
+        assert_eq!(o.written, 256);
+        let recs = read_records(&out).unwrap();
+        assert_eq!(indices(&recs), (0..256).collect());
+        assert!(recs.iter().all(|r| r.error.is_none()));
+        // Load records stay valid against the committed schema.
+        let schema: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/schema/record.schema.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        for line in std::fs::read_to_string(&out).unwrap().lines().take(20) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(v.get("load").is_some());
+            let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{errors:?}");
+        }
+        // Warm-up requests reached the server but are not recorded.
+        let truth = server.truth().all();
+        assert_eq!(truth.len(), 260);
+        assert_eq!(truth.iter().filter(|t| t.rid.contains("-w")).count(), 4);
+        // Client-measured TTFT equals the mock's ground truth (same paused clock).
+        for r in &recs {
+            let t = server.truth().request(&r.rid).unwrap();
+            let first = t.chunks.first().unwrap().at_ns;
+            assert_eq!(r.ttft_ms, Some(first as f64 / 1e6), "{}", r.rid);
+            assert_eq!(r.completion_tokens, Some(t.completion_tokens as u32));
+        }
+        let sum = &o.summary;
+        assert_eq!(sum.requests, 256);
+        assert_eq!(sum.succeeded, 256);
+        let d = sum.derived();
+        let conc = d.achieved_concurrency.unwrap();
+        assert!(
+            conc > 32.0 && conc <= 64.0 + 1e-9,
+            "achieved concurrency {conc}"
+        );
+        assert_eq!(sum, &LoadSummary::from_records(&recs, cfg.slo));
+        let table = render_table(sum);
+        for needle in [
+            "request throughput",
+            "ttft",
+            "sglang_vllm_itl",
+            "timeline",
+            "goodput",
+        ] {
+            assert!(table.contains(needle), "{needle} missing in\n{table}");
+        }
+        let m = o.metrics.expect("the mock serves /metrics");
+        let deltas = m.deltas();
+        assert_eq!(deltas["sglang:num_requests_total"], 256.0);
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn open_loop_poisson_starts_requests_on_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("open.jsonl");
+    paused_runtime().block_on(async {
+        let server = mock().await;
+        let arr = Arrivals::Open {
+            rate: 200.0,
+            kind: ArrivalKind::Poisson,
+            burstiness: 1.0,
+        };
+        let s = Schedule::new(arr, Stop::Duration(Duration::from_millis(500)), 5).unwrap();
+        let slots = s.slots();
+        let cfg = config(&server.url(), &out, s, small());
+        let o = run_load(&cfg).await.unwrap();
+        let recs = read_records(&out).unwrap();
+        assert_eq!(recs.len(), slots.len());
+        assert_eq!(o.written as usize, slots.len());
+        for slot in &slots {
+            let r = recs
+                .iter()
+                .find(|r| r.load.as_ref().unwrap().index == slot.index)
+                .unwrap();
+            let l = r.load.as_ref().unwrap();
+            assert_eq!(l.scheduled_ns, slot.offset_ns);
+            // On the paused clock only tokio's timer granularity (1 ms) delays a send; TTFT from
+            // the schedule is that wait plus TTFT from the send.
+            assert!(l.client_queue_ns < 1_000_000, "{}", l.client_queue_ns);
+            assert_eq!(l.sent_ns, slot.offset_ns + l.client_queue_ns);
+            let ttft_ns = r.trace.as_ref().unwrap().chunks[0].at_ns;
+            assert_eq!(
+                l.ttft_from_schedule_ms,
+                Some((l.client_queue_ns + ttft_ns) as f64 / 1e6)
+            );
+        }
+        let json = to_json(&o.summary);
+        assert_eq!(json["requests"], slots.len() as u64);
+        assert!(json["metrics"]["client_queue"]["max_ms"].as_f64().unwrap() < 1.0);
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn two_shards_merged_match_one_unsharded_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let arr = Arrivals::Open {
+        rate: 100.0,
+        kind: ArrivalKind::Gamma,
+        burstiness: 0.5,
+    };
+    let s = Schedule::new(arr, Stop::Requests(60), 9).unwrap();
+    let rt = paused_runtime();
+    let whole = dir.path().join("whole.jsonl");
+    let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+    rt.block_on(async {
+        let server = mock().await;
+        run_load(&config(&server.url(), &whole, s.clone(), small()))
+            .await
+            .unwrap();
+        server.shutdown().await;
+        // Both shards against one server at the same time, with a shared start.
+        let server = mock().await;
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mk = |i: u32, out: &Path| {
+            let mut c = config(&server.url(), out, s.clone(), small());
+            c.shard = Shard { index: i, count: 2 };
+            c.start_at_unix_ms = Some(start);
+            c
+        };
+        let (ca, cb) = (mk(0, &a), mk(1, &b));
+        let (ra, rb) = tokio::join!(run_load(&ca), run_load(&cb));
+        assert_eq!(ra.unwrap().written + rb.unwrap().written, 60);
+        server.shutdown().await;
+    });
+    let slo = Slo::default();
+    let one = LoadSummary::from_records(&read_records(&whole).unwrap(), slo);
+    let (merged, ignored) = bench_client::load::merge_files(&[a.clone(), b.clone()], slo).unwrap();
+    assert_eq!(ignored, 0);
+    assert_eq!(merged.requests, one.requests);
+    assert_eq!(merged.succeeded, one.succeeded);
+    assert_eq!(merged.failures, one.failures);
+    assert_eq!(merged.prompt_tokens, one.prompt_tokens);
+    assert_eq!(merged.output_tokens, one.output_tokens);
+    assert_eq!(merged.chunk_tokens, one.chunk_tokens);
+    assert_eq!(merged.shards.len(), 2);
+    let sched = |p: &Path| {
+        read_records(p)
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let l = r.load.as_ref().unwrap();
+                (l.index, l.scheduled_ns, r.prompt_tokens, r.output_tokens)
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    let mut union = sched(&a);
+    union.extend(sched(&b));
+    assert_eq!(union, sched(&whole));
+    // Chunk counts depend on how the server batched concurrent streams; request counts do not.
+    for m in ["ttft", "e2e", "client_queue"] {
+        assert_eq!(merged.metrics[m].count(), one.metrics[m].count(), "{m}");
+    }
+}
+
+#[test]
+fn resume_skips_indices_already_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    paused_runtime().block_on(async {
+        let server = mock().await;
+        let mk =
+            |n| Schedule::new(Arrivals::Closed { concurrency: 4 }, Stop::Requests(n), 3).unwrap();
+        run_load(&config(&server.url(), &out, mk(10), small()))
+            .await
+            .unwrap();
+        let again = run_load(&config(&server.url(), &out, mk(25), small())).await;
+        assert!(again.unwrap_err().to_string().contains("--resume"));
+        let mut cfg = config(&server.url(), &out, mk(25), small());
+        cfg.resume = true;
+        let o = run_load(&cfg).await.unwrap();
+        assert_eq!((o.skipped, o.written), (10, 15));
+        let recs = read_records(&out).unwrap();
+        assert_eq!(recs.len(), 25);
+        assert_eq!(indices(&recs), (0..25).collect());
+        let mut other_seed = cfg.clone();
+        other_seed.seed = 4;
+        assert!(run_load(&other_seed).await.is_err());
+        server.shutdown().await;
+    });
+}
+
+fn synthetic(index: u64, ttft_us: u64, gaps: &[(u64, u32)], queue_us: u64, fail: bool) -> Record {
+    let mut chunks = Vec::new();
+    let mut at = ttft_us * 1000;
+    let mut cum = 0;
+    let first = gaps.first().map_or(1, |g| g.1.max(1));
+    for (k, &(gap_us, t)) in std::iter::once(&(0, first))
+        .chain(gaps.iter().skip(1))
+        .enumerate()
+    {
+        at += if k == 0 { 0 } else { gap_us * 1000 };
+        cum += t.max(1);
+        chunks.push(Chunk {
+            at_ns: at,
+            tokens: Some(t.max(1)),
+            text_len: t.max(1),
+            usage: Some(Usage {
+                prompt_tokens: Some(32),
+                completion_tokens: Some(cum),
+                cached_tokens: Some(index as u32 % 7),
+            }),
+            ..Chunk::default()
+        });
+    }
+    let trace = RequestTrace {
+        rid: format!("r{index}"),
+        dialect: Dialect::Sglang,
+        prompt_tokens_sent: Some(32),
+        max_tokens: cum,
+        status: Some(if fail { 500 } else { 200 }),
+        headers_ns: Some(1000),
+        reads: chunks.len() as u32,
+        chunks: if fail { Vec::new() } else { chunks },
+        done_ns: (!fail).then_some(at + 1000),
+        end: if fail {
+            StreamEnd::HttpStatus {
+                status: 500,
+                body: "x".into(),
+            }
+        } else {
+            StreamEnd::Done
+        },
+        end_ns: at + 1000,
+        attribution: TokenAttribution::ServerCumulative,
+    };
+    load_record(
+        trace,
+        32,
+        LoadInfo {
+            index,
+            shard: Shard::default(),
+            seed: 1,
+            start_unix_ms: 1_700_000_000_000,
+            scheduled_ns: index * 3_000_000,
+            sent_ns: index * 3_000_000 + queue_us * 1000,
+            client_queue_ns: queue_us * 1000,
+            ttft_from_schedule_ms: None,
+            prefix_group: None,
+        },
+    )
+}
+
+fn record_strategy() -> impl Strategy<Value = Record> {
+    (
+        0u64..5000,
+        1u64..2_000_000,
+        prop::collection::vec((1u64..500_000, 1u32..6), 1..12),
+        0u64..5000,
+        prop::bool::weighted(0.1),
+    )
+        .prop_map(|(i, ttft, gaps, q, fail)| synthetic(i, ttft, &gaps, q, fail))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn summaries_merge_exactly(
+        recs in prop::collection::vec(record_strategy(), 0..60),
+        split in 0usize..60,
+    ) {
+        let slo = Slo { ttft_ms: Some(800.0), tpot_ms: Some(60.0) };
+        let k = split.min(recs.len());
+        let (a, b) = recs.split_at(k);
+        let whole = LoadSummary::from_records(&recs, slo);
+        let merged = LoadSummary::from_records(a, slo).merge(&LoadSummary::from_records(b, slo));
+        prop_assert_eq!(&merged, &whole);
+        prop_assert_eq!(to_json(&merged), to_json(&whole));
+        prop_assert_eq!(render_table(&merged), render_table(&whole));
+    }
+}
