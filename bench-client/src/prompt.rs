@@ -68,12 +68,22 @@ impl PromptGen {
         rng
     }
 
-    /// Exactly `n` token ids for request number `index`: every id is drawn at random, so two different
-    /// indices share a prefix of length k with probability about (1/range)^k.
+    /// Exactly `n` token ids for request number `index`. The first id is `index` modulo the id range,
+    /// so consecutive indices never share even a one-token prefix (a radix cache matches single tokens);
+    /// every other id is drawn at random, so two prompts share a prefix of length k with probability
+    /// about (1/range)^k beyond that.
     pub fn token_ids(&self, n: u32, index: u64) -> Vec<u32> {
         let mut rng = self.rng(index);
+        let range = u64::from(self.id_max - self.id_min);
+        let first = self.id_min + u32::try_from(index % range).unwrap_or(0);
         (0..n)
-            .map(|_| rng.random_range(self.id_min..self.id_max))
+            .map(|i| {
+                if i == 0 {
+                    first
+                } else {
+                    rng.random_range(self.id_min..self.id_max)
+                }
+            })
             .collect()
     }
 
@@ -105,6 +115,15 @@ mod tests {
             prop_assert_eq!(ids.len(), n as usize);
             prop_assert!(ids.iter().all(|&t| (100..4000).contains(&t)));
         }
+    }
+
+    #[test]
+    fn consecutive_prompts_never_share_the_first_token() {
+        let g = PromptGen::new(3);
+        let firsts: std::collections::HashSet<u32> = (0..3900u64)
+            .map(|i| g.token_ids(4, (7 << 40) | i)[0])
+            .collect();
+        assert_eq!(firsts.len(), 3900);
     }
 
     #[test]

@@ -295,6 +295,8 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
             }
         }
     });
+    // The results file (and its folder) first: the manifest lives beside it.
+    let mut writer = RecordWriter::open(&cfg.out)?;
     {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -305,7 +307,6 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
         writeln!(f, "{manifest}")
             .with_context(|| format!("writing {}", manifest_path.display()))?;
     }
-    let mut writer = RecordWriter::open(&cfg.out)?;
     let mut runner = Runner {
         cfg,
         http,

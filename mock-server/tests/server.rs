@@ -124,7 +124,10 @@ async fn kimi_fixed_config_serves_long_prompts_back_to_back() {
     c.set("chunked_prefill_size", "4096").unwrap();
     c.set("expandable_segments", "true").unwrap();
     let s = start(c).await;
-    for (i, n) in [64_000usize, 128_000, 128_000, 185_000, 185_000].into_iter().enumerate() {
+    for (i, n) in [64_000usize, 128_000, 128_000, 185_000, 185_000]
+        .into_iter()
+        .enumerate()
+    {
         let rid = format!("long-{i}");
         let body = json!({"rid": rid, "input_ids": ids(n, 100 + i as u32), "stream": true,
             "sampling_params": {"max_new_tokens": 4, "ignore_eos": true}});
