@@ -307,47 +307,18 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         total: secs("total-timeout-s", a.total_timeout_s)?,
     };
     let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
-    let api_key = a
-        .api_key
-        .clone()
-        .or_else(|| std::env::var("OPENAI_API_KEY").ok())
-        .or_else(|| std::env::var("SGLANG_API_KEY").ok())
-        .filter(|k| !k.is_empty());
-
-    #[cfg(feature = "embedded-mock")]
-    let mut mock = None;
-    let base_url = match &a.url {
-        Some(u) => u.clone(),
-        None => {
-            #[cfg(feature = "embedded-mock")]
-            {
-                let m = bench_client::embedded::EmbeddedMock::start(&a.preset, &a.mock_set).await?;
-                let url = m.url();
-                eprintln!(
-                    "started the embedded mock server (preset {}) at {url}",
-                    a.preset
-                );
-                mock = Some(m);
-                url
-            }
-            #[cfg(not(feature = "embedded-mock"))]
-            {
-                anyhow::bail!(
-                    "no --url given and this build has no embedded mock (feature embedded-mock)"
-                );
-            }
-        }
-    };
-    let http = client::http_client(&timeouts)?;
-    let dialect = match a.api {
-        Some(d) => d,
-        None => client::probe_dialect(&http, &base_url, api_key.as_deref()).await,
-    };
-    let model = match &a.model {
-        Some(m) => Some(m.clone()),
-        None if dialect == Dialect::Sglang => None,
-        None => client::first_model(&http, &base_url, api_key.as_deref()).await,
-    };
+    let (target, mock) = connect(
+        Server {
+            url: a.url.as_deref(),
+            api: a.api,
+            model: a.model.as_deref(),
+            api_key: a.api_key.as_deref(),
+            preset: &a.preset,
+            mock_set: &a.mock_set,
+        },
+        &timeouts,
+    )
+    .await?;
     let out = a.out.clone().unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -357,12 +328,7 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
     });
     let command = redact_args(std::env::args());
     let cfg = SweepConfig {
-        target: Target {
-            base_url,
-            dialect,
-            model,
-            api_key,
-        },
+        target,
         contexts,
         output_tokens: a.output_tokens,
         runs: a.runs,
@@ -389,7 +355,6 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         out.display()
     );
     let outcome = sweep::run_sweep(&cfg).await;
-    #[cfg(feature = "embedded-mock")]
     if let Some(m) = mock {
         m.shutdown().await;
     }
@@ -419,6 +384,82 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The command line for the manifest, with any `--api-key` value removed.
+/// Where to send requests, as given on the command line.
+struct Server<'a> {
+    url: Option<&'a str>,
+    api: Option<Dialect>,
+    model: Option<&'a str>,
+    api_key: Option<&'a str>,
+    preset: &'a str,
+    mock_set: &'a [(String, String)],
+}
+
+#[cfg(feature = "embedded-mock")]
+type Mock = bench_client::embedded::EmbeddedMock;
+
+/// Without the embedded mock there is never one to shut down.
+#[cfg(not(feature = "embedded-mock"))]
+enum Mock {}
+
+#[cfg(not(feature = "embedded-mock"))]
+impl Mock {
+    async fn shutdown(self) {
+        match self {}
+    }
+}
+
+/// Resolve the target: the given URL, or an embedded mock started here (returned, so the caller shuts
+/// it down after the run); the API key from the flag or `OPENAI_API_KEY` / `SGLANG_API_KEY`; the
+/// dialect and the model probed from the server when not given.
+async fn connect(s: Server<'_>, timeouts: &Timeouts) -> anyhow::Result<(Target, Option<Mock>)> {
+    let api_key = s
+        .api_key
+        .map(str::to_string)
+        .or_else(|| std::env::var("OPENAI_API_KEY").ok())
+        .or_else(|| std::env::var("SGLANG_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    let (base_url, mock) = match s.url {
+        Some(u) => (u.to_string(), None),
+        None => start_mock(s.preset, s.mock_set).await?,
+    };
+    let http = client::http_client(timeouts)?;
+    let dialect = match s.api {
+        Some(d) => d,
+        None => client::probe_dialect(&http, &base_url, api_key.as_deref()).await,
+    };
+    let model = match s.model {
+        Some(m) => Some(m.to_string()),
+        None if dialect == Dialect::Sglang => None,
+        None => client::first_model(&http, &base_url, api_key.as_deref()).await,
+    };
+    let target = Target {
+        base_url,
+        dialect,
+        model,
+        api_key,
+    };
+    Ok((target, mock))
+}
+
+#[cfg(feature = "embedded-mock")]
+async fn start_mock(
+    preset: &str,
+    sets: &[(String, String)],
+) -> anyhow::Result<(String, Option<Mock>)> {
+    let m = bench_client::embedded::EmbeddedMock::start(preset, sets).await?;
+    let url = m.url();
+    eprintln!("started the embedded mock server (preset {preset}) at {url}");
+    Ok((url, Some(m)))
+}
+
+#[cfg(not(feature = "embedded-mock"))]
+async fn start_mock(
+    _preset: &str,
+    _sets: &[(String, String)],
+) -> anyhow::Result<(String, Option<Mock>)> {
+    anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
+}
+
 fn redact_args(args: impl Iterator<Item = String>) -> String {
     let mut out = Vec::new();
     let mut hide_next = false;
@@ -539,46 +580,18 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         idle: secs("idle-timeout-s", a.idle_timeout_s)?,
         total: secs("total-timeout-s", a.total_timeout_s)?,
     };
-    let api_key = a
-        .api_key
-        .clone()
-        .or_else(|| std::env::var("OPENAI_API_KEY").ok())
-        .or_else(|| std::env::var("SGLANG_API_KEY").ok())
-        .filter(|k| !k.is_empty());
-    #[cfg(feature = "embedded-mock")]
-    let mut mock = None;
-    let base_url = match &a.url {
-        Some(u) => u.clone(),
-        None => {
-            #[cfg(feature = "embedded-mock")]
-            {
-                let m = bench_client::embedded::EmbeddedMock::start(&a.preset, &a.mock_set).await?;
-                let url = m.url();
-                eprintln!(
-                    "started the embedded mock server (preset {}) at {url}",
-                    a.preset
-                );
-                mock = Some(m);
-                url
-            }
-            #[cfg(not(feature = "embedded-mock"))]
-            {
-                anyhow::bail!(
-                    "no --url given and this build has no embedded mock (feature embedded-mock)"
-                );
-            }
-        }
-    };
-    let http = client::http_client(&timeouts)?;
-    let dialect = match a.api {
-        Some(d) => d,
-        None => client::probe_dialect(&http, &base_url, api_key.as_deref()).await,
-    };
-    let model = match &a.model {
-        Some(m) => Some(m.clone()),
-        None if dialect == Dialect::Sglang => None,
-        None => client::first_model(&http, &base_url, api_key.as_deref()).await,
-    };
+    let (target, mock) = connect(
+        Server {
+            url: a.url.as_deref(),
+            api: a.api,
+            model: a.model.as_deref(),
+            api_key: a.api_key.as_deref(),
+            preset: &a.preset,
+            mock_set: &a.mock_set,
+        },
+        &timeouts,
+    )
+    .await?;
     let out = a.out.clone().unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -587,12 +600,7 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         PathBuf::from(format!("results/load-{t}.jsonl"))
     });
     let cfg = load::LoadConfig {
-        target: Target {
-            base_url,
-            dialect,
-            model,
-            api_key,
-        },
+        target,
         timeouts,
         schedule,
         workload,
@@ -616,7 +624,6 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         out.display()
     );
     let outcome = load::run_load(&cfg).await;
-    #[cfg(feature = "embedded-mock")]
     if let Some(m) = mock {
         m.shutdown().await;
     }
