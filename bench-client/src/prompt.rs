@@ -62,20 +62,29 @@ impl PromptGen {
         })
     }
 
+    /// The same id range with another seed.
+    pub fn reseeded(&self, seed: u64) -> Self {
+        Self {
+            seed,
+            ..self.clone()
+        }
+    }
+
     fn rng(&self, stream: u64) -> ChaCha8Rng {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(stream);
         rng
     }
 
-    /// Exactly `n` token ids for request number `index`. The first id is `index` modulo the id range,
-    /// so consecutive indices never share even a one-token prefix (a radix cache matches single tokens);
+    /// Exactly `n` token ids for request number `index`. The first id is `index + seed` modulo the id
+    /// range, so consecutive indices never share even a one-token prefix (a radix cache matches single
+    /// tokens), and another seed shifts them all;
     /// every other id is drawn at random, so two prompts share a prefix of length k with probability
     /// about (1/range)^k beyond that.
     pub fn token_ids(&self, n: u32, index: u64) -> Vec<u32> {
         let mut rng = self.rng(index);
         let range = u64::from(self.id_max - self.id_min);
-        let first = self.id_min + u32::try_from(index % range).unwrap_or(0);
+        let first = self.id_min + u32::try_from(index.wrapping_add(self.seed) % range).unwrap_or(0);
         (0..n)
             .map(|i| {
                 if i == 0 {

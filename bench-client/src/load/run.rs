@@ -259,7 +259,8 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         anyhow::bail!("load runs send token-id prompts of exact length; the openai-chat dialect takes only text (use --api openai or sglang)");
     }
     let planner = Planner::new(cfg.workload.clone(), cfg.seed, cfg.token_id_range)
-        .map_err(anyhow::Error::msg)?;
+        .map_err(anyhow::Error::msg)?
+        .salted(cfg.start_at_unix_ms.unwrap_or_else(rand::random));
     let exists = std::fs::metadata(&cfg.out)
         .map(|m| m.len() > 0)
         .unwrap_or(false);

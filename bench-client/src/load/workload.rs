@@ -241,6 +241,19 @@ impl Planner {
         })
     }
 
+    /// Salt the prompt contents (not the lengths, groups or schedule): a run against a server whose
+    /// prefix cache is still warm from an earlier run with the same seed must not be served from it.
+    /// `run_load` salts with `--start-at`, which all shards of one run share (so they share their group
+    /// prefixes), or with a random number when a run has no shared start.
+    pub fn salted(mut self, salt: u64) -> Self {
+        let mix = salt.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.prompts = self.prompts.reseeded(self.seed ^ mix);
+        self.prefixes = self
+            .prefixes
+            .reseeded(self.seed ^ mix ^ 0x5a5a_9e37_79b9_7f4a);
+        self
+    }
+
     /// The workload.
     pub fn workload(&self) -> &Workload {
         &self.workload

@@ -123,3 +123,29 @@ fn ttft_is_measured_from_the_scheduled_start_with_queue_time_apart() {
         server.shutdown().await;
     });
 }
+
+/// Two runs with the same seed against one server: the second is not served from the prefix cache the
+/// first left warm (prompt contents are salted per run; lengths and schedule stay those of the seed).
+#[test]
+fn a_second_run_with_the_same_seed_is_not_served_from_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    common::paused_runtime().block_on(async {
+        let server = common::start(common::preset("small-cpu-demo")).await;
+        let w = Workload::Random {
+            input: LenDist::Fixed { n: 256 },
+            output: LenDist::Fixed { n: 4 },
+        };
+        for run in 0..2 {
+            let out = dir.path().join(format!("run{run}.jsonl"));
+            let s =
+                Schedule::new(Arrivals::Closed { concurrency: 4 }, Stop::Requests(32), 21).unwrap();
+            let o = run_load(&cfg(server.url(), &out, s, w.clone()))
+                .await
+                .unwrap();
+            assert_eq!(o.summary.derived().cache_hit_rate, Some(0.0), "run {run}");
+        }
+        let cached: usize = server.truth().all().iter().map(|t| t.cached_tokens).sum();
+        assert_eq!(cached, 0);
+        server.shutdown().await;
+    });
+}
