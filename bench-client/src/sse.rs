@@ -56,32 +56,33 @@ impl SseDecoder {
                 i = 1;
             }
         }
-        let mut start = i;
-        while i < bytes.len() {
-            let b = bytes[i];
-            if b == b'\n' || b == b'\r' {
-                self.line.extend_from_slice(&bytes[start..i]);
-                self.end_line(out);
-                if b == b'\r' {
-                    if i + 1 < bytes.len() {
-                        if bytes[i + 1] == b'\n' {
-                            i += 1;
-                        }
-                    } else {
-                        self.pending_cr = true;
-                    }
-                }
-                start = i + 1;
+        // Find line ends with memchr; a line that lies wholly inside this read is handled in place,
+        // only a line split across reads is copied into `self.line`.
+        while let Some(off) = memchr::memchr2(b'\n', b'\r', &bytes[i..]) {
+            let end = i + off;
+            if self.line.is_empty() {
+                self.line_done(&bytes[i..end], out);
+            } else {
+                self.line.extend_from_slice(&bytes[i..end]);
+                let line = std::mem::take(&mut self.line);
+                self.line_done(&line, out);
+                self.line = clear(line);
             }
-            i += 1;
+            i = end + 1;
+            if bytes[end] == b'\r' {
+                match bytes.get(i) {
+                    Some(b'\n') => i += 1,
+                    Some(_) => {}
+                    None => self.pending_cr = true,
+                }
+            }
         }
-        if start < bytes.len() {
-            self.line.extend_from_slice(&bytes[start..]);
+        if i < bytes.len() {
+            self.line.extend_from_slice(&bytes[i..]);
         }
     }
 
-    fn end_line(&mut self, out: &mut Vec<SseEvent>) {
-        let line = std::mem::take(&mut self.line);
+    fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
         if line.is_empty() {
             if self.has_data {
                 out.push(SseEvent {
@@ -92,33 +93,33 @@ impl SseDecoder {
             self.has_data = false;
             self.data.clear();
             self.event = None;
-            self.line = line;
             return;
         }
         if line[0] == b':' {
-            self.line = clear(line);
             return;
         }
-        let (field, value) = match line.iter().position(|&c| c == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(p) => {
                 let v = &line[p + 1..];
                 let v = v.strip_prefix(b" ").unwrap_or(v);
                 (&line[..p], v)
             }
-            None => (&line[..], &[][..]),
+            None => (line, &[][..]),
         };
         match field {
             b"data" => {
                 if self.has_data {
                     self.data.push('\n');
                 }
-                self.data.push_str(&String::from_utf8_lossy(value));
+                match std::str::from_utf8(value) {
+                    Ok(v) => self.data.push_str(v),
+                    Err(_) => self.data.push_str(&String::from_utf8_lossy(value)),
+                }
                 self.has_data = true;
             }
             b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
             _ => {} // id, retry and unknown fields do not matter here
         }
-        self.line = clear(line);
     }
 }
 
