@@ -607,6 +607,7 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         warmup: a.warmup,
         shard,
         start_at_unix_ms: a.start_at,
+        prompt_salt: None,
         out: out.clone(),
         resume: a.resume,
         seed: a.seed,

@@ -50,6 +50,7 @@ fn config(url: &str, out: &Path, schedule: Schedule, workload: Workload) -> Load
         warmup: 0,
         shard: Shard::default(),
         start_at_unix_ms: None,
+        prompt_salt: Some(1),
         out: out.to_path_buf(),
         resume: false,
         seed: 11,

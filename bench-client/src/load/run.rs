@@ -44,6 +44,9 @@ pub struct LoadConfig {
     pub shard: Shard,
     /// Shared run start, unix ms (all shards of one run pass the same value).
     pub start_at_unix_ms: Option<u64>,
+    /// Salt of the prompt contents; `None`: `start_at_unix_ms` when given (shards share it), else random.
+    /// Lengths, groups and the schedule depend on the seed alone.
+    pub prompt_salt: Option<u64>,
     /// Results file (JSONL).
     pub out: PathBuf,
     /// Skip request indices already in `out`.
@@ -260,7 +263,11 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     }
     let planner = Planner::new(cfg.workload.clone(), cfg.seed, cfg.token_id_range)
         .map_err(anyhow::Error::msg)?
-        .salted(cfg.start_at_unix_ms.unwrap_or_else(rand::random));
+        .salted(
+            cfg.prompt_salt
+                .or(cfg.start_at_unix_ms)
+                .unwrap_or_else(rand::random),
+        );
     let exists = std::fs::metadata(&cfg.out)
         .map(|m| m.len() > 0)
         .unwrap_or(false);
