@@ -256,6 +256,24 @@ fn unix_ms_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Wait until `at` more precisely than tokio's timer, whose deadlines round up to the next whole
+/// millisecond: sleep to 1 ms before `at`, then yield until the clock passes `at`. If the clock does
+/// not move across a yield (tokio's paused clock, in tests), the timer finishes the wait instead.
+async fn wait_until(at: Instant) {
+    let coarse = at.checked_sub(Duration::from_millis(1)).unwrap_or(at);
+    tokio::time::sleep_until(coarse).await;
+    let mut last = Instant::now();
+    while last < at {
+        tokio::task::yield_now().await;
+        let now = Instant::now();
+        if now == last {
+            tokio::time::sleep_until(at).await;
+            return;
+        }
+        last = now;
+    }
+}
+
 /// Run a load test, appending each record to `cfg.out` as it finishes.
 pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     if cfg.target.dialect == Dialect::OpenAiChat {
@@ -416,7 +434,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                 let mut set = JoinSet::new();
                 for s in slots {
                     let at = ctx.base + Duration::from_nanos(s.offset_ns - shift);
-                    tokio::time::sleep_until(at).await;
+                    wait_until(at).await;
                     let (ctx, tx) = (ctx.clone(), tx.clone());
                     set.spawn(async move {
                         if let Some(r) = one(ctx, s.index, at, false).await {
