@@ -36,8 +36,9 @@ enum Cmd {
     Merge(MergeArgs),
 }
 
+/// Where to send requests: a server, or the embedded mock when no `--url` is given.
 #[derive(Args, Debug)]
-struct LoadArgs {
+struct ServerArgs {
     /// Server base URL; without it, an embedded mock server is started.
     #[arg(long)]
     url: Option<String>,
@@ -50,6 +51,18 @@ struct LoadArgs {
     /// API key (else env OPENAI_API_KEY or SGLANG_API_KEY); sent as a Bearer token, never recorded.
     #[arg(long)]
     api_key: Option<String>,
+    /// Embedded mock preset.
+    #[arg(long, default_value = "small-cpu-demo")]
+    preset: String,
+    /// Embedded mock setting, KEY=VALUE (repeatable), e.g. mem_fraction_static=0.94.
+    #[arg(long = "mock-set", value_parser = parse_kv)]
+    mock_set: Vec<(String, String)>,
+}
+
+#[derive(Args, Debug)]
+struct LoadArgs {
+    #[command(flatten)]
+    server: ServerArgs,
     /// Closed loop: keep N requests in flight (over all shards together).
     #[arg(long, conflicts_with_all = ["request_rate", "trace"])]
     concurrency: Option<u32>,
@@ -122,12 +135,6 @@ struct LoadArgs {
     /// Whole-request timeout, seconds.
     #[arg(long, default_value_t = 3600.0)]
     total_timeout_s: f64,
-    /// Embedded mock preset.
-    #[arg(long, default_value = "small-cpu-demo")]
-    preset: String,
-    /// Embedded mock setting, KEY=VALUE (repeatable).
-    #[arg(long = "mock-set", value_parser = parse_kv)]
-    mock_set: Vec<(String, String)>,
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
@@ -168,18 +175,8 @@ struct Output {
 
 #[derive(Args, Debug)]
 struct SweepArgs {
-    /// Server base URL; without it, an embedded mock server is started.
-    #[arg(long)]
-    url: Option<String>,
-    /// API dialect (default: probe the server).
-    #[arg(long, value_enum)]
-    api: Option<Dialect>,
-    /// Model name (default: the server's first model from /v1/models).
-    #[arg(long)]
-    model: Option<String>,
-    /// API key (else env OPENAI_API_KEY or SGLANG_API_KEY); sent as a Bearer token, never recorded.
-    #[arg(long)]
-    api_key: Option<String>,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Context lengths, comma separated, k = 1,000 tokens.
     #[arg(long, default_value = sweep::DEFAULT_CONTEXTS)]
     contexts: String,
@@ -243,12 +240,6 @@ struct SweepArgs {
     /// How long --on-crash wait waits, seconds.
     #[arg(long, default_value_t = 600.0)]
     crash_wait_s: f64,
-    /// Embedded mock preset.
-    #[arg(long, default_value = "small-cpu-demo")]
-    preset: String,
-    /// Embedded mock setting, KEY=VALUE (repeatable), e.g. mem_fraction_static=0.94.
-    #[arg(long = "mock-set", value_parser = parse_kv)]
-    mock_set: Vec<(String, String)>,
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
@@ -307,18 +298,7 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         total: secs("total-timeout-s", a.total_timeout_s)?,
     };
     let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
-    let (target, mock) = connect(
-        Server {
-            url: a.url.as_deref(),
-            api: a.api,
-            model: a.model.as_deref(),
-            api_key: a.api_key.as_deref(),
-            preset: &a.preset,
-            mock_set: &a.mock_set,
-        },
-        &timeouts,
-    )
-    .await?;
+    let (target, mock) = connect(&a.server, &timeouts).await?;
     let out = a.out.clone().unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -383,17 +363,6 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The command line for the manifest, with any `--api-key` value removed.
-/// Where to send requests, as given on the command line.
-struct Server<'a> {
-    url: Option<&'a str>,
-    api: Option<Dialect>,
-    model: Option<&'a str>,
-    api_key: Option<&'a str>,
-    preset: &'a str,
-    mock_set: &'a [(String, String)],
-}
-
 #[cfg(feature = "embedded-mock")]
 type Mock = bench_client::embedded::EmbeddedMock;
 
@@ -411,24 +380,24 @@ impl Mock {
 /// Resolve the target: the given URL, or an embedded mock started here (returned, so the caller shuts
 /// it down after the run); the API key from the flag or `OPENAI_API_KEY` / `SGLANG_API_KEY`; the
 /// dialect and the model probed from the server when not given.
-async fn connect(s: Server<'_>, timeouts: &Timeouts) -> anyhow::Result<(Target, Option<Mock>)> {
+async fn connect(s: &ServerArgs, timeouts: &Timeouts) -> anyhow::Result<(Target, Option<Mock>)> {
     let api_key = s
         .api_key
-        .map(str::to_string)
+        .clone()
         .or_else(|| std::env::var("OPENAI_API_KEY").ok())
         .or_else(|| std::env::var("SGLANG_API_KEY").ok())
         .filter(|k| !k.is_empty());
-    let (base_url, mock) = match s.url {
-        Some(u) => (u.to_string(), None),
-        None => start_mock(s.preset, s.mock_set).await?,
+    let (base_url, mock) = match &s.url {
+        Some(u) => (u.clone(), None),
+        None => start_mock(&s.preset, &s.mock_set).await?,
     };
     let http = client::http_client(timeouts)?;
     let dialect = match s.api {
         Some(d) => d,
         None => client::probe_dialect(&http, &base_url, api_key.as_deref()).await,
     };
-    let model = match s.model {
-        Some(m) => Some(m.to_string()),
+    let model = match &s.model {
+        Some(m) => Some(m.clone()),
         None if dialect == Dialect::Sglang => None,
         None => client::first_model(&http, &base_url, api_key.as_deref()).await,
     };
@@ -460,6 +429,7 @@ async fn start_mock(
     anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
 }
 
+/// The command line for the manifest, with any `--api-key` value removed.
 fn redact_args(args: impl Iterator<Item = String>) -> String {
     let mut out = Vec::new();
     let mut hide_next = false;
@@ -580,18 +550,7 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         idle: secs("idle-timeout-s", a.idle_timeout_s)?,
         total: secs("total-timeout-s", a.total_timeout_s)?,
     };
-    let (target, mock) = connect(
-        Server {
-            url: a.url.as_deref(),
-            api: a.api,
-            model: a.model.as_deref(),
-            api_key: a.api_key.as_deref(),
-            preset: &a.preset,
-            mock_set: &a.mock_set,
-        },
-        &timeouts,
-    )
-    .await?;
+    let (target, mock) = connect(&a.server, &timeouts).await?;
     let out = a.out.clone().unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

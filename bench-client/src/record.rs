@@ -272,6 +272,21 @@ impl Record {
     }
 }
 
+/// Whether `path` already holds results. With records there and no `resume`, an error that says how to
+/// go on (`hint` names what must match, e.g. the seed): a new run never mixes into an old file.
+pub fn existing_results(path: &Path, resume: bool, hint: &str) -> anyhow::Result<bool> {
+    let exists = std::fs::metadata(path)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false);
+    if exists && !resume {
+        anyhow::bail!(
+            "{} already has results; pass --resume{hint} to continue it or choose another --out",
+            path.display()
+        );
+    }
+    Ok(exists)
+}
+
 /// Failure kind of a record as a typed kind, when it is one of the request failure kinds.
 pub fn failure_kind(name: &str) -> Option<FailureKind> {
     serde_json::from_value(serde_json::Value::String(name.to_string())).ok()

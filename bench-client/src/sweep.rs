@@ -246,18 +246,8 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
     }
     let prompts = PromptGen::with_range(cfg.seed, cfg.token_id_range.0, cfg.token_id_range.1)
         .map_err(anyhow::Error::msg)?;
-    let exists = cfg.out.exists()
-        && std::fs::metadata(&cfg.out)
-            .map(|m| m.len() > 0)
-            .unwrap_or(false);
     let mut done: HashSet<(Method, u32, u32)> = HashSet::new();
-    if exists {
-        if !cfg.resume {
-            anyhow::bail!(
-                "{} already has results; pass --resume to continue it or choose another --out",
-                cfg.out.display()
-            );
-        }
+    if crate::record::existing_results(&cfg.out, cfg.resume, "")? {
         for r in read_records(&cfg.out)? {
             if !r.failed() {
                 done.insert(r.point_key());

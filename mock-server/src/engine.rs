@@ -270,28 +270,27 @@ impl Engine {
         }
     }
 
-    fn kv_available(&self) -> usize {
+    /// KV tokens in use: the radix tree plus every active request's private (unshared) tokens.
+    fn kv_used(&self) -> usize {
         let private: usize = self
             .prefilling
             .iter()
             .chain(self.running.iter())
             .map(Req::private)
             .sum();
+        self.tree.size() + private
+    }
+
+    fn kv_available(&self) -> usize {
         self.shared
             .budget
             .kv_pool_tokens
-            .saturating_sub(self.tree.size() + private)
+            .saturating_sub(self.kv_used())
     }
 
     /// Makes room for `need` tokens by evicting cache; true when they fit.
     fn reserve(&mut self, need: usize) -> bool {
-        let private: usize = self
-            .prefilling
-            .iter()
-            .chain(self.running.iter())
-            .map(Req::private)
-            .sum();
-        let used = self.tree.size() + private;
+        let used = self.kv_used();
         let pool = self.shared.budget.kv_pool_tokens;
         if used + need <= pool {
             return true;

@@ -286,17 +286,8 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                 .or(cfg.start_at_unix_ms)
                 .unwrap_or_else(rand::random),
         );
-    let exists = std::fs::metadata(&cfg.out)
-        .map(|m| m.len() > 0)
-        .unwrap_or(false);
     let mut done: HashSet<u64> = HashSet::new();
-    if exists {
-        if !cfg.resume {
-            anyhow::bail!(
-                "{} already has results; pass --resume (with the same --seed) to continue it or choose another --out",
-                cfg.out.display()
-            );
-        }
+    if crate::record::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
         for r in read_records(&cfg.out)? {
             let Some(l) = r.load else { continue };
             if l.seed != cfg.seed || l.shard != cfg.shard {
