@@ -17,6 +17,8 @@ pub mod replay;
 pub mod report;
 pub mod sse;
 pub mod sweep;
+#[cfg(feature = "tokenizer")]
+pub mod tokenizer;
 pub mod trace;
 
 pub use api::Dialect;

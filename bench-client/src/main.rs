@@ -69,6 +69,10 @@ struct LoadArgs {
     /// Open loop: requests per second (over all shards together).
     #[arg(long, conflicts_with = "trace")]
     request_rate: Option<f64>,
+    /// Open loop (rate or trace): at most N requests in flight (over all shards together); an arrival
+    /// that finds N in flight waits, and the wait is its client_queue_time.
+    #[arg(long, conflicts_with = "concurrency", value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrency: Option<u32>,
     /// Open-loop arrival process.
     #[arg(long, value_enum, default_value = "poisson")]
     arrival: bench_client::load::ArrivalKind,
@@ -219,6 +223,10 @@ struct SweepArgs {
     /// Ask for per-chunk token ids (vLLM `return_token_ids`).
     #[arg(long)]
     return_token_ids: bool,
+    /// Send text prompts of exactly N tokens under this local Hugging Face tokenizer.json (any
+    /// --api; needs a build with `--features tokenizer`).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
     /// Connect timeout, seconds.
     #[arg(long, default_value_t = 10.0)]
     connect_timeout_s: f64,
@@ -298,6 +306,7 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         total: secs("total-timeout-s", a.total_timeout_s)?,
     };
     let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
+    let prompt_source = prompt_source(a.tokenizer.as_deref(), a.seed)?;
     let (target, mock) = connect(&a.server, &timeouts).await?;
     let out = a.out.clone().unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -334,7 +343,7 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         cfg.target.dialect.as_str(),
         out.display()
     );
-    let outcome = sweep::run_sweep(&cfg).await;
+    let outcome = sweep::run_sweep_with(&cfg, prompt_source).await;
     if let Some(m) = mock {
         m.shutdown().await;
     }
@@ -361,6 +370,34 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prompts of the sweep: exact-length text under `--tokenizer`, else the default.
+#[cfg(feature = "tokenizer")]
+fn prompt_source(
+    tokenizer: Option<&std::path::Path>,
+    seed: u64,
+) -> anyhow::Result<sweep::PromptSource> {
+    Ok(match tokenizer {
+        Some(p) => sweep::PromptSource::Tokenizer(std::sync::Arc::new(
+            bench_client::tokenizer::TextPrompts::from_file(p, seed)
+                .map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?,
+        )),
+        None => sweep::PromptSource::Default,
+    })
+}
+
+#[cfg(not(feature = "tokenizer"))]
+fn prompt_source(
+    tokenizer: Option<&std::path::Path>,
+    _seed: u64,
+) -> anyhow::Result<sweep::PromptSource> {
+    match tokenizer {
+        Some(_) => anyhow::bail!(
+            "--tokenizer needs a build with the tokenizer feature: cargo build --release -p bench-client --features tokenizer"
+        ),
+        None => Ok(sweep::PromptSource::Default),
+    }
 }
 
 #[cfg(feature = "embedded-mock")]
@@ -564,6 +601,7 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         schedule,
         workload,
         warmup: a.warmup,
+        max_concurrency: a.max_concurrency,
         shard,
         start_at_unix_ms: a.start_at,
         prompt_salt: None,
@@ -625,7 +663,25 @@ fn run_merge(a: MergeArgs) -> anyhow::Result<ExitCode> {
     if summary.requests == 0 {
         anyhow::bail!("no load records in the given files");
     }
-    print_load(&summary, a.format)?;
+    // The shards' /metrics scrapes, from the manifests beside the results files.
+    let server = load::metrics::merge_files(&a.files)?;
+    match a.format {
+        Format::Json => {
+            let mut v = load::summary::to_json(&summary);
+            v["server_metrics"] = server.to_json();
+            println!("{v}");
+        }
+        _ => {
+            print_load(&summary, a.format)?;
+            if server.is_empty() {
+                eprintln!(
+                    "no /metrics scrapes found beside the results files (FILE.manifest.jsonl)"
+                );
+            } else {
+                print!("{}", server.render());
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

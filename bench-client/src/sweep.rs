@@ -70,6 +70,41 @@ pub struct SweepConfig {
     pub command: String,
 }
 
+/// Where a sweep's prompts come from.
+#[derive(Clone, Debug, Default)]
+pub enum PromptSource {
+    /// Random token ids; for the text-only openai-chat dialect, words of about one token each (the
+    /// server's reported `prompt_tokens` is then the true length).
+    #[default]
+    Default,
+    /// Text of exactly N tokens under a local tokenizer, for every dialect.
+    #[cfg(feature = "tokenizer")]
+    Tokenizer(std::sync::Arc<crate::tokenizer::TextPrompts>),
+}
+
+impl PromptSource {
+    /// What the prompts are, as the manifest records it: `token-ids`, `text-words` (about N tokens)
+    /// or `text-tokenizer` (exactly N tokens under the tokenizer, before any template or BOS token
+    /// the server adds).
+    pub fn kind(&self, dialect: Dialect) -> &'static str {
+        match self {
+            Self::Default if dialect == Dialect::OpenAiChat => "text-words",
+            Self::Default => "token-ids",
+            #[cfg(feature = "tokenizer")]
+            Self::Tokenizer(_) => "text-tokenizer",
+        }
+    }
+
+    /// The tokenizer file, if any.
+    pub fn tokenizer_path(&self) -> Option<String> {
+        match self {
+            Self::Default => None,
+            #[cfg(feature = "tokenizer")]
+            Self::Tokenizer(t) => Some(t.path().display().to_string()),
+        }
+    }
+}
+
 /// What a sweep did.
 #[derive(Debug)]
 pub struct SweepOutcome {
@@ -112,18 +147,30 @@ struct Runner<'a> {
     cfg: &'a SweepConfig,
     http: reqwest::Client,
     prompts: PromptGen,
+    source: PromptSource,
     nonce: u64,
     counter: u64,
 }
 
 impl Runner<'_> {
-    fn next_spec(&mut self, context: u32, max_tokens: u32) -> RequestSpec {
+    async fn next_spec(&mut self, context: u32, max_tokens: u32) -> anyhow::Result<RequestSpec> {
         self.counter += 1;
         let index = (self.nonce << 40) | self.counter;
-        let prompt = if self.cfg.target.dialect == Dialect::OpenAiChat {
-            Prompt::Text(self.prompts.text(context, index))
-        } else {
-            Prompt::TokenIds(self.prompts.token_ids(context, index))
+        let prompt = match &self.source {
+            #[cfg(feature = "tokenizer")]
+            PromptSource::Tokenizer(t) => {
+                // Encoding a long text takes a while: off the async threads.
+                let t = t.clone();
+                let text = tokio::task::spawn_blocking(move || t.text(context, index))
+                    .await
+                    .context("building a text prompt")?
+                    .map_err(anyhow::Error::msg)?;
+                Prompt::Text(text)
+            }
+            PromptSource::Default if self.cfg.target.dialect == Dialect::OpenAiChat => {
+                Prompt::Text(self.prompts.text(context, index))
+            }
+            PromptSource::Default => Prompt::TokenIds(self.prompts.token_ids(context, index)),
         };
         let mut spec = RequestSpec::new(
             format!("bc-{:x}-{}-{}", self.cfg.seed, self.nonce, self.counter),
@@ -131,7 +178,7 @@ impl Runner<'_> {
             max_tokens,
         );
         spec.return_token_ids = self.cfg.return_token_ids;
-        spec
+        Ok(spec)
     }
 
     fn key(&self) -> Option<&str> {
@@ -142,25 +189,25 @@ impl Runner<'_> {
         client::flush_cache(&self.http, &self.cfg.target.base_url, self.key()).await
     }
 
-    async fn streaming(&mut self, context: u32, run: u32) -> Record {
+    async fn streaming(&mut self, context: u32, run: u32) -> anyhow::Result<Record> {
+        let spec = self.next_spec(context, self.cfg.output_tokens).await?;
         if self.cfg.flush_cache {
             if let Err(e) = self.flush().await {
                 tracing::warn!("{e}");
             }
         }
-        let spec = self.next_spec(context, self.cfg.output_tokens);
         let trace = client::send(&self.http, &self.cfg.target, &spec, &self.cfg.timeouts).await;
-        Record::streaming(trace, context, run)
+        Ok(Record::streaming(trace, context, run))
     }
 
-    async fn two_point(&mut self, context: u32, run: u32) -> Record {
+    async fn two_point(&mut self, context: u32, run: u32) -> anyhow::Result<Record> {
         let (na, nb) = self.cfg.two_point_tokens;
+        let spec_a = self.next_spec(context, na).await?;
         if self.cfg.flush_cache {
             if let Err(e) = self.flush().await {
                 tracing::warn!("{e}");
             }
         }
-        let spec_a = self.next_spec(context, na);
         let mut spec_b = spec_a.clone();
         spec_b.max_tokens = nb;
         spec_b.rid = format!("{}-b", spec_a.rid);
@@ -178,12 +225,12 @@ impl Runner<'_> {
         if self.cfg.flush_cache && a.failure().is_none() {
             if let Err(message) = self.flush().await {
                 detail.trace_a = Some(a);
-                return Record::two_point(
+                return Ok(Record::two_point(
                     Err(TwoPointError::FlushRefused { message }),
                     detail,
                     context,
                     run,
-                );
+                ));
             }
             detail.flushed = true;
         }
@@ -193,7 +240,7 @@ impl Runner<'_> {
         detail.cached_tokens_b = b.cached_tokens();
         detail.trace_a = Some(a);
         detail.trace_b = Some(b);
-        Record::two_point(result, detail, context, run)
+        Ok(Record::two_point(result, detail, context, run))
     }
 
     /// After a failure that suggests a crash: is the server back (possibly after waiting)?
@@ -237,6 +284,14 @@ fn is_down(rec: &Record) -> bool {
 
 /// Run the sweep, appending each record to `cfg.out` as it finishes.
 pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
+    run_sweep_with(cfg, PromptSource::Default).await
+}
+
+/// [`run_sweep`] with prompts from `source`.
+pub async fn run_sweep_with(
+    cfg: &SweepConfig,
+    source: PromptSource,
+) -> anyhow::Result<SweepOutcome> {
     if cfg.runs == 0 || cfg.output_tokens == 0 {
         anyhow::bail!("--runs and --output-tokens must be at least 1");
     }
@@ -275,6 +330,7 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
             "contexts": cfg.contexts, "output_tokens": cfg.output_tokens, "runs": cfg.runs,
             "warmup": cfg.warmup, "method": cfg.method, "flush_cache": cfg.flush_cache,
             "two_point_tokens": [a, b], "token_id_range": [cfg.token_id_range.0, cfg.token_id_range.1],
+            "prompt": { "kind": source.kind(cfg.target.dialect), "tokenizer": source.tokenizer_path() },
             "resume": cfg.resume, "on_crash": format!("{:?}", cfg.on_crash).to_lowercase(),
             "timeouts_s": {
                 "connect": cfg.timeouts.connect.as_secs_f64(),
@@ -301,6 +357,7 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
         cfg,
         http,
         prompts,
+        source,
         nonce,
         counter: 0,
     };
@@ -346,7 +403,10 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
                 w + 1,
                 cfg.warmup
             ));
-            let spec = runner.next_spec(context, cfg.output_tokens);
+            let spec = tokio::select! {
+                s = runner.next_spec(context, cfg.output_tokens) => s?,
+                _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
+            };
             let trace = tokio::select! {
                 t = client::send(&runner.http, &cfg.target, &spec, &cfg.timeouts) => t,
                 _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
@@ -369,7 +429,7 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
                     }
                 } => r,
                 _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
-            };
+            }?;
             writer.append(&rec)?;
             bar.inc(1);
             let msg = match (&rec.error, rec.ttft_ms, rec.decode_tok_s) {

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bench_client::client::{Target, Timeouts};
+use bench_client::load::metrics::by_name;
 use bench_client::load::run::load_record;
 use bench_client::load::summary::{render_table, to_json};
 use bench_client::load::{
@@ -48,6 +49,7 @@ fn config(url: &str, out: &Path, schedule: Schedule, workload: Workload) -> Load
         schedule,
         workload,
         warmup: 0,
+        max_concurrency: None,
         shard: Shard::default(),
         start_at_unix_ms: None,
         prompt_salt: Some(1),
@@ -146,7 +148,7 @@ fn closed_loop_at_concurrency_64_writes_jsonl_and_a_summary() {
         }
         let m = o.metrics.expect("the mock serves /metrics");
         let deltas = m.deltas();
-        assert_eq!(deltas["sglang:num_requests_total"], 256.0);
+        assert_eq!(by_name(&deltas, "sglang:num_requests_total"), Some(256.0));
         server.shutdown().await;
     });
 }
@@ -256,6 +258,103 @@ fn two_shards_merged_match_one_unsharded_run() {
     for m in ["ttft", "e2e", "client_queue"] {
         assert_eq!(merged.metrics[m].count(), one.metrics[m].count(), "{m}");
     }
+    // The shards scraped one server over overlapping windows: the merged /metrics count the run's
+    // traffic once, not once per shard.
+    let server_metrics = bench_client::load::metrics::merge_files(&[a, b]).unwrap();
+    assert!(server_metrics.missing.is_empty());
+    assert_eq!(server_metrics.per_shard.len(), 2);
+    assert_eq!(server_metrics.servers.len(), 1);
+    assert_eq!(server_metrics.servers[0].windows.len(), 1);
+    let d = server_metrics.deltas();
+    assert_eq!(by_name(&d, "sglang:num_requests_total"), Some(60.0));
+    assert_eq!(
+        by_name(&d, "sglang:generation_tokens_total"),
+        Some(merged.output_tokens as f64)
+    );
+    assert_eq!(
+        by_name(&d, "sglang:prompt_tokens_total"),
+        Some(merged.prompt_tokens as f64)
+    );
+}
+
+/// Most requests in flight at once, from the records' send-to-end intervals (an end and a send at
+/// the same instant do not overlap).
+fn peak_in_flight(recs: &[Record]) -> usize {
+    let mut events: Vec<(u64, i32)> = Vec::new();
+    for r in recs {
+        let l = r.load.as_ref().unwrap();
+        let end = l.sent_ns + r.trace.as_ref().unwrap().end_ns;
+        events.push((l.sent_ns, 1));
+        events.push((end, -1));
+    }
+    events.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, e) in events {
+        now += e;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+#[test]
+fn open_loop_max_concurrency_caps_requests_in_flight_and_counts_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let (capped, free) = (
+        dir.path().join("capped.jsonl"),
+        dir.path().join("free.jsonl"),
+    );
+    // 1,000 req/s of ~12-token streams: far more than 6 in flight without a cap.
+    let arr = Arrivals::Open {
+        rate: 1000.0,
+        kind: ArrivalKind::Poisson,
+        burstiness: 1.0,
+    };
+    let s = Schedule::new(arr, Stop::Requests(150), 13).unwrap();
+    let w = Workload::Random {
+        input: LenDist::Fixed { n: 32 },
+        output: LenDist::Fixed { n: 12 },
+    };
+    paused_runtime().block_on(async {
+        let server = mock().await;
+        let o = run_load(&config(&server.url(), &free, s.clone(), w.clone()))
+            .await
+            .unwrap();
+        assert_eq!(o.written, 150);
+        let mut cfg = config(&server.url(), &capped, s.clone(), w.clone());
+        cfg.max_concurrency = Some(6);
+        let o = run_load(&cfg).await.unwrap();
+        assert_eq!(o.written, 150);
+        assert_eq!(o.summary.succeeded, 150);
+        server.shutdown().await;
+    });
+    let free = read_records(&free).unwrap();
+    let capped = read_records(&capped).unwrap();
+    assert!(peak_in_flight(&free) > 6, "{}", peak_in_flight(&free));
+    assert_eq!(peak_in_flight(&capped), 6);
+    let queue = |recs: &[Record]| -> Vec<u64> {
+        recs.iter()
+            .map(|r| r.load.as_ref().unwrap().client_queue_ns)
+            .collect()
+    };
+    // Uncapped, only the timer's granularity delays a send; capped, arrivals wait for a free slot
+    // and the wait is client_queue_time, kept out of TTFT after the send and inside TTFT from the
+    // schedule.
+    assert!(queue(&free).iter().all(|&q| q < 1_000_000));
+    let waited = queue(&capped).iter().filter(|&&q| q > 1_000_000).count();
+    assert!(waited > 75, "{waited} of 150 waited over 1 ms");
+    for r in &capped {
+        let l = r.load.as_ref().unwrap();
+        assert_eq!(l.sent_ns, l.scheduled_ns + l.client_queue_ns);
+        let ttft_ns = r.trace.as_ref().unwrap().chunks[0].at_ns;
+        assert_eq!(
+            l.ttft_from_schedule_ms,
+            Some((l.client_queue_ns + ttft_ns) as f64 / 1e6)
+        );
+    }
+    // Sends keep the schedule's order.
+    let mut by_index: Vec<_> = capped.iter().map(|r| r.load.as_ref().unwrap()).collect();
+    by_index.sort_by_key(|l| l.index);
+    assert!(by_index.windows(2).all(|w| w[0].sent_ns <= w[1].sent_ns));
 }
 
 #[test]

@@ -270,3 +270,198 @@ async fn server_gone_stops_with_a_resume_hint() {
     assert_eq!(recs.len(), 1);
     assert_eq!(recs[0].error.as_ref().unwrap().kind, "connect-refused");
 }
+
+/// `--tokenizer`: text prompts of an exact length under a tokenizer.json built here.
+#[cfg(feature = "tokenizer")]
+mod tokenizer_prompts {
+    use super::*;
+    use bench_client::sweep::{run_sweep_with, PromptSource};
+    use bench_client::tokenizer::TextPrompts;
+    use std::path::{Path, PathBuf};
+
+    /// A word-level tokenizer of 300 words `w0`..`w299`, split on whitespace.
+    fn word_level(dir: &Path) -> PathBuf {
+        use tokenizers::models::wordlevel::WordLevel;
+        use tokenizers::pre_tokenizers::whitespace::Whitespace;
+        let vocab = (0..300u32)
+            .map(|i| (format!("w{i}"), i))
+            .chain([("[UNK]".to_string(), 300)])
+            .collect();
+        let model = WordLevel::builder()
+            .vocab(vocab)
+            .unk_token("[UNK]".into())
+            .build()
+            .unwrap();
+        let mut tok = tokenizers::Tokenizer::new(model);
+        tok.with_pre_tokenizer(Some(Whitespace {}));
+        let path = dir.join("tokenizer.json");
+        tok.save(&path, false).unwrap();
+        path
+    }
+
+    /// An OpenAI chat server that keeps every prompt it is sent and streams a role chunk, then two
+    /// tokens per 5 ms step with continuous usage.
+    async fn chat(
+        State(seen): State<Arc<Mutex<Vec<String>>>>,
+        Json(body): Json<Value>,
+    ) -> axum::response::Response {
+        let text = body["messages"][0]["content"].as_str().unwrap().to_string();
+        let prompt = text.split_whitespace().count() as u64;
+        seen.lock().unwrap().push(text);
+        let max = body["max_tokens"].as_u64().unwrap();
+        let stream = futures::stream::unfold(Some(0u64), move |state| async move {
+            let done = state?;
+            if done > max {
+                return Some((Ok::<_, Infallible>(Bytes::from("data: [DONE]\n\n")), None));
+            }
+            tokio::time::sleep(Duration::from_millis(if done == 0 { 10 } else { 5 })).await;
+            let (delta, n) = if done == 0 {
+                (json!({"role": "assistant", "content": ""}), 0)
+            } else {
+                (json!({"content": "ab"}), (done + 1).min(max))
+            };
+            let ev = json!({"choices": [{"index": 0, "delta": delta, "finish_reason": Value::Null}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": n}});
+            let next = if done == 0 { 1 } else { n + 1 };
+            Some((Ok(Bytes::from(format!("data: {ev}\n\n"))), Some(next)))
+        });
+        let mut r = axum::response::Response::new(Body::from_stream(stream));
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        r
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn chat_prompts_have_the_exact_count_and_differ_per_request() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/health", get(|| async { "ok" }))
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let dir = tempfile::tempdir().unwrap();
+        let tok = word_level(dir.path());
+        let out = dir.path().join("r.jsonl");
+        let mut cfg = config(format!("http://{addr}"), out.clone());
+        cfg.target.dialect = Dialect::OpenAiChat;
+        cfg.target.model = Some("m".into());
+        let prompts = Arc::new(TextPrompts::from_file(&tok, cfg.seed).unwrap());
+        let outcome = run_sweep_with(&cfg, PromptSource::Tokenizer(prompts.clone()))
+            .await
+            .unwrap();
+        assert!(outcome.stopped.is_none());
+        // 2 contexts x (1 warm-up + 2 runs).
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 6);
+        let distinct: HashSet<&String> = seen.iter().collect();
+        assert_eq!(distinct.len(), 6, "every request has its own prompt");
+        let firsts: HashSet<&str> = seen
+            .iter()
+            .map(|t| t.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(firsts.len(), 6, "consecutive prompts start differently");
+        for (text, want) in seen.iter().zip([10u32, 10, 10, 40, 40, 40]) {
+            assert_eq!(prompts.count(text).unwrap(), want, "{text}");
+            assert!(text.split_whitespace().all(|w| w != "[UNK]"));
+        }
+        assert_eq!(assert_valid(&out), 4);
+        let recs = read_records(&out).unwrap();
+        assert_eq!(recs.len(), 4);
+        for r in &recs {
+            assert!(r.error.is_none(), "{:?}", r.error);
+            assert!(!r.contaminated, "{:?}", r.contamination);
+            assert_eq!(r.prompt_tokens, Some(r.context_tokens));
+        }
+        let manifest =
+            std::fs::read_to_string(format!("{}.manifest.jsonl", out.display())).unwrap();
+        let m: Value = serde_json::from_str(manifest.lines().next().unwrap()).unwrap();
+        assert_eq!(m["settings"]["prompt"]["kind"], "text-tokenizer");
+        assert_eq!(
+            m["settings"]["prompt"]["tokenizer"],
+            tok.display().to_string()
+        );
+    }
+
+    fn cli(args: &[&str]) -> std::process::Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_bench-client"))
+            .arg("sweep")
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn missing_or_bad_tokenizer_files_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.json");
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, "{ not a tokenizer").unwrap();
+        for (file, want) in [(&missing, "does not exist"), (&bad, "cannot load")] {
+            let out = dir.path().join("r.jsonl");
+            let o = cli(&[
+                "--url",
+                "http://127.0.0.1:9",
+                "--api",
+                "openai-chat",
+                "--tokenizer",
+                file.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success());
+            assert!(
+                err.contains("--tokenizer")
+                    && err.contains(want)
+                    && err.contains(file.to_str().unwrap()),
+                "{err}"
+            );
+            assert!(!out.exists(), "no results file on a bad --tokenizer");
+        }
+    }
+
+    #[cfg(feature = "embedded-mock")]
+    #[test]
+    fn cli_sweep_against_the_embedded_mock() {
+        let dir = tempfile::tempdir().unwrap();
+        let tok = word_level(dir.path());
+        let out = dir.path().join("r.jsonl");
+        let o = cli(&[
+            "--api",
+            "openai-chat",
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--contexts",
+            "64,256",
+            "--runs",
+            "2",
+            "--output-tokens",
+            "8",
+            "--no-progress",
+            "--mock-set",
+            "enable_cache_report=true",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let recs = read_records(&out).unwrap();
+        assert_eq!(recs.len(), 4);
+        for r in &recs {
+            assert!(r.error.is_none(), "{:?}", r.error);
+            assert!(r.ttft_ms.is_some() && r.decode_tok_s.is_some());
+            // The mock tokenizes text its own way: it reports a length, not necessarily N.
+            assert!(r.prompt_tokens.is_some_and(|p| p > 0));
+        }
+        let manifest =
+            std::fs::read_to_string(format!("{}.manifest.jsonl", out.display())).unwrap();
+        assert!(
+            manifest.contains("\"kind\":\"text-tokenizer\""),
+            "{manifest}"
+        );
+    }
+}

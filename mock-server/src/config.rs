@@ -86,6 +86,10 @@ pub struct Config {
     pub decode_per_context_token_s: f64,
     /// Per request in the batch.
     pub decode_per_request_s: f64,
+    /// Output processing per request after a pass (detokenizing, the HTTP server's per-stream
+    /// work): the j-th stream event of a pass leaves `j x output_per_request_s` after the pass.
+    #[serde(default)]
+    pub output_per_request_s: f64,
     // --- speculative decoding ---
     /// "none", "EAGLE" or "DFLASH".
     pub speculative_algorithm: String,
@@ -214,6 +218,7 @@ impl Config {
             self.decode_base_s,
             self.decode_per_context_token_s,
             self.decode_per_request_s,
+            self.output_per_request_s,
             self.activation_bytes_per_extend_token,
             self.activation_bytes_per_context_token,
             self.fragmentation_bytes_per_context_token,

@@ -2,6 +2,7 @@
 //! speculative multi-token steps. Every pass costs model time from the cost model and the loop
 //! waits for it on tokio's clock with absolute deadlines, so errors never accumulate.
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::memory::MemoryBudget;
 use crate::metrics::{Histogram, E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS};
@@ -47,6 +48,10 @@ pub struct SpecStats {
 #[derive(Debug, Clone)]
 pub enum StreamEvent {
     Tokens {
+        /// Index of this chunk in the request's ground truth.
+        chunk: usize,
+        /// When the engine handed the event over, in ns since the request was received.
+        at_ns: u64,
         new_ids: Vec<u32>,
         prompt_tokens: usize,
         cached_tokens: usize,
@@ -76,6 +81,8 @@ pub struct Stats {
     pub requests_total: u64,
     pub spec_verify_total: u64,
     pub spec_tokens_total: u64,
+    /// Requests sent back to the queue under KV pressure.
+    pub retracted_total: u64,
     pub last_gen_throughput: f64,
     /// Time to first token, one observation per request.
     pub ttft: Histogram,
@@ -98,6 +105,7 @@ impl Default for Stats {
             requests_total: 0,
             spec_verify_total: 0,
             spec_tokens_total: 0,
+            retracted_total: 0,
             last_gen_throughput: 0.0,
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
@@ -145,6 +153,7 @@ impl EngineHandle {
             running: Vec::new(),
             shared: shared.clone(),
             last_wake: None,
+            clock: Clock::detect(),
             cfg: config,
         };
         tokio::spawn(engine.run(rx));
@@ -225,8 +234,19 @@ struct Engine {
     prefilling: VecDeque<Req>,
     running: Vec<Req>,
     shared: Arc<Shared>,
-    /// When the last pass of the current busy period ended (None while idle).
+    /// When the last pass of the current busy period ended, in model time (None while idle).
     last_wake: Option<Instant>,
+    clock: Clock,
+}
+
+/// A stream event due at its modelled instant.
+struct Outgoing {
+    tx: mpsc::UnboundedSender<StreamEvent>,
+    event: StreamEvent,
+    /// The modelled emission instant.
+    at: Instant,
+    rid: String,
+    received: Instant,
 }
 
 impl Engine {
@@ -388,7 +408,18 @@ impl Engine {
     }
 
     /// Admits waiting requests into the prefill set; true when a prefill pass should run.
+    ///
+    /// A request is admitted only when the KV pool (after evicting cache) holds the rest of its
+    /// prompt together with the rest of every request already admitted, and one more decode step
+    /// for the running batch and for it, as SGLang's prefill adder budgets a batch as a whole.
     fn plan_prefill(&mut self) -> bool {
+        let per_step = self.tokens_per_step();
+        let mut committed: usize = self
+            .prefilling
+            .iter()
+            .map(|r| r.target_len() - r.kv_len)
+            .sum::<usize>()
+            + per_step * (self.running.len() + self.prefilling.len());
         while self.running.len() + self.prefilling.len() < self.cfg.max_running_requests {
             let Some(mut r) = self.waiting.pop_front() else {
                 break;
@@ -406,13 +437,13 @@ impl Engine {
             r.node = node;
             r.locked_len = matched;
             r.kv_len = matched;
-            // Reserve the first chunk now; later chunks reserve as they run.
-            let first = (target.len() - matched).min(self.chunk_budget());
-            if !self.reserve(first) {
+            let need = target.len() - matched + per_step;
+            if !self.reserve(committed + need) {
                 self.release(&mut r);
                 self.waiting.push_front(r);
                 break;
             }
+            committed += need;
             if r.output.is_empty() {
                 r.cached = matched;
                 let wait = r.ns(Instant::now());
@@ -473,12 +504,9 @@ impl Engine {
             return None;
         }
         let deadline = start + self.scaled(secs);
-        tokio::time::sleep_until(deadline).await;
-        let now = Instant::now();
-        self.last_wake = Some(now);
-        self.shared
-            .truth
-            .count_pass(now.saturating_duration_since(deadline).as_nanos() as u64);
+        self.clock.sleep_until(deadline).await;
+        self.last_wake = Some(deadline);
+        self.shared.truth.count_pass();
         let mut done = Vec::new();
         for (i, n, ctx) in items {
             let radix = !self.cfg.disable_radix_cache;
@@ -508,33 +536,70 @@ impl Engine {
                 done.push(i);
             }
         }
+        let mut out = Vec::new();
+        // Finished prefills in queue order, so the earliest request's first chunk leaves first.
+        let mut finished = Vec::new();
         for i in done.into_iter().rev() {
-            if let Some(mut r) = self.prefilling.remove(i) {
-                if !r.emitted_first {
-                    r.emitted_first = true;
-                    let stop = self.step_tokens(&mut r, deadline, now);
-                    if stop {
-                        self.complete(r);
-                        continue;
-                    }
-                }
-                self.running.push(r);
+            if let Some(r) = self.prefilling.remove(i) {
+                finished.push(r);
             }
         }
+        for mut r in finished.into_iter().rev() {
+            if !r.emitted_first {
+                r.emitted_first = true;
+                let stop = self.step_tokens(&mut r, deadline, &mut out);
+                if stop {
+                    self.complete(r);
+                    continue;
+                }
+            }
+            self.running.push(r);
+        }
+        self.emit(out).await;
         Some(deadline)
     }
 
-    async fn decode_step(&mut self, start: Instant) -> Instant {
-        let per = if self.cfg.speculative() {
+    /// Sends each event at its modelled instant, in order.
+    /// Hands each event to its stream at its modelled instant, in order, and records the instant
+    /// it really left the engine as the chunk's `at_ns`.
+    async fn emit(&self, out: Vec<Outgoing>) {
+        for mut o in out {
+            self.clock.wait_short(o.at).await;
+            if let StreamEvent::Tokens { chunk, at_ns, .. } = &mut o.event {
+                let now = Instant::now()
+                    .saturating_duration_since(o.received)
+                    .as_nanos() as u64;
+                *at_ns = now;
+                let i = *chunk;
+                self.shared.truth.update(&o.rid, |t| {
+                    if let Some(c) = t.chunks.get_mut(i) {
+                        c.at_ns = now;
+                    }
+                });
+            }
+            let _ = o.tx.send(o.event);
+        }
+    }
+
+    /// KV tokens one decode step can add to a request (a verify step's draft plus one).
+    fn tokens_per_step(&self) -> usize {
+        if self.cfg.speculative() {
             self.cfg.speculative_num_draft_tokens + 1
         } else {
             1
-        };
+        }
+    }
+
+    async fn decode_step(&mut self, start: Instant) -> Instant {
+        let per = self.tokens_per_step();
         while !self.reserve(per * self.running.len()) && self.running.len() > 1 {
             // Retraction under KV pressure: the newest request goes back to the queue.
             if let Some(mut r) = self.running.pop() {
                 self.release(&mut r);
                 self.waiting.push_front(r);
+                if let Ok(mut s) = self.shared.stats.lock() {
+                    s.retracted_total += 1;
+                }
             }
         }
         let c = &self.cfg;
@@ -543,17 +608,14 @@ impl Engine {
             + c.decode_per_context_token_s * ctx as f64
             + c.decode_per_request_s * self.running.len() as f64;
         let deadline = start + self.scaled(secs);
-        tokio::time::sleep_until(deadline).await;
-        let now = Instant::now();
-        let since = self.last_wake.replace(now).unwrap_or(start);
-        self.shared
-            .truth
-            .record_pacing(now.saturating_duration_since(deadline).as_nanos() as u64);
+        self.clock.sleep_until(deadline).await;
+        let since = self.last_wake.replace(deadline).unwrap_or(start);
         let running = std::mem::take(&mut self.running);
         let mut step_tokens = 0usize;
+        let mut out = Vec::new();
         for mut r in running {
             let before = r.output.len();
-            let stop = self.step_tokens(&mut r, deadline, now);
+            let stop = self.step_tokens(&mut r, deadline, &mut out);
             r.kv_len += r.output.len() - before;
             step_tokens += r.output.len() - before;
             if stop {
@@ -563,7 +625,7 @@ impl Engine {
             }
         }
         // Like SGLang, tokens over the clock time they took (here: since the previous pass ended).
-        let dt = now.saturating_duration_since(since).as_secs_f64();
+        let dt = deadline.saturating_duration_since(since).as_secs_f64();
         if let Ok(mut s) = self.shared.stats.lock() {
             s.last_gen_throughput = if dt > 0.0 {
                 step_tokens as f64 / dt
@@ -571,11 +633,14 @@ impl Engine {
                 0.0
             };
         }
+        self.emit(out).await;
         deadline
     }
 
-    /// Draws one verify step's tokens for `r`, emits an event when due; true when finished.
-    fn step_tokens(&mut self, r: &mut Req, modelled: Instant, now: Instant) -> bool {
+    /// Draws one verify step's tokens for `r` and queues an event in `out` when one is due; true
+    /// when finished. The pass ended at `pass_end`; the j-th event of a pass is modelled to leave
+    /// `j x output_per_request_s` after it (the server's per-request output processing).
+    fn step_tokens(&mut self, r: &mut Req, pass_end: Instant, out: &mut Vec<Outgoing>) -> bool {
         let n = if self.cfg.speculative() {
             let mut accepted = 0;
             for k in 0..self.cfg.speculative_num_draft_tokens {
@@ -669,23 +734,37 @@ impl Engine {
                 }
             });
             let tokens = new_ids.len();
-            let _ = r.tx.send(StreamEvent::Tokens {
-                new_ids,
-                prompt_tokens: r.g.input_ids.len(),
-                cached_tokens: r.cached,
-                completion_tokens: r.output.len(),
-                finish: finish.clone(),
-                spec,
-            });
+            let now = pass_end + self.scaled(self.cfg.output_per_request_s * out.len() as f64);
             let at = r.ns(now);
-            let err = now.saturating_duration_since(modelled).as_nanos() as u64;
-            let (vc, hist, out) = (r.verify_ct, r.hist.clone(), r.output.len());
+            let (vc, hist, n_out) = (r.verify_ct, r.hist.clone(), r.output.len());
+            let mut chunk = 0;
             self.shared.truth.update(&r.g.rid, |t| {
-                t.chunks.push(ChunkTruth { at_ns: at, tokens });
-                t.completion_tokens = out;
+                chunk = t.chunks.len();
+                t.chunks.push(ChunkTruth {
+                    at_ns: at,
+                    model_ns: at,
+                    tokens,
+                    sent_ns: None,
+                });
+                t.completion_tokens = n_out;
                 t.spec_verify_ct = vc;
                 t.spec_accept_histogram = hist;
-                t.max_pacing_error_ns = t.max_pacing_error_ns.max(err);
+            });
+            out.push(Outgoing {
+                tx: r.tx.clone(),
+                event: StreamEvent::Tokens {
+                    chunk,
+                    at_ns: at,
+                    new_ids,
+                    prompt_tokens: r.g.input_ids.len(),
+                    cached_tokens: r.cached,
+                    completion_tokens: r.output.len(),
+                    finish: finish.clone(),
+                    spec,
+                },
+                at: now,
+                rid: r.g.rid.clone(),
+                received: r.g.received,
             });
             if let Ok(mut s) = self.shared.stats.lock() {
                 let t = now.saturating_duration_since(r.g.received).as_secs_f64();

@@ -3,6 +3,7 @@
 
 use crate::engine::{EngineHandle, Finish, GenRequest, SpecStats, StreamEvent};
 use crate::tokenizer;
+use crate::truth::GroundTruth;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -286,15 +287,9 @@ struct Ctx {
     include_usage: bool,
     continuous_usage: bool,
     all_ids: Vec<u32>,
+    /// Decoded text of `all_ids` (native cumulative output).
+    all_text: String,
     prompt_tokens: usize,
-}
-
-fn finish_json(f: &Option<Finish>) -> Value {
-    match f {
-        None => Value::Null,
-        Some(Finish::Length(n)) => json!({"type": "length", "length": n}),
-        Some(Finish::Stop(t)) => json!({"type": "stop", "matched": t}),
-    }
 }
 
 fn finish_str(f: &Option<Finish>) -> Value {
@@ -316,34 +311,65 @@ impl Ctx {
                "total_tokens": self.prompt_tokens + completion, "prompt_tokens_details": details})
     }
 
-    fn native(
-        &mut self,
-        new_ids: &[u32],
-        cached: usize,
-        completion: usize,
-        finish: &Option<Finish>,
-        spec: &Option<SpecStats>,
-    ) -> Value {
+    /// One native event (or the non-streaming answer) as JSON, written directly: this is the
+    /// hot path at thousands of streams, and cumulative output makes every event longer.
+    fn native(&mut self, buf: &mut Vec<u8>, o: &Collected) {
+        use std::io::Write;
+        let (new_ids, cached, completion) = (&o.ids[..], o.cached, o.completion);
+        let (finish, spec, at_ns) = (&o.finish, &o.spec, o.at_ns);
         self.all_ids.extend_from_slice(new_ids);
-        let ids: &[u32] = if self.incremental {
-            new_ids
+        let new_text = tokenizer::decode(new_ids);
+        self.all_text.push_str(&new_text);
+        let (ids, text): (&[u32], &str) = if self.incremental {
+            (new_ids, &new_text)
         } else {
-            &self.all_ids
+            (&self.all_ids, &self.all_text)
         };
-        let mut meta = json!({
-            "id": self.rid, "finish_reason": finish_json(finish), "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion, "cached_tokens": cached,
-        });
-        if finish.is_some() {
-            meta["e2e_latency"] = json!(self.received.elapsed().as_secs_f64());
-            if let Some(s) = spec {
-                meta["spec_verify_ct"] = json!(s.verify_ct);
-                meta["spec_accept_length"] = json!(s.accept_length);
-                meta["spec_accept_rate"] = json!(s.accept_rate);
-                meta["spec_accept_histogram"] = json!(s.histogram);
+        // Writing into a Vec cannot fail; the results are ignored for that reason.
+        buf.extend_from_slice(b"{\"text\":");
+        let _ = serde_json::to_writer(&mut *buf, text);
+        buf.extend_from_slice(b",\"output_ids\":[");
+        for (i, id) in ids.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            let _ = write!(buf, "{id}");
+        }
+        buf.extend_from_slice(b"],\"meta_info\":{\"id\":");
+        let _ = serde_json::to_writer(&mut *buf, &self.rid);
+        buf.extend_from_slice(b",\"finish_reason\":");
+        match finish {
+            None => buf.extend_from_slice(b"null"),
+            Some(Finish::Length(n)) => {
+                let _ = write!(buf, "{{\"type\":\"length\",\"length\":{n}}}");
+            }
+            Some(Finish::Stop(t)) => {
+                let _ = write!(buf, "{{\"type\":\"stop\",\"matched\":{t}}}");
             }
         }
-        json!({"text": tokenizer::decode(ids), "output_ids": ids, "meta_info": meta, "index": 0})
+        let _ = write!(
+            buf,
+            ",\"prompt_tokens\":{},\"completion_tokens\":{completion},\"cached_tokens\":{cached}",
+            self.prompt_tokens
+        );
+        if finish.is_some() {
+            buf.extend_from_slice(b",\"e2e_latency\":");
+            // The instant the engine handed the final chunk over.
+            let _ = serde_json::to_writer(&mut *buf, &(at_ns as f64 / 1e9));
+            if let Some(s) = spec {
+                let _ = write!(
+                    buf,
+                    ",\"spec_verify_ct\":{},\"spec_accept_length\":",
+                    s.verify_ct
+                );
+                let _ = serde_json::to_writer(&mut *buf, &s.accept_length);
+                buf.extend_from_slice(b",\"spec_accept_rate\":");
+                let _ = serde_json::to_writer(&mut *buf, &s.accept_rate);
+                buf.extend_from_slice(b",\"spec_accept_histogram\":");
+                let _ = serde_json::to_writer(&mut *buf, &s.histogram);
+            }
+        }
+        buf.extend_from_slice(b"},\"index\":0}");
     }
 
     fn openai_chunk(
@@ -389,6 +415,7 @@ fn sse(v: &Value) -> Bytes {
 fn render(ctx: &mut Ctx, ev: StreamEvent) -> (Vec<Bytes>, bool) {
     match ev {
         StreamEvent::Tokens {
+            at_ns,
             new_ids,
             cached_tokens,
             completion_tokens,
@@ -398,13 +425,21 @@ fn render(ctx: &mut Ctx, ev: StreamEvent) -> (Vec<Bytes>, bool) {
         } => {
             let mut out = Vec::new();
             if ctx.dialect == Dialect::Native {
-                out.push(sse(&ctx.native(
-                    &new_ids,
-                    cached_tokens,
-                    completion_tokens,
-                    &finish,
-                    &spec,
-                )));
+                let mut buf = Vec::with_capacity(256 + 16 * ctx.all_ids.len());
+                buf.extend_from_slice(b"data: ");
+                ctx.native(
+                    &mut buf,
+                    &Collected {
+                        ids: new_ids,
+                        cached: cached_tokens,
+                        completion: completion_tokens,
+                        finish: finish.clone(),
+                        spec,
+                        at_ns,
+                    },
+                );
+                buf.extend_from_slice(b"\n\n");
+                out.push(Bytes::from(buf));
             } else {
                 out.push(sse(&ctx.openai_chunk(
                     &new_ids,
@@ -453,75 +488,118 @@ fn render(ctx: &mut Ctx, ev: StreamEvent) -> (Vec<Bytes>, bool) {
 
 type Item = Result<Bytes, std::io::Error>;
 
-fn stream_response(
-    mut ctx: Ctx,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
+/// One SSE response: events are rendered when the connection polls for them, so the instant an
+/// event is handed to the connection is known and goes into the ground truth (`sent_ns`).
+struct StreamState {
+    ctx: Ctx,
+    rx: tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
     f: Faults,
+    truth: GroundTruth,
+    queue: std::collections::VecDeque<Item>,
+    events: usize,
+    packed: Vec<u8>,
+    ended: bool,
+}
+
+impl StreamState {
+    /// Waits for the next engine event and queues its writes.
+    async fn next_event(&mut self) {
+        let Some(ev) = self.rx.recv().await else {
+            // The engine went away without finishing the request.
+            self.fail("engine stopped");
+            return;
+        };
+        if matches!(ev, StreamEvent::Crash(_)) {
+            self.fail("server crashed");
+            return;
+        }
+        self.events += 1;
+        let f = &self.f;
+        if f.reset_after.is_some_and(|n| self.events > n) {
+            self.fail("fault: connection reset");
+            return;
+        }
+        if f.error_after.is_some_and(|n| self.events > n) {
+            self.queue.push_back(Ok(sse(
+                &json!({"error": {"message": "fault: injected in-stream error"}}),
+            )));
+            self.queue
+                .push_back(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+            self.ended = true;
+            return;
+        }
+        if self.events == 2 {
+            if let Some(ms) = f.stall_ms {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+        }
+        let chunk = match &ev {
+            StreamEvent::Tokens { chunk, .. } => Some(*chunk),
+            _ => None,
+        };
+        let (writes, done) = render(&mut self.ctx, ev);
+        for w in writes {
+            if self.f.pack {
+                self.packed.extend_from_slice(&w);
+            } else if self.f.split && w.len() > 1 {
+                let mid = w.len() / 2;
+                self.queue.push_back(Ok(w.slice(..mid)));
+                self.queue.push_back(Ok(w.slice(mid..)));
+            } else {
+                self.queue.push_back(Ok(w));
+            }
+        }
+        if self.f.pack && (done || self.packed.len() > 4096) {
+            let packed = std::mem::take(&mut self.packed);
+            self.queue.push_back(Ok(Bytes::from(packed)));
+        }
+        self.ended = done;
+        if let Some(chunk) = chunk {
+            let sent = self.ctx.received.elapsed().as_nanos() as u64;
+            self.truth.record_sent(&self.ctx.rid, chunk, sent);
+        }
+    }
+
+    /// Cuts the connection without `[DONE]`.
+    fn fail(&mut self, why: &'static str) {
+        self.queue.push_back(Err(std::io::Error::other(why)));
+        self.ended = true;
+    }
+}
+
+fn stream_response(
+    ctx: Ctx,
+    rx: tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
+    f: Faults,
+    truth: GroundTruth,
 ) -> Response {
-    let s = async_stream(move |tx: tokio::sync::mpsc::Sender<Item>| async move {
-        let mut events = 0usize;
-        if ctx.dialect == Dialect::Chat {
-            let first = json!({"id": ctx.rid, "object": "chat.completion.chunk", "created": ctx.created,
-                "model": ctx.model, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                "logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": null});
-            if tx.send(Ok(sse(&first))).await.is_err() {
-                return;
+    let mut state = StreamState {
+        ctx,
+        rx,
+        f,
+        truth,
+        queue: std::collections::VecDeque::new(),
+        events: 0,
+        packed: Vec::new(),
+        ended: false,
+    };
+    if state.ctx.dialect == Dialect::Chat {
+        let c = &state.ctx;
+        let first = json!({"id": c.rid, "object": "chat.completion.chunk", "created": c.created,
+            "model": c.model, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+            "logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": null});
+        state.queue.push_back(Ok(sse(&first)));
+    }
+    let s = futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(item) = st.queue.pop_front() {
+                return Some((item, st));
             }
+            if st.ended {
+                return None;
+            }
+            st.next_event().await;
         }
-        let mut packed: Vec<u8> = Vec::new();
-        while let Some(ev) = rx.recv().await {
-            let crash = matches!(ev, StreamEvent::Crash(_));
-            if crash {
-                let _ = tx.send(Err(std::io::Error::other("server crashed"))).await;
-                return;
-            }
-            events += 1;
-            if f.reset_after.is_some_and(|n| events > n) {
-                let _ = tx
-                    .send(Err(std::io::Error::other("fault: connection reset")))
-                    .await;
-                return;
-            }
-            if f.error_after.is_some_and(|n| events > n) {
-                let _ = tx
-                    .send(Ok(sse(
-                        &json!({"error": {"message": "fault: injected in-stream error"}}),
-                    )))
-                    .await;
-                let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
-                return;
-            }
-            if events == 2 {
-                if let Some(ms) = f.stall_ms {
-                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-                }
-            }
-            let (writes, done) = render(&mut ctx, ev);
-            for w in writes {
-                if f.pack {
-                    packed.extend_from_slice(&w);
-                    continue;
-                }
-                if f.split && w.len() > 1 {
-                    let mid = w.len() / 2;
-                    if tx.send(Ok(w.slice(..mid))).await.is_err()
-                        || tx.send(Ok(w.slice(mid..))).await.is_err()
-                    {
-                        return;
-                    }
-                } else if tx.send(Ok(w)).await.is_err() {
-                    return;
-                }
-            }
-            if f.pack && (done || packed.len() > 4096) {
-                let _ = tx.send(Ok(Bytes::from(std::mem::take(&mut packed)))).await;
-            }
-            if done {
-                return;
-            }
-        }
-        // The engine went away without finishing the request.
-        let _ = tx.send(Err(std::io::Error::other("engine stopped"))).await;
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -530,25 +608,26 @@ fn stream_response(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// A stream fed by a spawned producer.
-fn async_stream<F, Fut>(f: F) -> impl futures::Stream<Item = Item>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Item>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(f(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+/// Output tokens with their meta data: one stream event, or a whole (non-streaming) generation.
+struct Collected {
+    ids: Vec<u32>,
+    cached: usize,
+    completion: usize,
+    finish: Option<Finish>,
+    spec: Option<SpecStats>,
+    /// Modelled instant of the final chunk, ns since the request was received.
+    at_ns: u64,
 }
 
 /// Collects a whole (non-streaming) generation; `Err(None)` means the server crashed.
 async fn collect(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
-) -> Result<(Vec<u32>, usize, Option<Finish>, Option<SpecStats>), Option<String>> {
+) -> Result<Collected, Option<String>> {
     let mut ids = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
             StreamEvent::Tokens {
+                at_ns,
                 new_ids,
                 cached_tokens,
                 finish,
@@ -557,7 +636,14 @@ async fn collect(
             } => {
                 ids.extend(new_ids);
                 if finish.is_some() {
-                    return Ok((ids, cached_tokens, finish, spec));
+                    return Ok(Collected {
+                        completion: ids.len(),
+                        ids,
+                        cached: cached_tokens,
+                        finish,
+                        spec,
+                        at_ns,
+                    });
                 }
             }
             StreamEvent::Error(m) => return Err(Some(m)),
@@ -666,16 +752,18 @@ async fn generate(State(st): State<AppState>, headers: HeaderMap, body: Body2) -
         include_usage: false,
         continuous_usage: false,
         all_ids: Vec::new(),
+        all_text: String::new(),
         prompt_tokens,
     };
     if stream {
-        return stream_response(ctx, rx, faults(&headers));
+        return stream_response(ctx, rx, faults(&headers), st.engine().shared.truth.clone());
     }
     match collect(&mut rx).await {
-        Ok((ids, cached, finish, spec)) => {
+        Ok(c) => {
             ctx.incremental = false;
-            let n = ids.len();
-            axum::Json(ctx.native(&ids, cached, n, &finish, &spec)).into_response()
+            let mut buf = Vec::new();
+            ctx.native(&mut buf, &c);
+            ([(header::CONTENT_TYPE, "application/json")], buf).into_response()
         }
         Err(Some(e)) => native_error(StatusCode::BAD_REQUEST, e),
         Err(None) => aborted_body(),
@@ -772,13 +860,19 @@ async fn openai(st: AppState, headers: HeaderMap, body: Body2, dialect: Dialect)
         include_usage,
         continuous_usage,
         all_ids: Vec::new(),
+        all_text: String::new(),
         prompt_tokens,
     };
     if stream {
-        return stream_response(ctx, rx, faults(&headers));
+        return stream_response(ctx, rx, faults(&headers), st.engine().shared.truth.clone());
     }
     match collect(&mut rx).await {
-        Ok((ids, cached, finish, _)) => {
+        Ok(Collected {
+            ids,
+            cached,
+            finish,
+            ..
+        }) => {
             let text = tokenizer::decode(&ids);
             let usage = ctx.usage(ids.len(), cached);
             let choice = if dialect == Dialect::Chat {
@@ -981,6 +1075,11 @@ async fn metrics(State(st): State<AppState>) -> Response {
     } else {
         0.0
     };
+    // Every series carries the served model's name, as SGLang labels its metrics.
+    let label = format!(
+        "model_name={}",
+        serde_json::to_string(&e.shared.config.served_model_name).unwrap_or_default()
+    );
     let mut out = String::new();
     for (name, kind, v) in [
         ("sglang:num_running_reqs", "gauge", s.num_running as f64),
@@ -1014,23 +1113,31 @@ async fn metrics(State(st): State<AppState>) -> Response {
             "counter",
             s.requests_total as f64,
         ),
+        (
+            "sglang:num_retracted_requests_total",
+            "counter",
+            s.retracted_total as f64,
+        ),
     ] {
         out.push_str(&format!(
-            "# HELP {name} {name}\n# TYPE {name} {kind}\n{name} {v}\n"
+            "# HELP {name} {name}\n# TYPE {name} {kind}\n{name}{{{label}}} {v}\n"
         ));
     }
     s.ttft.render(
         &mut out,
+        &label,
         "sglang:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",
     );
     s.itl.render(
         &mut out,
+        &label,
         "sglang:inter_token_latency_seconds",
         "Histogram of token-to-token latency in seconds.",
     );
     s.e2e.render(
         &mut out,
+        &label,
         "sglang:e2e_request_latency_seconds",
         "Histogram of End-to-end request latency in seconds",
     );

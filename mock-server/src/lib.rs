@@ -1,6 +1,7 @@
 //! A simulated SGLang server: radix cache, chunked prefill, GPU memory budget, speculative
 //! decoding and exact ground truth, for regression-checking benchmark arithmetic without a GPU.
 
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod http;

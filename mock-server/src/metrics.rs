@@ -99,18 +99,21 @@ impl Histogram {
     }
 
     /// Appends the Prometheus text exposition of this histogram.
-    pub fn render(&self, out: &mut String, name: &str, help: &str) {
+    /// Appends the histogram in Prometheus text format; `labels` (e.g. `model_name="m"`) go on
+    /// every series, after `le` on the buckets as Python's prometheus_client writes them.
+    pub fn render(&self, out: &mut String, labels: &str, name: &str, help: &str) {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
+        let sep = if labels.is_empty() { "" } else { "," };
         for (b, n) in self.cumulative() {
             let le = if b.is_finite() {
                 b.to_string()
             } else {
                 "+Inf".to_string()
             };
-            out.push_str(&format!("{name}_bucket{{le=\"{le}\"}} {n}\n"));
+            out.push_str(&format!("{name}_bucket{{le=\"{le}\"{sep}{labels}}} {n}\n"));
         }
         out.push_str(&format!(
-            "{name}_sum {}\n{name}_count {}\n",
+            "{name}_sum{{{labels}}} {}\n{name}_count{{{labels}}} {}\n",
             self.sum, self.count
         ));
     }
@@ -137,10 +140,12 @@ mod tests {
         assert_eq!(h.sum(), 6.0);
         assert_eq!(h.cumulative(), vec![(1.0, 3), (2.0, 4), (f64::INFINITY, 5)]);
         let mut s = String::new();
-        h.render(&mut s, "x", "help");
-        assert!(s.contains("x_bucket{le=\"1\"} 3\n"), "{s}");
+        h.render(&mut s, "model_name=\"m\"", "x", "help");
+        assert!(s.contains("x_bucket{le=\"1\",model_name=\"m\"} 3\n"), "{s}");
         assert!(
-            s.contains("x_bucket{le=\"+Inf\"} 5\nx_sum 6\nx_count 5\n"),
+            s.contains(
+                "x_bucket{le=\"+Inf\",model_name=\"m\"} 5\nx_sum{model_name=\"m\"} 6\nx_count{model_name=\"m\"} 5\n"
+            ),
             "{s}"
         );
     }

@@ -17,11 +17,20 @@ pub struct PrefillPass {
     pub activation_peak_bytes: u64,
 }
 
-/// One stream event that carried output tokens.
+/// One stream event that carried output tokens (or the final event).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChunkTruth {
+    /// When the engine handed the chunk to the request's stream.
     pub at_ns: u64,
+    /// The modelled emission instant: the end of the engine pass that produced the chunk, plus
+    /// the server's per-request output processing of the events before it in that pass.
+    #[serde(default)]
+    pub model_ns: u64,
     pub tokens: usize,
+    /// When the HTTP layer handed the event's bytes to the connection (streaming only); the
+    /// pacing error of the chunk is `sent_ns - model_ns`.
+    #[serde(default)]
+    pub sent_ns: Option<u64>,
 }
 
 /// How a request ended.
@@ -55,7 +64,7 @@ pub struct RequestTruth {
     pub spec_accept_histogram: Vec<u64>,
     /// Highest activation peak among this request's prefill passes.
     pub memory_peak_bytes: u64,
-    /// Model instant minus emitted instant is the pacing error; largest one seen, in ns.
+    /// Largest pacing error (sent minus modelled instant) among this request's streamed chunks, in ns.
     pub max_pacing_error_ns: u64,
 }
 
@@ -152,19 +161,19 @@ impl GroundTruth {
         self.lock().prefill_passes_total
     }
 
-    /// Pacing errors (emitted instant minus modelled instant) of engine passes, in ns: every one
+    /// Pacing errors (sent instant minus modelled instant) of streamed chunks, in ns: every one
     /// while at most [`PACING_RESERVOIR`] have been seen, a uniform sample of that size after.
     /// [`GroundTruth::pacing_error_count`] and [`GroundTruth::pacing_error_max_ns`] stay exact.
     pub fn pacing_errors_ns(&self) -> Vec<u64> {
         self.lock().pacing.sample.clone()
     }
 
-    /// How many pacing errors were recorded (one per engine pass).
+    /// How many pacing errors were recorded (one per streamed chunk).
     pub fn pacing_error_count(&self) -> u64 {
         self.lock().pacing.seen
     }
 
-    /// The largest pacing error recorded, in ns (0 before any pass).
+    /// The largest pacing error recorded, in ns (0 before any streamed chunk).
     pub fn pacing_error_max_ns(&self) -> u64 {
         self.lock().pacing.max_ns
     }
@@ -187,13 +196,29 @@ impl GroundTruth {
         }
     }
 
-    pub(crate) fn count_pass(&self, pacing_error_ns: u64) {
-        let mut s = self.lock();
-        s.prefill_passes_total += 1;
-        s.pacing.record(pacing_error_ns);
+    pub(crate) fn count_pass(&self) {
+        self.lock().prefill_passes_total += 1;
     }
 
-    pub(crate) fn record_pacing(&self, pacing_error_ns: u64) {
+    /// Records that chunk `chunk` of `rid` was handed to the connection at `sent_ns`, and its
+    /// pacing error.
+    pub(crate) fn record_sent(&self, rid: &str, chunk: usize, sent_ns: u64) {
+        let mut s = self.lock();
+        let Some(i) = s.index.get(rid).copied() else {
+            return;
+        };
+        let Some(c) = s.order[i].chunks.get_mut(chunk) else {
+            return;
+        };
+        c.sent_ns = Some(sent_ns);
+        let err = sent_ns.saturating_sub(c.model_ns);
+        let t = &mut s.order[i];
+        t.max_pacing_error_ns = t.max_pacing_error_ns.max(err);
+        s.pacing.record(err);
+    }
+
+    #[cfg(test)]
+    fn record_pacing(&self, pacing_error_ns: u64) {
         self.lock().pacing.record(pacing_error_ns);
     }
 
@@ -217,7 +242,8 @@ mod tests {
         for i in 10..n {
             t.record_pacing(i);
         }
-        t.count_pass(n * 10);
+        t.record_pacing(n * 10);
+        t.count_pass();
         let sample = t.pacing_errors_ns();
         assert_eq!(sample.len(), PACING_RESERVOIR);
         assert_eq!(t.pacing_error_count(), n + 1);

@@ -378,7 +378,25 @@ async fn scrape(url: &str) -> std::collections::HashMap<String, f64> {
         let v: f64 = v.parse().unwrap();
         assert!(v.is_finite(), "{line}");
         assert!(k.starts_with("sglang:"), "{line}");
-        assert!(m.insert(k.to_string(), v).is_none(), "duplicate {k}");
+        // Every series carries SGLang's model_name label; the keys below leave it out.
+        let (name, labels) = k.split_once('{').expect("labels");
+        let labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+        assert!(
+            labels
+                .iter()
+                .any(|l| l.starts_with("model_name=\"") && l.len() > 13),
+            "{line}"
+        );
+        let rest: Vec<&str> = labels
+            .into_iter()
+            .filter(|l| !l.starts_with("model_name="))
+            .collect();
+        let k = if rest.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}{{{}}}", rest.join(","))
+        };
+        assert!(m.insert(k.clone(), v).is_none(), "duplicate {k}");
     }
     m
 }
@@ -570,10 +588,11 @@ async fn metrics_match_the_requests_served() {
     assert!(close(m["sglang:token_usage"], held as f64 / pool));
     let verify: usize = reqs.iter().map(|r| r.spec_verify_ct).sum();
     assert!(close(m["sglang:spec_accept_length"], 32.0 / verify as f64));
-    // The last decode step produced m2's last chunk: throughput = its tokens / the step time.
+    // The last decode step produced m2's last chunk: throughput = its tokens / the modelled step
+    // time (m2 runs alone by then, so its chunks leave right at the ends of their passes).
     let c = &reqs[1].chunks;
     let (a, b) = (&c[c.len() - 2], &c[c.len() - 1]);
-    let step = secs(b.at_ns - a.at_ns);
+    let step = secs(b.model_ns - a.model_ns);
     let want = b.tokens as f64 / step;
     let got = m["sglang:gen_throughput"];
     assert!(
@@ -582,12 +601,16 @@ async fn metrics_match_the_requests_served() {
         c
     );
 
-    let ttft: Vec<(f64, u64)> = reqs.iter().map(|r| (secs(r.chunks[0].at_ns), 1)).collect();
+    // The server's histograms observe the modelled instants (as SGLang's output processing does).
+    let ttft: Vec<(f64, u64)> = reqs
+        .iter()
+        .map(|r| (secs(r.chunks[0].model_ns), 1))
+        .collect();
     let ttft_sum = ttft.iter().map(|o| o.0).sum();
     check_histogram(&m, "sglang:time_to_first_token_seconds", &ttft, ttft_sum);
     let e2e: Vec<(f64, u64)> = reqs
         .iter()
-        .map(|r| (secs(r.chunks.last().unwrap().at_ns), 1))
+        .map(|r| (secs(r.chunks.last().unwrap().model_ns), 1))
         .collect();
     let e2e_sum = e2e.iter().map(|o| o.0).sum();
     check_histogram(&m, "sglang:e2e_request_latency_seconds", &e2e, e2e_sum);
@@ -596,7 +619,7 @@ async fn metrics_match_the_requests_served() {
     let mut itl_sum = 0.0;
     for r in &reqs {
         for w in r.chunks.windows(2) {
-            let gap = secs(w[1].at_ns - w[0].at_ns);
+            let gap = secs(w[1].model_ns - w[0].model_ns);
             itl.push((gap / w[1].tokens as f64, w[1].tokens as u64));
             itl_sum += gap;
         }
@@ -1368,4 +1391,161 @@ async fn max_new_tokens_zero_finishes_after_prefill() {
         ev.last().unwrap()["meta_info"]["finish_reason"]["type"],
         "length"
     );
+}
+
+/// The events of one pass leave one output-processing slot apart, in batch order, and every
+/// stream sees them in that order; nothing leaves before its modelled instant.
+#[tokio::test(start_paused = true)]
+async fn a_pass_emits_its_events_one_output_slot_apart() {
+    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    let mut c = Config::default();
+    c.output_per_request_s = 0.0005;
+    c.speculative_algorithm = "none".into();
+    let truth = mock_server::GroundTruth::default();
+    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
+    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
+    let received = tokio::time::Instant::now();
+    let mut rxs = Vec::new();
+    for i in 0..4u32 {
+        rxs.push(
+            engine
+                .submit(GenRequest {
+                    rid: format!("o{i}"),
+                    input_ids: ids(100, i),
+                    max_new_tokens: 3,
+                    min_new_tokens: 0,
+                    ignore_eos: true,
+                    stop_token_ids: Vec::new(),
+                    received,
+                })
+                .unwrap(),
+        );
+    }
+    for rx in &mut rxs {
+        let mut n = 0;
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                StreamEvent::Tokens { finish, .. } => {
+                    n += 1;
+                    if finish.is_some() {
+                        break;
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(n, 3);
+    }
+    let t: Vec<_> = (0..4)
+        .map(|i| truth.request(&format!("o{i}")).unwrap())
+        .collect();
+    // One prefill pass served all four (same receipt instant, so the ns are comparable).
+    let end = t[0].prefill_passes[0].end_ns;
+    assert!(t
+        .iter()
+        .all(|r| r.prefill_passes.len() == 1 && r.prefill_passes[0].end_ns == end));
+    for step in 0..3 {
+        let mut at: Vec<u64> = t.iter().map(|r| r.chunks[step].model_ns).collect();
+        at.sort_unstable();
+        let base = at[0];
+        if step == 0 {
+            assert_eq!(
+                base, end,
+                "the first event of the pass leaves when the pass ends"
+            );
+        }
+        let offsets: Vec<u64> = at.iter().map(|a| a - base).collect();
+        assert_eq!(
+            offsets,
+            vec![0, 500_000, 1_000_000, 1_500_000],
+            "step {step}"
+        );
+        for r in &t {
+            assert!(r.chunks[step].at_ns >= r.chunks[step].model_ns, "{r:?}");
+        }
+    }
+}
+
+/// Submits `(rid, prompt, max_new)` requests to an engine at one instant and drains their streams.
+async fn run_engine(
+    c: Config,
+    reqs: &[(&str, usize, usize)],
+) -> (mock_server::GroundTruth, mock_server::engine::EngineHandle) {
+    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    let truth = mock_server::GroundTruth::default();
+    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
+    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
+    let received = tokio::time::Instant::now();
+    let mut rxs = Vec::new();
+    for (i, (rid, prompt, max_new)) in reqs.iter().enumerate() {
+        let rx = engine
+            .submit(GenRequest {
+                rid: rid.to_string(),
+                input_ids: ids(*prompt, 1000 + i as u32),
+                max_new_tokens: *max_new,
+                min_new_tokens: 0,
+                ignore_eos: true,
+                stop_token_ids: Vec::new(),
+                received,
+            })
+            .unwrap();
+        rxs.push(rx);
+    }
+    for rx in &mut rxs {
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
+                StreamEvent::Tokens { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    (truth, engine)
+}
+
+/// A KV pool of about 1,000 tokens, no speculation (one token per step), no output spread.
+fn tiny_pool() -> Config {
+    let mut c = Config::default();
+    c.kv_bytes_per_token = 6_300_000;
+    c.speculative_algorithm = "none".into();
+    c.output_per_request_s = 0.0;
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn admission_budgets_the_prompts_of_all_admitted_requests_together() {
+    let c = tiny_pool();
+    assert_eq!(
+        mock_server::memory::MemoryBudget::new(&c).kv_pool_tokens,
+        1000
+    );
+    // Each prompt fits the pool alone; both together do not.
+    let (truth, engine) = run_engine(c, &[("a1", 600, 8), ("a2", 600, 8)]).await;
+    let (a1, a2) = (truth.request("a1").unwrap(), truth.request("a2").unwrap());
+    assert_eq!((a1.completion_tokens, a2.completion_tokens), (8, 8));
+    // a2 waits in the queue until a1 has finished and freed its KV; nothing is retracted.
+    let a1_done = a1.chunks.last().unwrap().model_ns;
+    assert!(
+        a2.queue_wait_ns >= a1_done,
+        "{} < {a1_done}",
+        a2.queue_wait_ns
+    );
+    assert!(a2.prefill_passes[0].start_ns >= a1_done);
+    assert_eq!(engine.stats().retracted_total, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retracted_request_comes_back_after_the_other_finishes() {
+    let c = tiny_pool();
+    // Both prompts fit, but their outputs outgrow the pool: the newer one is retracted once and
+    // comes back after the other finishes.
+    let (truth, engine) = run_engine(c, &[("r1", 400, 250), ("r2", 400, 250)]).await;
+    let (r1, r2) = (truth.request("r1").unwrap(), truth.request("r2").unwrap());
+    assert_eq!((r1.completion_tokens, r2.completion_tokens), (250, 250));
+    assert_eq!(r1.finish, FinishTruth::Length);
+    assert_eq!(r2.finish, FinishTruth::Length);
+    assert_eq!(engine.stats().retracted_total, 1);
+    // Its second prefill (prompt plus the output it had) starts after r1's last chunk.
+    assert_eq!(r2.prefill_passes.len(), 2, "{:?}", r2.prefill_passes);
+    assert!(r2.prefill_passes[1].start_ns >= r1.chunks.last().unwrap().model_ns);
 }

@@ -1,7 +1,10 @@
 //! Wire dialects: request bodies and per-event decoding into [`Chunk`]s. Dialect differences live here only.
 
+mod event;
 pub mod openai;
 pub mod openai_chat;
+#[cfg(test)]
+mod reference;
 pub mod sglang;
 
 use serde::{Deserialize, Serialize};
@@ -77,10 +80,14 @@ pub enum Decoded {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DecoderState {
     pub prev_completion_tokens: u32,
-    pub prev_output_ids: Option<Vec<Value>>,
+    /// Length of the last `output_ids` list seen (`None`: none yet).
+    pub prev_output_ids_len: Option<usize>,
+    /// The elements of that list, kept only while `output_ids_cumulative` is still unknown.
+    pub prev_output_ids: Vec<Value>,
     /// `Some(true)`: `output_ids` are cumulative; `Some(false)`: incremental; `None`: not yet known.
     pub output_ids_cumulative: Option<bool>,
     pub prev_text_len: usize,
+    /// The last `text`, in a buffer reused from event to event.
     pub prev_text: String,
     /// Attribution of each content event (`None`: count unknown).
     pub methods: Vec<Option<TokenAttribution>>,
@@ -100,8 +107,10 @@ impl StreamDecoder {
         if data == "[DONE]" {
             return Decoded::Done;
         }
-        let value: Value = match serde_json::from_str(data) {
-            Ok(v) => v,
+        // Only while the decoder still compares two `output_ids` lists are their elements kept.
+        let collect_ids = self.state.output_ids_cumulative.is_none();
+        let event = match event::parse(data, collect_ids) {
+            Ok(ev) => ev,
             Err(e) => {
                 return Decoded::Chunk(Chunk {
                     at_ns,
@@ -110,7 +119,7 @@ impl StreamDecoder {
                 })
             }
         };
-        if let Some(msg) = error_message(&value) {
+        if let Some(msg) = error_message(&event) {
             return Decoded::Chunk(Chunk {
                 at_ns,
                 error: Some(msg),
@@ -118,9 +127,9 @@ impl StreamDecoder {
             });
         }
         let chunk = match self.dialect {
-            Dialect::Sglang => sglang::decode(&value, at_ns, &mut self.state),
-            Dialect::OpenAi => openai::decode(&value, at_ns, &mut self.state, false),
-            Dialect::OpenAiChat => openai::decode(&value, at_ns, &mut self.state, true),
+            Dialect::Sglang => sglang::decode(event, at_ns, &mut self.state),
+            Dialect::OpenAi => openai::decode(&event, at_ns, &mut self.state, false),
+            Dialect::OpenAiChat => openai::decode(&event, at_ns, &mut self.state, true),
         };
         Decoded::Chunk(chunk)
     }
@@ -146,8 +155,8 @@ impl StreamDecoder {
 
 /// In-band error message of an event: `{"error": {"message": ..}}`, `{"error": ".."}` or
 /// `{"object": "error", "message": ..}`.
-pub(crate) fn error_message(v: &Value) -> Option<String> {
-    if let Some(e) = v.get("error") {
+pub(crate) fn error_message(ev: &event::Event) -> Option<String> {
+    if let Some(e) = &ev.error {
         if e.is_null() {
             return None;
         }
@@ -161,20 +170,15 @@ pub(crate) fn error_message(v: &Value) -> Option<String> {
             other => other.to_string(),
         });
     }
-    if v.get("object").and_then(Value::as_str) == Some("error") {
+    if ev.object.as_deref() == Some("error") {
         return Some(
-            v.get("message")
-                .and_then(Value::as_str)
+            ev.message
+                .as_deref()
                 .unwrap_or("unspecified error")
                 .to_string(),
         );
     }
     None
-}
-
-pub(crate) fn as_u32(v: Option<&Value>) -> Option<u32> {
-    v.and_then(Value::as_u64)
-        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 pub(crate) fn truncate(s: &str, max: usize) -> String {
@@ -188,16 +192,317 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
-/// Usage object of the OpenAI shape (`prompt_tokens_details.cached_tokens`).
-pub(crate) fn openai_usage(v: &Value) -> Option<crate::trace::Usage> {
-    let u = v.get("usage")?;
-    if u.is_null() {
-        return None;
+#[cfg(test)]
+mod tests {
+    use super::reference::{self, RefState};
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Decode `events` with the typed decoder and with the reference `Value` decoder; both must give
+    /// the same chunks, the same end and the same per-event attributions.
+    fn same_as_reference(dialect: Dialect, events: &[String]) -> Result<(), String> {
+        let mut typed = dialect.decoder();
+        let mut st = RefState::default();
+        for (i, e) in events.iter().enumerate() {
+            let got = typed.decode(e, i as u64);
+            let want = match reference::decode(dialect, e, i as u64, &mut st) {
+                Some(c) => Decoded::Chunk(c),
+                None => Decoded::Done,
+            };
+            if got != want {
+                return Err(format!(
+                    "{} event {i} {e:?}: typed {got:?}, reference {want:?}",
+                    dialect.as_str()
+                ));
+            }
+        }
+        if typed.state.methods != st.methods {
+            return Err(format!(
+                "attributions differ: {:?} vs {:?}",
+                typed.state.methods, st.methods
+            ));
+        }
+        Ok(())
     }
-    Some(crate::trace::Usage {
-        prompt_tokens: as_u32(u.get("prompt_tokens")),
-        completion_tokens: as_u32(u.get("completion_tokens")),
-        cached_tokens: as_u32(u.pointer("/prompt_tokens_details/cached_tokens"))
-            .or_else(|| as_u32(u.get("cached_tokens"))),
-    })
+
+    const DIALECTS: [Dialect; 3] = [Dialect::Sglang, Dialect::OpenAi, Dialect::OpenAiChat];
+
+    #[test]
+    fn fixture_streams_decode_as_before() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/streams");
+        let mut files = vec![];
+        for d in [dir.clone(), dir.join("real")] {
+            let Ok(rd) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for f in rd.flatten() {
+                if f.path().extension().is_some_and(|x| x == "json") {
+                    files.push(f.path());
+                }
+            }
+        }
+        assert!(files.len() >= 10, "fixtures not found in {}", dir.display());
+        for f in files {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+            let mut sse = crate::sse::SseDecoder::new();
+            let mut events = vec![];
+            for r in v["reads"].as_array().unwrap() {
+                let data = r["data"].as_str().unwrap();
+                events.extend(sse.push(data.as_bytes()).into_iter().map(|e| e.data));
+            }
+            for d in DIALECTS {
+                same_as_reference(d, &events).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_events_give_the_same_error_chunks() {
+        let deep = format!("{{\"text\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        let deep_ignored = format!("{{\"x\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        let cases = [
+            "{not json",
+            "",
+            "   ",
+            "{\"text\": \"a\"} trailing",
+            "{\"text\": \"a\",}",
+            "{\"output_ids\": [1, 2,]}",
+            "{\"x\": 1e400}",
+            "{\"usage\": {\"prompt_tokens\": -1e999}}",
+            "{\"text\": \"\\ud800\"}",
+            "{\"zz\": \"\\ud800\"}",
+            "{\"zz\": \"\\q\"}",
+            "{\"text\": \"tab\there\"}",
+            "{\"choices\": [{\"text\": \"a\"}, {]}",
+            "nul",
+            "[1, 2",
+            "\"unterminated",
+            "{\"a\" 1}",
+            "{1: 2}",
+            &deep,
+            &deep_ignored,
+        ];
+        for d in DIALECTS {
+            for c in cases {
+                same_as_reference(d, &[c.to_string()]).unwrap();
+                assert!(matches!(
+                    d.decoder().decode(c, 0),
+                    Decoded::Chunk(Chunk { error: Some(_), .. })
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn odd_but_valid_json_decodes_as_before() {
+        let cases = [
+            "[1, 2]",
+            "5",
+            "null",
+            "\"[DONE] \"",
+            "{\"error\": null, \"object\": \"error\"}",
+            "{\"error\": 5}",
+            "{\"error\": [1, {\"a\": null}]}",
+            "{\"error\": {\"code\": 400}}",
+            "{\"error\": {\"message\": 7}}",
+            "{\"object\": \"error\"}",
+            "{\"object\": \"error\", \"message\": \"m\\u00e9\"}",
+            "{\"te\\u0078t\": \"a\\nb\", \"meta_info\": null}",
+            "{\"text\": 1, \"meta_info\": 3, \"output_ids\": {}}",
+            "{\"text\": \"ab\", \"text\": 7}",
+            "{\"meta_info\": {\"completion_tokens\": 99999999999, \"finish_reason\": {\"type\": 1}}}",
+            "{\"meta_info\": {\"completion_tokens\": -3, \"prompt_tokens\": 2.0, \"finish_reason\": [\"x\"]}}",
+            "{\"choices\": 1, \"usage\": 2}",
+            "{\"choices\": [], \"usage\": {\"completion_tokens\": 4, \"cached_tokens\": 1, \"prompt_tokens_details\": null}}",
+            "{\"choices\": [7, {\"text\": \"z\"}], \"usage\": null}",
+            "{\"choices\": [{\"delta\": {\"role\": null}, \"token_ids\": []}]}",
+            "{\"choices\": [{\"delta\": {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"hm\"}}]}",
+            "{\"choices\": [{\"delta\": 3, \"text\": \"x\", \"finish_reason\": {\"type\": \"stop\"}}]}",
+            "{\"choices\": [{\"text\": \"x\", \"token_ids\": \"no\"}], \"usage\": {\"prompt_tokens_details\": {\"cached_tokens\": 5}, \"cached_tokens\": 6}}",
+        ];
+        for d in DIALECTS {
+            for c in cases {
+                same_as_reference(d, &[c.to_string()]).unwrap();
+            }
+            same_as_reference(d, &cases.map(str::to_string)).unwrap();
+        }
+    }
+
+    /// A JSON value of any type, nested a little.
+    fn any_json() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            (0u64..6).prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            (-5i64..0).prop_map(|n| n.to_string()),
+            Just("1.5".to_string()),
+            Just("2.0".to_string()),
+            prop::sample::select(vec![
+                "\"\"",
+                "\"a\"",
+                "\"ab\"",
+                "\"abc\"",
+                "\"length\"",
+                "\"error\"",
+                "\"\\u00e9\"",
+                "\"assistant\"",
+            ])
+            .prop_map(str::to_string),
+        ];
+        leaf.prop_recursive(2, 12, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(inner, 0..3).prop_map(|v| {
+                    let kv: Vec<String> = v.iter().map(|x| format!("\"k\":{x}")).collect();
+                    format!("{{{}}}", kv.join(","))
+                }),
+            ]
+        })
+    }
+
+    /// An object with some of `keys` (repeats possible), each value either from `shaped(key)` or
+    /// of any type.
+    fn object(
+        keys: Vec<&'static str>,
+        shaped: impl Fn(&'static str) -> BoxedStrategy<String>,
+    ) -> BoxedStrategy<String> {
+        let fields: Vec<BoxedStrategy<String>> = keys
+            .iter()
+            .map(|&k| {
+                prop_oneof![3 => shaped(k), 1 => any_json()]
+                    .prop_map(move |v| format!("\"{k}\":{v}"))
+                    .boxed()
+            })
+            .collect();
+        prop::collection::vec(prop::strategy::Union::new(fields), 0..6)
+            .prop_map(|f| format!("{{{}}}", f.join(",")))
+            .boxed()
+    }
+
+    fn small_count() -> BoxedStrategy<String> {
+        prop_oneof![
+            (0u32..8).prop_map(|n| n.to_string()),
+            Just("4294967296".to_string())
+        ]
+        .boxed()
+    }
+
+    fn string() -> BoxedStrategy<String> {
+        prop::sample::select(vec![
+            "\"\"",
+            "\"a\"",
+            "\"ab\"",
+            "\"stop\"",
+            "\"error\"",
+            "\"x\\ny\"",
+        ])
+        .prop_map(str::to_string)
+        .boxed()
+    }
+
+    fn id_list() -> BoxedStrategy<String> {
+        prop::collection::vec(0u32..3, 0..4)
+            .prop_map(|v| format!("{v:?}"))
+            .boxed()
+    }
+
+    fn shaped(k: &'static str) -> BoxedStrategy<String> {
+        match k {
+            "meta_info" => object(
+                vec![
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "cached_tokens",
+                    "finish_reason",
+                    "id",
+                ],
+                shaped,
+            ),
+            "finish_reason" => {
+                prop_oneof![string(), object(vec!["type", "length"], shaped)].boxed()
+            }
+            "choices" => prop::collection::vec(
+                object(
+                    vec!["text", "delta", "finish_reason", "token_ids", "index"],
+                    shaped,
+                ),
+                0..3,
+            )
+            .prop_map(|v| format!("[{}]", v.join(",")))
+            .boxed(),
+            "delta" => object(vec!["content", "reasoning_content", "role"], shaped),
+            "usage" => object(
+                vec![
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "cached_tokens",
+                    "prompt_tokens_details",
+                ],
+                shaped,
+            ),
+            "prompt_tokens_details" => object(vec!["cached_tokens"], shaped),
+            "error" => prop_oneof![string(), object(vec!["message", "code"], shaped)].boxed(),
+            "output_ids" | "token_ids" => id_list(),
+            "prompt_tokens" | "completion_tokens" | "cached_tokens" | "length" | "index" => {
+                small_count()
+            }
+            _ => string(),
+        }
+    }
+
+    /// Events built from the keys the dialects read, with values of every JSON type, repeated keys
+    /// and cut-off text.
+    fn event() -> impl Strategy<Value = String> {
+        let top = vec![
+            "error",
+            "object",
+            "message",
+            "text",
+            "output_ids",
+            "meta_info",
+            "choices",
+            "usage",
+            "id",
+        ];
+        (object(top, shaped), prop::bool::weighted(0.15), 0usize..64).prop_map(|(v, cut, at)| {
+            if cut && v.len() > 1 {
+                v[..at % v.len()].to_string()
+            } else {
+                v
+            }
+        })
+    }
+
+    /// A plausible SGLang event: small id lists, so that cumulative and incremental lists both occur.
+    fn sglang_event() -> impl Strategy<Value = String> {
+        (
+            prop::collection::vec(0u32..3, 0..5),
+            prop::option::of(0u32..6),
+            prop::sample::select(vec!["", "a", "ab", "abc", "b"]),
+        )
+            .prop_map(|(ids, cum, text)| {
+                let meta = cum.map_or(String::new(), |c| {
+                    format!(",\"meta_info\":{{\"completion_tokens\":{c}}}")
+                });
+                format!("{{\"text\":\"{text}\",\"output_ids\":{ids:?}{meta}}}")
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn random_events_decode_as_before(events in prop::collection::vec(event(), 1..8)) {
+            for d in DIALECTS {
+                prop_assert!(same_as_reference(d, &events).is_ok(), "{:?}", same_as_reference(d, &events));
+            }
+        }
+
+        #[test]
+        fn random_sglang_streams_decode_as_before(events in prop::collection::vec(sglang_event(), 1..8)) {
+            prop_assert!(same_as_reference(Dialect::Sglang, &events).is_ok(), "{:?}", same_as_reference(Dialect::Sglang, &events));
+        }
+    }
 }

@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::{openai_usage, DecoderState};
+use super::event::Event;
+use super::DecoderState;
 use crate::client::RequestSpec;
 use crate::prompt::Prompt;
 use crate::trace::{Chunk, TokenAttribution};
@@ -37,13 +38,9 @@ pub fn build_body(spec: &RequestSpec, model: Option<&str>) -> Value {
     body
 }
 
-pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState, chat: bool) -> Chunk {
-    let usage = openai_usage(v);
-    let choice = v
-        .get("choices")
-        .and_then(Value::as_array)
-        .and_then(|c| c.first());
-    let Some(choice) = choice else {
+pub(crate) fn decode(ev: &Event, at_ns: u64, st: &mut DecoderState, chat: bool) -> Chunk {
+    let usage = ev.usage.clone();
+    let Some(choice) = &ev.choice else {
         // A usage-only chunk (`choices: []`) carries no output tokens.
         if let Some(c) = usage.as_ref().and_then(|u| u.completion_tokens) {
             st.prev_completion_tokens = st.prev_completion_tokens.max(c);
@@ -57,38 +54,23 @@ pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState, chat: bool) -
         };
     };
     let (text_len, role_only, content_event) = if chat {
-        let delta = choice.get("delta");
-        let content_field = delta.and_then(|d| d.get("content")).and_then(Value::as_str);
-        let content = content_field.unwrap_or("");
-        let reasoning = delta
-            .and_then(|d| d.get("reasoning_content"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let has_role = delta.and_then(|d| d.get("role")).is_some();
-        let len = content.len() + reasoning.len();
-        let ids_empty = choice
-            .get("token_ids")
-            .and_then(Value::as_array)
-            .is_none_or(|a| a.is_empty());
-        let role_only = has_role && len == 0 && ids_empty;
-        (len, role_only, content_field.is_some() && !role_only)
+        let delta = &choice.delta;
+        let len = delta.content.unwrap_or(0) + delta.reasoning_content.unwrap_or(0);
+        let ids_empty = choice.token_ids.is_none_or(|n| n == 0);
+        let role_only = delta.has_role && len == 0 && ids_empty;
+        (len, role_only, delta.content.is_some() && !role_only)
     } else {
-        let text_field = choice.get("text").and_then(Value::as_str);
-        (text_field.map_or(0, str::len), false, text_field.is_some())
+        (choice.text.unwrap_or(0), false, choice.text.is_some())
     };
-    let finish_reason = choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let finish_reason = choice.finish_reason.clone();
 
-    let ids = choice.get("token_ids").and_then(Value::as_array);
     let cum = usage.as_ref().and_then(|u| u.completion_tokens);
-    let (tokens, method) = if let Some(ids) = ids {
+    let (tokens, method) = if let Some(ids) = choice.token_ids {
         if let Some(c) = cum {
             st.prev_completion_tokens = st.prev_completion_tokens.max(c);
         }
         (
-            Some(u32::try_from(ids.len()).unwrap_or(u32::MAX)),
+            Some(u32::try_from(ids).unwrap_or(u32::MAX)),
             Some(TokenAttribution::TokenIds),
         )
     } else if let Some(c) = cum {

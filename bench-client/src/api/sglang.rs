@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::{as_u32, DecoderState};
+use super::event::{Event, OutputIds};
+use super::DecoderState;
 use crate::client::RequestSpec;
 use crate::prompt::Prompt;
 use crate::trace::{Chunk, TokenAttribution, Usage};
@@ -26,18 +27,9 @@ pub fn build_body(spec: &RequestSpec) -> Value {
     body
 }
 
-/// Finish reason as SGLang sends it: `null`, a string, or `{"type": "length", ..}`.
-fn finish_reason(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(o) => o.get("type").and_then(Value::as_str).map(str::to_string),
-        _ => None,
-    }
-}
-
-pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState) -> Chunk {
-    let meta = v.get("meta_info");
-    let text = v.get("text").and_then(Value::as_str).unwrap_or("");
+pub(crate) fn decode(ev: Event, at_ns: u64, st: &mut DecoderState) -> Chunk {
+    let meta = ev.meta_info.as_ref();
+    let text = ev.text.as_deref().unwrap_or("");
     // Text is cumulative by default and incremental with --incremental-streaming-output.
     let text_len = if !st.prev_text.is_empty() && text.starts_with(st.prev_text.as_str()) {
         text.len() - st.prev_text.len()
@@ -45,31 +37,43 @@ pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState) -> Chunk {
         text.len()
     };
     st.prev_text_len = text.len();
-    st.prev_text = text.to_string();
+    st.prev_text.clear();
+    st.prev_text.push_str(text);
 
-    let cum = meta.and_then(|m| as_u32(m.get("completion_tokens")));
-    let ids = v.get("output_ids").and_then(Value::as_array);
+    let cum = meta.and_then(|m| m.completion_tokens);
     let (tokens, method) = if let Some(cum) = cum {
         let t = cum.saturating_sub(st.prev_completion_tokens);
         st.prev_completion_tokens = st.prev_completion_tokens.max(cum);
         (Some(t), Some(TokenAttribution::ServerCumulative))
-    } else if let Some(ids) = ids {
-        let t = match (&st.prev_output_ids, st.output_ids_cumulative) {
-            (None, _) => ids.len(),
-            (Some(_), Some(false)) => ids.len(),
-            (Some(prev), Some(true)) => ids.len().saturating_sub(prev.len()),
+    } else if let Some(ids) = &ev.output_ids {
+        let n = ids.len();
+        let t = match (st.prev_output_ids_len, st.output_ids_cumulative) {
+            (None, _) => n,
+            (Some(_), Some(false)) => n,
+            (Some(prev), Some(true)) => n.saturating_sub(prev),
             (Some(prev), None) => {
-                // Second event decides: a strict extension of the previous list is cumulative.
-                let cumulative = ids.len() > prev.len() && ids.starts_with(prev);
+                // Second event decides: a strict extension of the previous list is cumulative. The
+                // elements were collected because the question was still open.
+                let cumulative = n > prev
+                    && match ids {
+                        OutputIds::Values(v) => v.starts_with(&st.prev_output_ids),
+                        OutputIds::Count(_) => false,
+                    };
                 st.output_ids_cumulative = Some(cumulative);
                 if cumulative {
-                    ids.len() - prev.len()
+                    n - prev
                 } else {
-                    ids.len()
+                    n
                 }
             }
         };
-        st.prev_output_ids = Some(ids.clone());
+        st.prev_output_ids_len = Some(n);
+        st.prev_output_ids.clear();
+        if st.output_ids_cumulative.is_none() {
+            if let OutputIds::Values(v) = ids {
+                st.prev_output_ids.extend_from_slice(v);
+            }
+        }
         (
             Some(u32::try_from(t).unwrap_or(u32::MAX)),
             Some(TokenAttribution::OutputIds),
@@ -79,16 +83,16 @@ pub(crate) fn decode(v: &Value, at_ns: u64, st: &mut DecoderState) -> Chunk {
     };
 
     let usage = meta.map(|m| Usage {
-        prompt_tokens: as_u32(m.get("prompt_tokens")),
+        prompt_tokens: m.prompt_tokens,
         completion_tokens: cum,
-        cached_tokens: as_u32(m.get("cached_tokens")),
+        cached_tokens: m.cached_tokens,
     });
     let chunk = Chunk {
         at_ns,
         tokens,
         text_len: u32::try_from(text_len).unwrap_or(u32::MAX),
         usage,
-        finish_reason: finish_reason(meta.and_then(|m| m.get("finish_reason"))),
+        finish_reason: ev.meta_info.and_then(|m| m.finish_reason),
         error: None,
         role_only: false,
         usage_only: false,

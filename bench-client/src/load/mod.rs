@@ -3,8 +3,10 @@
 //! mergeable histograms, and split into shards of one seeded schedule for several machines.
 //!
 //! `schedule` (when) -> `workload` (what) -> `run` (the driver, reusing `client::send` and
-//! `RecordWriter`) -> `summary` (per run or merged over files).
+//! `RecordWriter`) -> `summary` (per run or merged over files); `metrics` scrapes the server's
+//! `/metrics` around a run and merges the shards' scrapes without counting a shared server twice.
 
+pub mod metrics;
 pub mod run;
 pub mod schedule;
 pub mod summary;
@@ -12,7 +14,8 @@ pub mod workload;
 
 use serde::{Deserialize, Serialize};
 
-pub use run::{run_load, LoadConfig, LoadOutcome, MetricsDelta};
+pub use metrics::{MergedMetrics, MetricsDelta};
+pub use run::{run_load, LoadConfig, LoadOutcome};
 pub use schedule::{ArrivalKind, Arrivals, Schedule, Shard, Slot, Stop};
 pub use summary::{LoadSummary, Slo};
 pub use workload::{LenDist, Planner, TraceEntry, Workload};

@@ -24,6 +24,7 @@ fn cfg(url: String, out: &std::path::Path, schedule: Schedule, workload: Workloa
         schedule,
         workload,
         warmup: 0,
+        max_concurrency: None,
         shard: Shard::default(),
         start_at_unix_ms: None,
         prompt_salt: Some(1),
@@ -63,7 +64,10 @@ fn shared_prefix_cache_hit_rate_matches_ground_truth() {
         assert!(got > 0.4, "cache hit rate {got}");
         // The server's /metrics agree over the run.
         let d = o.metrics.unwrap().deltas();
-        assert_eq!(d["sglang:cached_tokens_total"], cached as f64);
+        assert_eq!(
+            bench_client::load::metrics::by_name(&d, "sglang:cached_tokens_total"),
+            Some(cached as f64)
+        );
         // Each record's group is the one whose prefix it carried.
         let recs = read_records(&out).unwrap();
         assert!(recs.iter().all(|r| r.load.as_ref().unwrap().prefix_group

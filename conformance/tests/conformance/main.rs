@@ -9,4 +9,5 @@ mod ground_truth;
 mod live_checks;
 mod load;
 mod reports;
+mod schema;
 mod story;

@@ -1,0 +1,243 @@
+//! The decoder as it was before typed decoding: every event parsed into a `serde_json::Value`. Kept
+//! for tests only, as the oracle the typed decoder must match chunk for chunk.
+
+use serde_json::Value;
+
+use crate::trace::{Chunk, TokenAttribution, Usage};
+
+/// Per-stream state of the reference decoder.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RefState {
+    prev_completion_tokens: u32,
+    prev_output_ids: Option<Vec<Value>>,
+    output_ids_cumulative: Option<bool>,
+    prev_text: String,
+    pub methods: Vec<Option<TokenAttribution>>,
+}
+
+/// Decode one event's data; `None` for `[DONE]`.
+pub(crate) fn decode(
+    dialect: super::Dialect,
+    data: &str,
+    at_ns: u64,
+    st: &mut RefState,
+) -> Option<Chunk> {
+    let data = data.trim();
+    if data == "[DONE]" {
+        return None;
+    }
+    let value: Value = match serde_json::from_str(data) {
+        Ok(v) => v,
+        Err(e) => {
+            return Some(Chunk {
+                at_ns,
+                error: Some(format!(
+                    "undecodable event ({e}): {}",
+                    super::truncate(data, 200)
+                )),
+                ..Chunk::default()
+            })
+        }
+    };
+    if let Some(msg) = error_message(&value) {
+        return Some(Chunk {
+            at_ns,
+            error: Some(msg),
+            ..Chunk::default()
+        });
+    }
+    Some(match dialect {
+        super::Dialect::Sglang => sglang(&value, at_ns, st),
+        super::Dialect::OpenAi => openai(&value, at_ns, st, false),
+        super::Dialect::OpenAiChat => openai(&value, at_ns, st, true),
+    })
+}
+
+fn error_message(v: &Value) -> Option<String> {
+    if let Some(e) = v.get("error") {
+        if e.is_null() {
+            return None;
+        }
+        return Some(match e {
+            Value::String(s) => s.clone(),
+            Value::Object(o) => o
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| e.to_string()),
+            other => other.to_string(),
+        });
+    }
+    if v.get("object").and_then(Value::as_str) == Some("error") {
+        return Some(
+            v.get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("unspecified error")
+                .to_string(),
+        );
+    }
+    None
+}
+
+fn as_u32(v: Option<&Value>) -> Option<u32> {
+    v.and_then(Value::as_u64)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+fn openai_usage(v: &Value) -> Option<Usage> {
+    let u = v.get("usage")?;
+    if u.is_null() {
+        return None;
+    }
+    Some(Usage {
+        prompt_tokens: as_u32(u.get("prompt_tokens")),
+        completion_tokens: as_u32(u.get("completion_tokens")),
+        cached_tokens: as_u32(u.pointer("/prompt_tokens_details/cached_tokens"))
+            .or_else(|| as_u32(u.get("cached_tokens"))),
+    })
+}
+
+fn finish_reason(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("type").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    }
+}
+
+fn sglang(v: &Value, at_ns: u64, st: &mut RefState) -> Chunk {
+    let meta = v.get("meta_info");
+    let text = v.get("text").and_then(Value::as_str).unwrap_or("");
+    let text_len = if !st.prev_text.is_empty() && text.starts_with(st.prev_text.as_str()) {
+        text.len() - st.prev_text.len()
+    } else {
+        text.len()
+    };
+    st.prev_text = text.to_string();
+    let cum = meta.and_then(|m| as_u32(m.get("completion_tokens")));
+    let ids = v.get("output_ids").and_then(Value::as_array);
+    let (tokens, method) = if let Some(cum) = cum {
+        let t = cum.saturating_sub(st.prev_completion_tokens);
+        st.prev_completion_tokens = st.prev_completion_tokens.max(cum);
+        (Some(t), Some(TokenAttribution::ServerCumulative))
+    } else if let Some(ids) = ids {
+        let t = match (&st.prev_output_ids, st.output_ids_cumulative) {
+            (None, _) => ids.len(),
+            (Some(_), Some(false)) => ids.len(),
+            (Some(prev), Some(true)) => ids.len().saturating_sub(prev.len()),
+            (Some(prev), None) => {
+                let cumulative = ids.len() > prev.len() && ids.starts_with(prev);
+                st.output_ids_cumulative = Some(cumulative);
+                if cumulative {
+                    ids.len() - prev.len()
+                } else {
+                    ids.len()
+                }
+            }
+        };
+        st.prev_output_ids = Some(ids.clone());
+        (
+            Some(u32::try_from(t).unwrap_or(u32::MAX)),
+            Some(TokenAttribution::OutputIds),
+        )
+    } else {
+        (None, None)
+    };
+    let usage = meta.map(|m| Usage {
+        prompt_tokens: as_u32(m.get("prompt_tokens")),
+        completion_tokens: cum,
+        cached_tokens: as_u32(m.get("cached_tokens")),
+    });
+    let chunk = Chunk {
+        at_ns,
+        tokens,
+        text_len: u32::try_from(text_len).unwrap_or(u32::MAX),
+        usage,
+        finish_reason: finish_reason(meta.and_then(|m| m.get("finish_reason"))),
+        ..Chunk::default()
+    };
+    match tokens {
+        None => st.methods.push(None),
+        Some(t) if t > 0 => st.methods.push(method),
+        Some(_) => {}
+    }
+    chunk
+}
+
+fn openai(v: &Value, at_ns: u64, st: &mut RefState, chat: bool) -> Chunk {
+    let usage = openai_usage(v);
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    let Some(choice) = choice else {
+        if let Some(c) = usage.as_ref().and_then(|u| u.completion_tokens) {
+            st.prev_completion_tokens = st.prev_completion_tokens.max(c);
+        }
+        return Chunk {
+            at_ns,
+            tokens: Some(0),
+            usage,
+            usage_only: true,
+            ..Chunk::default()
+        };
+    };
+    let (text_len, role_only, content_event) = if chat {
+        let delta = choice.get("delta");
+        let content_field = delta.and_then(|d| d.get("content")).and_then(Value::as_str);
+        let content = content_field.unwrap_or("");
+        let reasoning = delta
+            .and_then(|d| d.get("reasoning_content"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let has_role = delta.and_then(|d| d.get("role")).is_some();
+        let len = content.len() + reasoning.len();
+        let ids_empty = choice
+            .get("token_ids")
+            .and_then(Value::as_array)
+            .is_none_or(|a| a.is_empty());
+        let role_only = has_role && len == 0 && ids_empty;
+        (len, role_only, content_field.is_some() && !role_only)
+    } else {
+        let text_field = choice.get("text").and_then(Value::as_str);
+        (text_field.map_or(0, str::len), false, text_field.is_some())
+    };
+    let finish_reason = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let ids = choice.get("token_ids").and_then(Value::as_array);
+    let cum = usage.as_ref().and_then(|u| u.completion_tokens);
+    let (tokens, method) = if let Some(ids) = ids {
+        if let Some(c) = cum {
+            st.prev_completion_tokens = st.prev_completion_tokens.max(c);
+        }
+        (
+            Some(u32::try_from(ids.len()).unwrap_or(u32::MAX)),
+            Some(TokenAttribution::TokenIds),
+        )
+    } else if let Some(c) = cum {
+        let t = c.saturating_sub(st.prev_completion_tokens);
+        st.prev_completion_tokens = st.prev_completion_tokens.max(c);
+        (Some(t), Some(TokenAttribution::ContinuousUsage))
+    } else if role_only {
+        (Some(0), None)
+    } else {
+        (None, None)
+    };
+    match tokens {
+        None => st.methods.push(None),
+        Some(t) if t > 0 => st.methods.push(method),
+        Some(_) => {}
+    }
+    Chunk {
+        at_ns,
+        tokens,
+        text_len: u32::try_from(text_len).unwrap_or(u32::MAX),
+        usage,
+        finish_reason,
+        role_only,
+        content_event,
+        ..Chunk::default()
+    }
+}

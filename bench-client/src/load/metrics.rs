@@ -1,0 +1,487 @@
+//! The server's Prometheus `/metrics` around a load run: scraped before and after, the changes
+//! reported, and stored (with the scrape instants) in the results file's manifest so that `merge`
+//! can combine the shards of a run without counting a server-wide counter once per shard.
+//!
+//! The merge rule: a server counter scraped by several shards counts every shard's traffic in each
+//! shard's window, so per-shard deltas must not be summed. For each server (by URL), scrape windows
+//! `[before, after]` that overlap in time are joined, and the delta of a joined window is the latest
+//! `after` minus the earliest `before`; windows that do not overlap (a `--resume`d run, a later run)
+//! add up. Different servers add up. Every request of every shard lies inside its own shard's window,
+//! so the result counts the run's traffic exactly once, plus any other traffic the server saw in
+//! those windows (as for a single run).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::client::Target;
+
+/// Manifest line kind of a stored scrape pair.
+pub const MANIFEST_KIND: &str = "load-metrics";
+
+/// Counter and gauge samples of the server's Prometheus metrics before and after a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricsDelta {
+    /// Samples before the run (histogram buckets left out).
+    pub before: BTreeMap<String, f64>,
+    /// Samples after the run (histogram buckets left out).
+    pub after: BTreeMap<String, f64>,
+    /// When the `before` scrape answered, unix ms (the scraping machine's clock).
+    #[serde(default)]
+    pub before_unix_ms: u64,
+    /// When the `after` scrape answered, unix ms.
+    #[serde(default)]
+    pub after_unix_ms: u64,
+}
+
+/// Name of the derived cache hit rate among the deltas.
+pub const CACHE_HIT_RATE: &str = "run_cache_hit_rate (cached/prompt delta)";
+
+impl MetricsDelta {
+    /// after - before for samples present in both (histogram buckets left out).
+    pub fn raw_deltas(&self) -> BTreeMap<String, f64> {
+        self.after
+            .iter()
+            .filter(|(k, _)| !k.contains("_bucket"))
+            .filter_map(|(k, a)| self.before.get(k).map(|b| (k.clone(), a - b)))
+            .filter(|(_, v)| v.is_finite())
+            .collect()
+    }
+
+    /// The raw deltas plus the derived cache hit rate over the run when the counters are there.
+    pub fn deltas(&self) -> BTreeMap<String, f64> {
+        with_derived(self.raw_deltas())
+    }
+
+    /// The deltas as text lines, the cache, speculative and retraction ones first.
+    pub fn render(&self) -> String {
+        render_deltas("server /metrics, after - before:", &self.deltas())
+    }
+}
+
+/// The sum over all label sets of the samples of metric `name` (`name` or `name{labels}`), `None`
+/// when there is none.
+pub fn by_name(d: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
+    let vals: Vec<f64> = d
+        .iter()
+        .filter(|(k, _)| k.split('{').next() == Some(name))
+        .map(|(_, v)| *v)
+        .collect();
+    (!vals.is_empty()).then(|| vals.iter().sum())
+}
+
+/// Add the cache hit rate (cached / prompt token counter deltas) when both counters are there.
+pub fn with_derived(mut d: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    let find = |suffix: &str| -> Option<f64> {
+        let vals: Vec<f64> = d
+            .iter()
+            .filter(|(k, _)| k.split('{').next().is_some_and(|n| n.ends_with(suffix)))
+            .map(|(_, v)| *v)
+            .collect();
+        (!vals.is_empty()).then(|| vals.iter().sum())
+    };
+    if let (Some(c), Some(p)) = (find("cached_tokens_total"), find("prompt_tokens_total")) {
+        if p > 0.0 && c.is_finite() {
+            d.insert(CACHE_HIT_RATE.into(), c / p);
+        }
+    }
+    d
+}
+
+/// Delta lines under a title, the cache, speculative and retraction ones first.
+pub fn render_deltas(title: &str, d: &BTreeMap<String, f64>) -> String {
+    let mut lines = vec![title.to_string()];
+    let later = |k: &str| !(k.contains("cache") || k.contains("spec") || k.contains("retract"));
+    let mut keys: Vec<&String> = d.keys().collect();
+    keys.sort_by_key(|k| (later(k), (*k).clone()));
+    for k in keys {
+        lines.push(format!("  {k:<60} {:+.6}", d[k]));
+    }
+    lines.join("\n") + "\n"
+}
+
+/// Parse Prometheus text exposition: `name{labels} value` per sample line.
+pub fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, rest) = match l.find('}') {
+                Some(i) if l.contains('{') => (&l[..=i], &l[i + 1..]),
+                _ => l.split_once(char::is_whitespace)?,
+            };
+            let v: f64 = rest.split_whitespace().next()?.parse().ok()?;
+            v.is_finite().then(|| (name.trim().to_string(), v))
+        })
+        .collect()
+}
+
+pub(crate) fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Scrape `/metrics`: the samples (histogram buckets left out) and the unix ms they arrived at;
+/// `None` when the server has no metrics endpoint.
+pub(crate) async fn scrape(
+    http: &reqwest::Client,
+    target: &Target,
+) -> Option<(BTreeMap<String, f64>, u64)> {
+    let mut r = http
+        .get(target.url("/metrics"))
+        .timeout(Duration::from_secs(10));
+    if let Some(k) = &target.api_key {
+        r = r.bearer_auth(k);
+    }
+    let resp = r.send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let text = resp.text().await.ok()?;
+    let at = unix_ms_now();
+    let mut m = parse_prometheus(&text);
+    m.retain(|k, _| !k.contains("_bucket"));
+    (!m.is_empty()).then_some((m, at))
+}
+
+/// One shard invocation's scrape pair, as stored in the manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardMetrics {
+    /// Always [`MANIFEST_KIND`].
+    pub kind: String,
+    /// Server base URL (the key servers are told apart by).
+    pub url: String,
+    /// Shard, `I/N`.
+    pub shard: String,
+    /// Run seed.
+    pub seed: u64,
+    /// Run start, unix ms.
+    pub start_unix_ms: u64,
+    /// The samples.
+    #[serde(flatten)]
+    pub delta: MetricsDelta,
+}
+
+/// The manifest beside a results file.
+pub fn manifest_path(out: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.manifest.jsonl", out.display()))
+}
+
+/// Append a scrape pair to the manifest of `out`.
+pub fn store(out: &Path, m: &ShardMetrics) -> anyhow::Result<()> {
+    use std::io::Write;
+    let path = manifest_path(out);
+    let line = serde_json::to_string(m).context("serialising the /metrics scrapes")?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(f, "{line}").with_context(|| format!("writing {}", path.display()))?;
+    f.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))
+}
+
+/// The scrape pairs stored in the manifest of `out` (none when there is no manifest).
+pub fn read_stored(out: &Path) -> anyhow::Result<Vec<ShardMetrics>> {
+    let path = manifest_path(out);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue; // a torn last line of a killed run
+        };
+        if v.get("kind").and_then(Value::as_str) != Some(MANIFEST_KIND) {
+            continue;
+        }
+        let m: ShardMetrics = serde_json::from_value(v).with_context(|| {
+            format!(
+                "{} line {}: bad {MANIFEST_KIND} entry",
+                path.display(),
+                n + 1
+            )
+        })?;
+        out.push(m);
+    }
+    Ok(out)
+}
+
+/// One server's joined scrape windows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServerWindows {
+    /// Server base URL.
+    pub url: String,
+    /// Joined windows (earliest before, latest after of overlapping scrape pairs), in time order.
+    pub windows: Vec<JoinedWindow>,
+}
+
+/// Overlapping scrape windows of one server, joined.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JoinedWindow {
+    /// Shards whose scrape windows were joined here.
+    pub shards: Vec<String>,
+    /// Earliest before, latest after.
+    pub delta: MetricsDelta,
+}
+
+/// The `/metrics` of several results files, merged by the rule in the module doc.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MergedMetrics {
+    /// Per server.
+    pub servers: Vec<ServerWindows>,
+    /// Each stored scrape pair's own deltas (file, shard, deltas), for reference: summing them
+    /// would count a shared server's traffic once per shard.
+    pub per_shard: Vec<(String, String, BTreeMap<String, f64>)>,
+    /// Files whose manifest held no scrape pair.
+    pub missing: Vec<PathBuf>,
+}
+
+/// Merge the scrape pairs of several results files (see the module doc for the rule).
+pub fn merge(files: &[(PathBuf, Vec<ShardMetrics>)]) -> MergedMetrics {
+    let mut merged = MergedMetrics::default();
+    let mut by_url: BTreeMap<&str, Vec<&ShardMetrics>> = BTreeMap::new();
+    for (file, ms) in files {
+        if ms.is_empty() {
+            merged.missing.push(file.clone());
+        }
+        for m in ms {
+            by_url.entry(m.url.as_str()).or_default().push(m);
+            merged.per_shard.push((
+                file.display().to_string(),
+                m.shard.clone(),
+                m.delta.deltas(),
+            ));
+        }
+    }
+    for (url, mut ms) in by_url {
+        ms.sort_by_key(|m| (m.delta.before_unix_ms, m.delta.after_unix_ms));
+        let mut windows: Vec<(Vec<String>, &MetricsDelta, &MetricsDelta)> = Vec::new();
+        for m in ms {
+            match windows.last_mut() {
+                Some((shards, _, last)) if m.delta.before_unix_ms <= last.after_unix_ms => {
+                    if !shards.contains(&m.shard) {
+                        shards.push(m.shard.clone());
+                    }
+                    if m.delta.after_unix_ms > last.after_unix_ms {
+                        *last = &m.delta;
+                    }
+                }
+                _ => windows.push((vec![m.shard.clone()], &m.delta, &m.delta)),
+            }
+        }
+        merged.servers.push(ServerWindows {
+            url: url.to_string(),
+            windows: windows
+                .into_iter()
+                .map(|(shards, first, last)| JoinedWindow {
+                    shards,
+                    delta: MetricsDelta {
+                        before: first.before.clone(),
+                        after: last.after.clone(),
+                        before_unix_ms: first.before_unix_ms,
+                        after_unix_ms: last.after_unix_ms,
+                    },
+                })
+                .collect(),
+        });
+    }
+    merged
+}
+
+impl MergedMetrics {
+    /// Whether any scrape pair was found.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Sum over servers and joined windows of after - before, plus the derived cache hit rate.
+    pub fn deltas(&self) -> BTreeMap<String, f64> {
+        let mut sum: BTreeMap<String, f64> = BTreeMap::new();
+        for w in self.servers.iter().flat_map(|s| &s.windows) {
+            for (k, v) in w.delta.raw_deltas() {
+                *sum.entry(k).or_default() += v;
+            }
+        }
+        with_derived(sum)
+    }
+
+    /// Counters (`*_total`) that went down: the server restarted inside a window.
+    pub fn reset_counters(&self) -> Vec<String> {
+        self.deltas()
+            .into_iter()
+            .filter(|(k, v)| *v < 0.0 && k.split('{').next().is_some_and(|n| n.ends_with("_total")))
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Text for the merge summary.
+    pub fn render(&self) -> String {
+        let windows: usize = self.servers.iter().map(|s| s.windows.len()).sum();
+        let pairs = self.per_shard.len();
+        let mut o = render_deltas(
+            &format!(
+                "server /metrics over {} server(s), {windows} window(s) joined from {pairs} shard scrape pair(s):\n  (overlapping scrape windows of one server are joined: latest after - earliest before, so\n   traffic is counted once, not once per shard; servers and disjoint windows add up)",
+                self.servers.len()
+            ),
+            &self.deltas(),
+        );
+        let resets = self.reset_counters();
+        if !resets.is_empty() {
+            o.push_str(&format!(
+                "  note: {} counter(s) went down (a server restart inside a window?): {}\n",
+                resets.len(),
+                resets.join(", ")
+            ));
+        }
+        if !self.missing.is_empty() {
+            let names: Vec<String> = self
+                .missing
+                .iter()
+                .map(|p| manifest_path(p).display().to_string())
+                .collect();
+            o.push_str(&format!(
+                "  note: no /metrics scrapes in {} (run with --no-metrics, interrupted, or the manifest was not copied)\n",
+                names.join(", ")
+            ));
+        }
+        o
+    }
+
+    /// JSON for the merge summary.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "rule": "per server, overlapping scrape windows joined (latest after - earliest before); servers and disjoint windows summed",
+            "deltas": self.deltas(),
+            "servers": self.servers.iter().map(|s| json!({
+                "url": s.url,
+                "windows": s.windows.iter().map(|w| json!({
+                    "shards": w.shards,
+                    "before_unix_ms": w.delta.before_unix_ms,
+                    "after_unix_ms": w.delta.after_unix_ms,
+                    "deltas": w.delta.deltas(),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "per_shard": self.per_shard.iter().map(|(f, s, d)| json!({
+                "file": f, "shard": s, "deltas": d,
+            })).collect::<Vec<_>>(),
+            "counters_went_down": self.reset_counters(),
+            "files_without_scrapes": self.missing,
+        })
+    }
+}
+
+/// Read and merge the stored scrapes of several results files.
+pub fn merge_files(files: &[PathBuf]) -> anyhow::Result<MergedMetrics> {
+    let mut all = Vec::new();
+    for f in files {
+        all.push((f.clone(), read_stored(f)?));
+    }
+    Ok(merge(&all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_parses() {
+        let m = parse_prometheus(
+            "# HELP x\n# TYPE x counter\nsglang:cached_tokens_total 5\nsglang:prompt_tokens_total{model=\"a b\"} 10\nbad line\nh_bucket{le=\"+Inf\"} 3\n",
+        );
+        assert_eq!(m.get("sglang:cached_tokens_total"), Some(&5.0));
+        assert_eq!(
+            m.get("sglang:prompt_tokens_total{model=\"a b\"}"),
+            Some(&10.0)
+        );
+        let d = MetricsDelta {
+            before: m.clone(),
+            after: parse_prometheus(
+                "sglang:cached_tokens_total 8\nsglang:prompt_tokens_total{model=\"a b\"} 16\n",
+            ),
+            ..MetricsDelta::default()
+        };
+        let deltas = d.deltas();
+        assert_eq!(deltas.get("sglang:cached_tokens_total"), Some(&3.0));
+        assert_eq!(deltas.get(CACHE_HIT_RATE), Some(&0.5));
+        assert_eq!(by_name(&deltas, "sglang:prompt_tokens_total"), Some(6.0));
+        assert_eq!(by_name(&deltas, "sglang:prompt_tokens"), None);
+    }
+
+    fn pair(shard: &str, url: &str, b: (u64, f64), a: (u64, f64)) -> ShardMetrics {
+        let m = |v: f64| BTreeMap::from([("c_total".to_string(), v)]);
+        ShardMetrics {
+            kind: MANIFEST_KIND.into(),
+            url: url.into(),
+            shard: shard.into(),
+            seed: 1,
+            start_unix_ms: 0,
+            delta: MetricsDelta {
+                before: m(b.1),
+                after: m(a.1),
+                before_unix_ms: b.0,
+                after_unix_ms: a.0,
+            },
+        }
+    }
+
+    #[test]
+    fn overlapping_shards_of_one_server_count_once_and_disjoint_windows_add() {
+        // Two shards on one server: each saw the other's 10 requests (20 in each window).
+        let f = |n: &str| PathBuf::from(n);
+        let a = pair("0/2", "http://s", (100, 5.0), (900, 25.0));
+        let b = pair("1/2", "http://s", (120, 5.0), (950, 25.0));
+        // A resumed invocation of shard 0 later: 7 more.
+        let a2 = pair("0/2", "http://s", (2000, 30.0), (2500, 37.0));
+        // Another server: 4.
+        let c = pair("0/1", "http://t", (100, 0.0), (900, 4.0));
+        let m = merge(&[
+            (f("a"), vec![a, a2]),
+            (f("b"), vec![b]),
+            (f("c"), vec![c]),
+            (f("d"), vec![]),
+        ]);
+        assert_eq!(m.deltas()["c_total"], 20.0 + 7.0 + 4.0);
+        assert_eq!(m.servers.len(), 2);
+        assert_eq!(m.servers[0].windows.len(), 2);
+        assert_eq!(m.servers[0].windows[0].shards, vec!["0/2", "1/2"]);
+        // Summing per shard would have said 20 + 20 + 7 + 4.
+        let naive: f64 = m.per_shard.iter().map(|(_, _, d)| d["c_total"]).sum();
+        assert_eq!(naive, 51.0);
+        assert_eq!(m.missing, vec![f("d")]);
+        assert!(m
+            .render()
+            .contains("no /metrics scrapes in d.manifest.jsonl"));
+        assert!(m.reset_counters().is_empty());
+    }
+
+    #[test]
+    fn a_counter_that_went_down_is_flagged() {
+        let m = merge(&[(
+            PathBuf::from("a"),
+            vec![pair("0/1", "http://s", (0, 50.0), (10, 3.0))],
+        )]);
+        assert_eq!(m.reset_counters(), vec!["c_total".to_string()]);
+        assert!(m.render().contains("went down"));
+    }
+
+    #[test]
+    fn stored_scrapes_round_trip_through_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.jsonl");
+        assert!(read_stored(&out).unwrap().is_empty());
+        std::fs::write(manifest_path(&out), "{\"kind\":\"load\",\"seed\":1}\n").unwrap();
+        let p = pair("0/1", "http://s", (1, 2.0), (3, 4.0));
+        store(&out, &p).unwrap();
+        assert_eq!(read_stored(&out).unwrap(), vec![p]);
+    }
+}
