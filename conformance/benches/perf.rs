@@ -501,6 +501,8 @@ async fn wave(
 }
 
 /// `workers` tasks, each sending `rounds` requests one after another; returns (round, trace).
+/// Output lengths vary from `max_tokens / 2` to `max_tokens * 3 / 2` by request, so the workers
+/// drift apart after the first round instead of finishing and restarting in lockstep.
 async fn closed_loop(
     http: &reqwest::Client,
     target: &Target,
@@ -519,8 +521,10 @@ async fn closed_loop(
             let mut out = Vec::with_capacity(rounds);
             for k in 0..rounds {
                 let i = w * rounds + k;
-                let prompt = Prompt::TokenIds(gen.token_ids(prompt_tokens, hash_index(&tag, i)));
-                let spec = RequestSpec::new(format!("{tag}-{i}"), prompt, max_tokens);
+                let h = hash_index(&tag, i);
+                let prompt = Prompt::TokenIds(gen.token_ids(prompt_tokens, h));
+                let tokens = max_tokens / 2 + (h % u64::from(max_tokens + 1)) as u32;
+                let spec = RequestSpec::new(format!("{tag}-{i}"), prompt, tokens);
                 out.push((
                     k,
                     client::send(&http, &target, &spec, &Timeouts::default()).await,
@@ -638,7 +642,12 @@ const STREAM_OUTPUT: u32 = 160;
 fn mock_streams(external: bool) -> Result<Report> {
     let rt = multi_thread_runtime()?;
     rt.block_on(async {
-        let sets = [("max_running_requests", STREAMS.to_string())];
+        // PERF_OUTPUT_PER_REQUEST_S overrides the preset's output spread (0 = a pass's chunks all
+        // due at one instant) to measure how pacing depends on it.
+        let mut sets = vec![("max_running_requests", STREAMS.to_string())];
+        if let Ok(v) = std::env::var("PERF_OUTPUT_PER_REQUEST_S") {
+            sets.push(("output_per_request_s", v));
+        }
         let mock = Mock::start(DEMO, &sets, external).await?;
         let mut r = Report::new(if external {
             "mock-streams-external"
@@ -887,7 +896,7 @@ fn kimi_sweep_paused() -> Result<Report> {
 
 const SEQUENTIAL: usize = 300;
 const CONCURRENT: usize = 1000;
-const ROUNDS: usize = 4;
+const ROUNDS: usize = 6;
 
 fn client_overhead(external: bool) -> Result<Report> {
     let rt = multi_thread_runtime()?;
@@ -948,8 +957,8 @@ fn client_overhead(external: bool) -> Result<Report> {
         r.row(
             format!(
                 "overhead, {CONCURRENT} concurrent streams, steady state (closed loop of {CONCURRENT} \
-                 workers, rounds 2..{ROUNDS}, 256-token prompt, 32 tokens, max_running_requests = \
-                 {CONCURRENT})"
+                 workers, rounds 2..{ROUNDS}, 256-token prompt, 16 to 48 tokens, \
+                 max_running_requests = {CONCURRENT})"
             ),
             "p99 < 5 ms",
             fmt_ms(dist(&lc.first)),
@@ -963,6 +972,11 @@ fn client_overhead(external: bool) -> Result<Report> {
             format!("every chunk's lag at {CONCURRENT} streams, steady state (client arrival - mock emission)"),
             "-",
             fmt_ms(dist(&lc.all)),
+        );
+        r.row(
+            format!("the mock's pacing error per chunk at {CONCURRENT} streams, steady state (sent - modelled)"),
+            "-",
+            fmt_ms(dist(&lc.pacing_ms)),
         );
         r.row(
             format!("failed requests ({CONCURRENT} streams)"),

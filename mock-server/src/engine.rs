@@ -145,6 +145,8 @@ impl EngineHandle {
             stats: Mutex::new(Stats::default()),
             crashed,
         });
+        let clock = Clock::detect();
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
         let engine = Engine {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             tree: RadixTree::new(),
@@ -153,10 +155,13 @@ impl EngineHandle {
             running: Vec::new(),
             shared: shared.clone(),
             last_wake: None,
-            clock: Clock::detect(),
+            out_tx,
+            output_free: None,
             cfg: config,
+            clock,
         };
         tokio::spawn(engine.run(rx));
+        tokio::spawn(output_stage(out_rx, clock, shared.clone()));
         EngineHandle { tx, shared }
     }
 
@@ -206,6 +211,8 @@ struct Req {
     verify_ct: usize,
     hist: Vec<u64>,
     last_chunk_at: Option<Instant>,
+    /// Stream events sent so far (the next chunk's index in the ground truth).
+    chunks: usize,
 }
 
 impl Req {
@@ -237,6 +244,10 @@ struct Engine {
     /// When the last pass of the current busy period ended, in model time (None while idle).
     last_wake: Option<Instant>,
     clock: Clock,
+    /// Events for the output stage, in order.
+    out_tx: mpsc::UnboundedSender<Outgoing>,
+    /// When the modelled output stage is free for the next event.
+    output_free: Option<Instant>,
 }
 
 /// A stream event due at its modelled instant.
@@ -245,8 +256,14 @@ struct Outgoing {
     event: StreamEvent,
     /// The modelled emission instant.
     at: Instant,
+    /// The same, in ns since the request was received.
+    model_ns: u64,
     rid: String,
     received: Instant,
+    tokens: usize,
+    completion: usize,
+    verify_ct: usize,
+    hist: Vec<u64>,
 }
 
 impl Engine {
@@ -278,6 +295,7 @@ impl Engine {
                     verify_ct: 0,
                     hist: Vec::new(),
                     last_chunk_at: None,
+                    chunks: 0,
                 });
             }
             Msg::Flush(reply) => {
@@ -536,7 +554,6 @@ impl Engine {
                 done.push(i);
             }
         }
-        let mut out = Vec::new();
         // Finished prefills in queue order, so the earliest request's first chunk leaves first.
         let mut finished = Vec::new();
         for i in done.into_iter().rev() {
@@ -544,41 +561,25 @@ impl Engine {
                 finished.push(r);
             }
         }
+        let mut completed = Vec::new();
         for mut r in finished.into_iter().rev() {
             if !r.emitted_first {
                 r.emitted_first = true;
-                let stop = self.step_tokens(&mut r, deadline, &mut out);
+                let (stop, ev) = self.step_tokens(&mut r, deadline);
+                if let Some(o) = ev {
+                    let _ = self.out_tx.send(o);
+                }
                 if stop {
-                    self.complete(r);
+                    completed.push(r);
                     continue;
                 }
             }
             self.running.push(r);
         }
-        self.emit(out).await;
-        Some(deadline)
-    }
-
-    /// Sends each event at its modelled instant, in order.
-    /// Hands each event to its stream at its modelled instant, in order, and records the instant
-    /// it really left the engine as the chunk's `at_ns`.
-    async fn emit(&self, out: Vec<Outgoing>) {
-        for mut o in out {
-            self.clock.wait_short(o.at).await;
-            if let StreamEvent::Tokens { chunk, at_ns, .. } = &mut o.event {
-                let now = Instant::now()
-                    .saturating_duration_since(o.received)
-                    .as_nanos() as u64;
-                *at_ns = now;
-                let i = *chunk;
-                self.shared.truth.update(&o.rid, |t| {
-                    if let Some(c) = t.chunks.get_mut(i) {
-                        c.at_ns = now;
-                    }
-                });
-            }
-            let _ = o.tx.send(o.event);
+        for r in completed {
+            self.complete(r);
         }
+        Some(deadline)
     }
 
     /// KV tokens one decode step can add to a request (a verify step's draft plus one).
@@ -612,17 +613,28 @@ impl Engine {
         let since = self.last_wake.replace(deadline).unwrap_or(start);
         let running = std::mem::take(&mut self.running);
         let mut step_tokens = 0usize;
-        let mut out = Vec::new();
-        for mut r in running {
+        let mut completed = Vec::new();
+        for (i, mut r) in running.into_iter().enumerate() {
+            // Let the output stage send the events already drawn while a large batch is drawn.
+            if i % 32 == 31 {
+                tokio::task::yield_now().await;
+            }
             let before = r.output.len();
-            let stop = self.step_tokens(&mut r, deadline, &mut out);
+            let (stop, ev) = self.step_tokens(&mut r, deadline);
             r.kv_len += r.output.len() - before;
             step_tokens += r.output.len() - before;
+            if let Some(o) = ev {
+                let _ = self.out_tx.send(o);
+            }
             if stop {
-                self.complete(r);
+                completed.push(r);
             } else {
                 self.running.push(r);
             }
+        }
+        // Finished requests go into the cache after the pass's events are out.
+        for r in completed {
+            self.complete(r);
         }
         // Like SGLang, tokens over the clock time they took (here: since the previous pass ended).
         let dt = deadline.saturating_duration_since(since).as_secs_f64();
@@ -633,14 +645,14 @@ impl Engine {
                 0.0
             };
         }
-        self.emit(out).await;
         deadline
     }
 
-    /// Draws one verify step's tokens for `r` and queues an event in `out` when one is due; true
-    /// when finished. The pass ended at `pass_end`; the j-th event of a pass is modelled to leave
-    /// `j x output_per_request_s` after it (the server's per-request output processing).
-    fn step_tokens(&mut self, r: &mut Req, pass_end: Instant, out: &mut Vec<Outgoing>) -> bool {
+    /// Draws one verify step's tokens for `r`; returns whether it finished and the event to send,
+    /// when one is due. The pass ended at `pass_end`. Output processing is one queue in pass order
+    /// that takes `output_per_request_s` per event (SGLang's detokenizer and tokenizer manager):
+    /// an event leaves when the pass has ended and the events before it have left.
+    fn step_tokens(&mut self, r: &mut Req, pass_end: Instant) -> (bool, Option<Outgoing>) {
         let n = if self.cfg.speculative() {
             let mut accepted = 0;
             for k in 0..self.cfg.speculative_num_draft_tokens {
@@ -716,6 +728,7 @@ impl Engine {
         let due = finish.is_some()
             || r.pending.len() >= self.cfg.stream_interval
             || r.last_chunk_at.is_none();
+        let mut event = None;
         if due && (!r.pending.is_empty() || finish.is_some()) {
             let new_ids = std::mem::take(&mut r.pending);
             let spec = (finish.is_some() && self.cfg.speculative()).then(|| {
@@ -734,24 +747,18 @@ impl Engine {
                 }
             });
             let tokens = new_ids.len();
-            let now = pass_end + self.scaled(self.cfg.output_per_request_s * out.len() as f64);
+            let now = self.output_free.map_or(pass_end, |f| f.max(pass_end));
+            self.output_free = Some(now + self.scaled(self.cfg.output_per_request_s));
             let at = r.ns(now);
-            let (vc, hist, n_out) = (r.verify_ct, r.hist.clone(), r.output.len());
-            let mut chunk = 0;
-            self.shared.truth.update(&r.g.rid, |t| {
-                chunk = t.chunks.len();
-                t.chunks.push(ChunkTruth {
-                    at_ns: at,
-                    model_ns: at,
-                    tokens,
-                    sent_ns: None,
-                });
-                t.completion_tokens = n_out;
-                t.spec_verify_ct = vc;
-                t.spec_accept_histogram = hist;
-            });
-            out.push(Outgoing {
+            let chunk = r.chunks;
+            r.chunks += 1;
+            event = Some(Outgoing {
                 tx: r.tx.clone(),
+                model_ns: at,
+                tokens,
+                completion: r.output.len(),
+                verify_ct: r.verify_ct,
+                hist: r.hist.clone(),
                 event: StreamEvent::Tokens {
                     chunk,
                     at_ns: at,
@@ -781,7 +788,7 @@ impl Engine {
             }
             r.last_chunk_at = Some(now);
         }
-        finish.is_some()
+        (finish.is_some(), event)
     }
 
     fn complete(&mut self, mut r: Req) {
@@ -848,5 +855,38 @@ impl Engine {
             s.num_waiting = self.waiting.len();
             s.kv_used_tokens = self.shared.budget.kv_pool_tokens - self.kv_available();
         }
+    }
+}
+
+/// The server's output processing: hands each event to its stream at its modelled instant, in
+/// order, and records the chunk in the ground truth with the instant it really left as `at_ns`.
+/// It runs beside the engine, so a pass's events going out never delay the next pass.
+async fn output_stage(
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    clock: Clock,
+    shared: Arc<Shared>,
+) {
+    while let Some(mut o) = rx.recv().await {
+        clock.wait_short(o.at).await;
+        let now = Instant::now()
+            .saturating_duration_since(o.received)
+            .as_nanos() as u64;
+        if let StreamEvent::Tokens { at_ns, .. } = &mut o.event {
+            *at_ns = now;
+        }
+        let chunk = ChunkTruth {
+            at_ns: now,
+            model_ns: o.model_ns,
+            tokens: o.tokens,
+            sent_ns: None,
+        };
+        let (completion, verify_ct, hist) = (o.completion, o.verify_ct, o.hist);
+        shared.truth.update(&o.rid, |t| {
+            t.chunks.push(chunk);
+            t.completion_tokens = completion;
+            t.spec_verify_ct = verify_ct;
+            t.spec_accept_histogram = hist;
+        });
+        let _ = o.tx.send(o.event);
     }
 }

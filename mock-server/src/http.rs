@@ -286,9 +286,9 @@ struct Ctx {
     cache_report: bool,
     include_usage: bool,
     continuous_usage: bool,
-    all_ids: Vec<u32>,
-    /// Decoded text of `all_ids` (native cumulative output).
-    all_text: String,
+    /// Native cumulative output so far, as JSON: the ids comma-separated, the text escaped.
+    ids_json: Vec<u8>,
+    text_json: Vec<u8>,
     prompt_tokens: usize,
 }
 
@@ -317,24 +317,35 @@ impl Ctx {
         use std::io::Write;
         let (new_ids, cached, completion) = (&o.ids[..], o.cached, o.completion);
         let (finish, spec, at_ns) = (&o.finish, &o.spec, o.at_ns);
-        self.all_ids.extend_from_slice(new_ids);
-        let new_text = tokenizer::decode(new_ids);
-        self.all_text.push_str(&new_text);
-        let (ids, text): (&[u32], &str) = if self.incremental {
-            (new_ids, &new_text)
+        // Only the new tokens are rendered; cumulative output appends them to the JSON kept from
+        // the events before (escaping is per character, so escaped pieces concatenate).
+        let mut new_ids_json = Vec::with_capacity(new_ids.len() * 6);
+        let mut num = itoa::Buffer::new();
+        for id in new_ids {
+            if !new_ids_json.is_empty() {
+                new_ids_json.push(b',');
+            }
+            new_ids_json.extend_from_slice(num.format(*id).as_bytes());
+        }
+        let new_text = serde_json::to_vec(&tokenizer::decode(new_ids)).unwrap_or_default();
+        let new_text = new_text
+            .get(1..new_text.len().saturating_sub(1))
+            .unwrap_or_default();
+        let (ids, text): (&[u8], &[u8]) = if self.incremental {
+            (&new_ids_json, new_text)
         } else {
-            (&self.all_ids, &self.all_text)
+            if !self.ids_json.is_empty() && !new_ids_json.is_empty() {
+                self.ids_json.push(b',');
+            }
+            self.ids_json.extend_from_slice(&new_ids_json);
+            self.text_json.extend_from_slice(new_text);
+            (&self.ids_json, &self.text_json)
         };
         // Writing into a Vec cannot fail; the results are ignored for that reason.
-        buf.extend_from_slice(b"{\"text\":");
-        let _ = serde_json::to_writer(&mut *buf, text);
-        buf.extend_from_slice(b",\"output_ids\":[");
-        for (i, id) in ids.iter().enumerate() {
-            if i > 0 {
-                buf.push(b',');
-            }
-            let _ = write!(buf, "{id}");
-        }
+        buf.extend_from_slice(b"{\"text\":\"");
+        buf.extend_from_slice(text);
+        buf.extend_from_slice(b"\",\"output_ids\":[");
+        buf.extend_from_slice(ids);
         buf.extend_from_slice(b"],\"meta_info\":{\"id\":");
         let _ = serde_json::to_writer(&mut *buf, &self.rid);
         buf.extend_from_slice(b",\"finish_reason\":");
@@ -425,7 +436,7 @@ fn render(ctx: &mut Ctx, ev: StreamEvent) -> (Vec<Bytes>, bool) {
         } => {
             let mut out = Vec::new();
             if ctx.dialect == Dialect::Native {
-                let mut buf = Vec::with_capacity(256 + 16 * ctx.all_ids.len());
+                let mut buf = Vec::with_capacity(256 + ctx.ids_json.len() + ctx.text_json.len());
                 buf.extend_from_slice(b"data: ");
                 ctx.native(
                     &mut buf,
@@ -751,8 +762,8 @@ async fn generate(State(st): State<AppState>, headers: HeaderMap, body: Body2) -
         cache_report: cfg.enable_cache_report,
         include_usage: false,
         continuous_usage: false,
-        all_ids: Vec::new(),
-        all_text: String::new(),
+        ids_json: Vec::new(),
+        text_json: Vec::new(),
         prompt_tokens,
     };
     if stream {
@@ -859,8 +870,8 @@ async fn openai(st: AppState, headers: HeaderMap, body: Body2, dialect: Dialect)
         cache_report: cfg.enable_cache_report,
         include_usage,
         continuous_usage,
-        all_ids: Vec::new(),
-        all_text: String::new(),
+        ids_json: Vec::new(),
+        text_json: Vec::new(),
         prompt_tokens,
     };
     if stream {

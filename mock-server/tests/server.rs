@@ -1549,3 +1549,26 @@ async fn a_retracted_request_comes_back_after_the_other_finishes() {
     assert_eq!(r2.prefill_passes.len(), 2, "{:?}", r2.prefill_passes);
     assert!(r2.prefill_passes[1].start_ns >= r1.chunks.last().unwrap().model_ns);
 }
+
+/// Output processing is one queue: when a pass's events take longer to go out than the next pass
+/// takes to run, the next pass's events wait behind them instead of overtaking or piling up.
+#[tokio::test(start_paused = true)]
+async fn output_processing_is_one_queue_across_passes() {
+    let mut c = Config::default();
+    c.speculative_algorithm = "none".into();
+    c.output_per_request_s = 0.005;
+    let (truth, _engine) = run_engine(c, &[("q0", 50, 6), ("q1", 50, 6), ("q2", 50, 6)]).await;
+    let mut all: Vec<u64> = Vec::new();
+    for rid in ["q0", "q1", "q2"] {
+        let t = truth.request(rid).unwrap();
+        assert_eq!(t.completion_tokens, 6);
+        assert!(t.chunks.windows(2).all(|w| w[0].model_ns < w[1].model_ns));
+        assert!(t.chunks.iter().all(|c| c.at_ns >= c.model_ns));
+        all.extend(t.chunks.iter().map(|c| c.model_ns));
+    }
+    all.sort_unstable();
+    // A decode step of three requests takes ~2.3 ms, far less than three 5 ms output slots: the
+    // queue never empties after the first event, so every event leaves one slot after the last.
+    let gaps: Vec<u64> = all.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.iter().all(|g| *g == 5_000_000), "{gaps:?}");
+}
