@@ -621,12 +621,29 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         cfg.shard,
         out.display()
     );
+    let cpu0 = load::process_cpu_seconds();
+    let wall0 = tokio::time::Instant::now();
     let outcome = load::run_load(&cfg).await;
+    let cpu = load::process_cpu_seconds().zip(cpu0).map(|(a, b)| a - b);
+    let wall = wall0.elapsed().as_secs_f64();
+    let embedded = mock.is_some();
     if let Some(m) = mock {
         m.shutdown().await;
     }
     let outcome = outcome?;
     print_load(&outcome.summary, a.format)?;
+    match cpu {
+        Some(c) if wall > 0.0 => eprintln!(
+            "client CPU: {c:.2} s user + system over {wall:.2} s wall ({:.0}% of one core){}",
+            100.0 * c / wall,
+            if embedded {
+                "; this process also ran the embedded mock server"
+            } else {
+                ""
+            }
+        ),
+        _ => eprintln!("client CPU: not available on this system"),
+    }
     if let Some(m) = &outcome.metrics {
         if matches!(a.format, Format::Table) {
             print!("{}", m.render());

@@ -473,3 +473,28 @@ proptest! {
         prop_assert_eq!(render_table(&merged), render_table(&whole));
     }
 }
+
+/// The command line, as a user runs it: a short closed-loop run against the embedded mock prints the
+/// summary, the server's /metrics deltas and the client's own CPU use, and writes the records.
+#[test]
+fn cli_load_against_the_embedded_mock_reports_client_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cli.jsonl");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_bench-client"))
+        .args(["load", "--concurrency", "4", "--num-requests", "12"])
+        .args(["--input-len", "32", "--output-len", "8", "--no-progress", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("12 measured, 12 ok, 0 failed"), "{stdout}");
+    assert!(stdout.contains("sglang:num_requests_total"), "{stdout}");
+    let cpu = stderr
+        .lines()
+        .find(|l| l.starts_with("client CPU: "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(cpu.contains("% of one core") || cpu.contains("not available"), "{cpu}");
+    assert_eq!(read_records(&out).unwrap().len(), 12);
+}

@@ -1,9 +1,11 @@
 //! Performance benchmarks of the mock server and the benchmark client, with the targets of issues 3, 4
 //! and 7. Run `cargo bench -p conformance --bench perf -- [SCENARIO ...] [--external]` (no scenario:
 //! all). Scenarios: `mock-streams`, `kimi-sweep-paused`, `client-overhead`, `sse-decode`,
-//! `long-prompt`. `--external` runs the mock as a separate process (the `mock-server` release binary,
-//! built with `cargo build --release -p mock-server` into the same target directory) for
-//! `mock-streams` and `client-overhead`; its ground truth then comes from `/debug/requests/{rid}`.
+//! `long-prompt`, `load-2000`. `--external` runs the mock as a separate process (the `mock-server`
+//! release binary, built with `cargo build --release -p mock-server` into the same target directory)
+//! for `mock-streams`, `client-overhead` and `load-2000`; its ground truth then comes from
+//! `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the mock's output spread in
+//! `mock-streams`.
 //!
 //! Each scenario prints a Markdown table (metric, target, measured) and writes its numbers as JSON to
 //! `<target dir>/perf/<scenario>.json`. Nothing here asserts a target: the numbers are recorded in
@@ -36,6 +38,7 @@ const SCENARIOS: &[&str] = &[
     "client-overhead",
     "sse-decode",
     "long-prompt",
+    "load-2000",
 ];
 const DEMO: &str = "small-cpu-demo";
 const KIMI: &str = "kimi-k2.6-dflash-8xrtx-pro-6000";
@@ -73,6 +76,7 @@ fn run() -> Result<()> {
             "client-overhead" => client_overhead(external)?,
             "sse-decode" => sse_decode()?,
             "long-prompt" => long_prompt()?,
+            "load-2000" => load_2000(external)?,
             _ => continue,
         };
         report.print();
@@ -561,6 +565,8 @@ struct Lags {
     pacing_ms: Vec<f64>,
     /// The same for first chunks only (they leave while other requests still arrive).
     first_pacing_ms: Vec<f64>,
+    /// The same for every chunk after each stream's first.
+    later_pacing_ms: Vec<f64>,
 }
 
 async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> Result<Lags> {
@@ -572,6 +578,7 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         per_request_max_pacing_ms: Vec::new(),
         pacing_ms: Vec::new(),
         first_pacing_ms: Vec::new(),
+        later_pacing_ms: Vec::new(),
     };
     for tr in traces {
         let truth = mock.truth(http, &tr.rid).await?;
@@ -583,9 +590,14 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
                 .iter()
                 .filter_map(|c| c.sent_ns.map(|s| ns_to_ms(s) - ns_to_ms(c.model_ns))),
         );
-        if let Some(c) = truth.chunks.first() {
+        for (k, c) in truth.chunks.iter().enumerate() {
             if let Some(s) = c.sent_ns {
-                l.first_pacing_ms.push(ns_to_ms(s) - ns_to_ms(c.model_ns));
+                let e = ns_to_ms(s) - ns_to_ms(c.model_ns);
+                if k == 0 {
+                    l.first_pacing_ms.push(e);
+                } else {
+                    l.later_pacing_ms.push(e);
+                }
             }
         }
         let Ok(m) = measure(tr) else {
@@ -694,6 +706,11 @@ fn mock_streams(external: bool) -> Result<Report> {
             fmt_ms(dist(&l.first_pacing_ms)),
         );
         r.row(
+            "  of which every later chunk (all streams running)",
+            "-",
+            fmt_ms(dist(&l.later_pacing_ms)),
+        );
+        r.row(
             "largest pacing error per request",
             "-",
             fmt_ms(dist(&l.per_request_max_pacing_ms)),
@@ -737,6 +754,8 @@ fn mock_streams(external: bool) -> Result<Report> {
         }
         r.set("wall_s", json!(wall));
         r.set("pacing_per_chunk", dist_json(dist(&l.pacing_ms)));
+        r.set("pacing_first_chunks", dist_json(dist(&l.first_pacing_ms)));
+        r.set("pacing_later_chunks", dist_json(dist(&l.later_pacing_ms)));
         r.set("pacing_per_request_max", dist_json(dist(&l.per_request_max_pacing_ms)));
         r.set("chunk_lag", dist_json(dist(&l.all)));
         r.set("first_chunk_lag", dist_json(dist(&l.first)));
@@ -1308,4 +1327,130 @@ fn long_prompt() -> Result<Report> {
     r.set("real_short_diff", dist_json(dist(&short.first)));
     r.set("real_long_ttft", dist_json(dist(&ttft)));
     Ok(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. load-2000
+// ---------------------------------------------------------------------------------------------
+
+const LOAD_CONCURRENCY: u32 = 2000;
+const LOAD_REQUESTS: u64 = 8000;
+
+/// `bench_client::load::run_load`, closed loop at 2,000 concurrent streams, against the mock; each
+/// record's TTFT against the mock's ground truth (the instant its HTTP layer sent the first chunk).
+fn load_2000(external: bool) -> Result<Report> {
+    use bench_client::load::{Arrivals, LenDist, LoadConfig, Schedule, Shard, Slo, Stop, Workload};
+    let rt = multi_thread_runtime()?;
+    rt.block_on(async {
+        let sets = [("max_running_requests", "2048".to_string())];
+        let mock = Mock::start(DEMO, &sets, external).await?;
+        let mut r = Report::new(if external { "load-2000-external" } else { "load-2000" });
+        r.note(format!(
+            "mock: {}; preset {DEMO} with max_running_requests = 2048; bench_client::load::run_load, \
+             closed loop at concurrency {LOAD_CONCURRENCY}, {LOAD_REQUESTS} requests, input 256 \
+             tokens, output uniform 32..96 tokens (so the workers drift apart after the first round); \
+             overhead = the record's TTFT (from its scheduled start) minus the ground truth (first \
+             chunk sent_ns, from the instant the mock's handler received the request)",
+            mock.label()
+        ));
+        let dir = tempfile::tempdir()?;
+        let out = dir.path().join("load.jsonl");
+        let cfg = LoadConfig {
+            target: target(mock.url()),
+            timeouts: Timeouts::default(),
+            schedule: Schedule::new(
+                Arrivals::Closed { concurrency: LOAD_CONCURRENCY },
+                Stop::Requests(LOAD_REQUESTS),
+                5,
+            )
+            .map_err(|e| anyhow!(e))?,
+            workload: Workload::Random {
+                input: LenDist::Fixed { n: 256 },
+                output: LenDist::Uniform { lo: 32, hi: 96 },
+            },
+            warmup: 0,
+            max_concurrency: None,
+            shard: Shard::default(),
+            start_at_unix_ms: None,
+            prompt_salt: Some(5),
+            out: out.clone(),
+            resume: false,
+            seed: 5,
+            token_id_range: (100, 30000),
+            slo: Slo::default(),
+            scrape_metrics: false,
+            progress: false,
+            command: "perf load-2000".into(),
+        };
+        let cpu0 = cpu_seconds(None);
+        let started = Instant::now();
+        let outcome = bench_client::load::run_load(&cfg).await?;
+        let wall = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(None).zip(cpu0).map(|(a, b)| a - b);
+        let recs = bench_client::record::read_records(&out)?;
+        let http = reqwest::Client::new();
+        let (mut all, mut steady, mut queue) = (Vec::new(), Vec::new(), Vec::new());
+        let mut first_pacing = Vec::new();
+        let mut failed = 0usize;
+        for rec in &recs {
+            let (Some(ttft), Some(load)) = (rec.ttft_ms, rec.load.as_ref()) else {
+                failed += 1;
+                continue;
+            };
+            let truth = mock.truth(&http, &rec.rid).await?;
+            let Some(first) = truth.chunks.first() else {
+                failed += 1;
+                continue;
+            };
+            let lag = ttft - ns_to_ms(first.sent_ns.unwrap_or(first.at_ns));
+            all.push(lag);
+            if load.index >= u64::from(LOAD_CONCURRENCY) {
+                steady.push(lag);
+                if let Some(s) = first.sent_ns {
+                    first_pacing.push(ns_to_ms(s) - ns_to_ms(first.model_ns));
+                }
+            }
+            queue.push(ns_to_ms(load.client_queue_ns));
+        }
+        mock.stop().await;
+        r.row("requests", format!("{LOAD_REQUESTS}"), format!("{} written, {failed} failed or without a first chunk", outcome.written));
+        r.row(
+            "TTFT - ground truth, requests after the first 2,000 (steady state)",
+            "p99 < 5 ms",
+            fmt_ms(dist(&steady)),
+        );
+        r.row(
+            "TTFT - ground truth, all requests (the first 2,000 start at one instant)",
+            "-",
+            fmt_ms(dist(&all)),
+        );
+        r.row(
+            "the mock's pacing error of those first chunks (sent - modelled)",
+            "-",
+            fmt_ms(dist(&first_pacing)),
+        );
+        r.row("client_queue_time", "-", fmt_ms(dist(&queue)));
+        r.row(
+            "achieved concurrency",
+            "2000",
+            outcome
+                .summary
+                .derived()
+                .achieved_concurrency
+                .map_or("n/a".into(), |c| format!("{c:.1}")),
+        );
+        r.row("run wall time", "-", format!("{wall:.2} s"));
+        r.row(
+            "CPU of the client (this process)",
+            "reported",
+            cpu.map_or("n/a".into(), |c| format!("{c:.2} s ({:.0}% of one core)", 100.0 * c / wall)),
+        );
+        r.set("steady", dist_json(dist(&steady)));
+        r.set("all", dist_json(dist(&all)));
+        r.set("client_queue", dist_json(dist(&queue)));
+        r.set("cpu_s", json!(cpu));
+        r.set("wall_s", json!(wall));
+        r.set("external", json!(external));
+        Ok(r)
+    })
 }

@@ -56,3 +56,15 @@ pub fn merge_files(files: &[std::path::PathBuf], slo: Slo) -> anyhow::Result<(Lo
     }
     Ok((summary, ignored))
 }
+
+/// User + system CPU seconds this process has used so far (Linux `/proc/self/stat`, whose clock
+/// ticks are USER_HZ = 100); `None` elsewhere.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ut: f64 = f.get(11)?.parse().ok()?;
+    let st: f64 = f.get(12)?.parse().ok()?;
+    Some((ut + st) / 100.0)
+}
