@@ -482,7 +482,14 @@ fn cli_load_against_the_embedded_mock_reports_client_cpu() {
     let out = dir.path().join("cli.jsonl");
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_bench-client"))
         .args(["load", "--concurrency", "4", "--num-requests", "12"])
-        .args(["--input-len", "32", "--output-len", "8", "--no-progress", "--out"])
+        .args([
+            "--input-len",
+            "32",
+            "--output-len",
+            "8",
+            "--no-progress",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
@@ -495,6 +502,9 @@ fn cli_load_against_the_embedded_mock_reports_client_cpu() {
         .lines()
         .find(|l| l.starts_with("client CPU: "))
         .unwrap_or_else(|| panic!("{stderr}"));
-    assert!(cpu.contains("% of one core") || cpu.contains("not available"), "{cpu}");
+    assert!(
+        cpu.contains("% of one core") || cpu.contains("not available"),
+        "{cpu}"
+    );
     assert_eq!(read_records(&out).unwrap().len(), 12);
 }
