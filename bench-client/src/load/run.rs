@@ -199,7 +199,7 @@ async fn warm_up(ctx: Arc<Ctx>, index: u64) {
 }
 
 /// How long before its slot an open-loop request's task starts: it builds its prompt, then waits
-/// for the slot itself (woken by the [`Pacer`]) and sends at once, with no hand-off to another task
+/// for the slot itself (woken by the `Pacer`) and sends at once, with no hand-off to another task
 /// at the slot.
 pub const OPEN_LOOP_LEAD: Duration = Duration::from_millis(10);
 
