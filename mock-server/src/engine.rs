@@ -121,6 +121,8 @@ pub struct Shared {
     pub truth: GroundTruth,
     pub stats: Mutex<Stats>,
     pub crashed: Arc<watch::Sender<Option<String>>>,
+    /// Set when this engine died: its output stage sends nothing more.
+    dead: std::sync::atomic::AtomicBool,
 }
 
 /// A handle to submit work to the engine.
@@ -144,6 +146,7 @@ impl EngineHandle {
             truth,
             stats: Mutex::new(Stats::default()),
             crashed,
+            dead: std::sync::atomic::AtomicBool::new(false),
         });
         let clock = Clock::detect();
         let (out_tx, out_rx) = mpsc::unbounded_channel();
@@ -747,9 +750,9 @@ impl Engine {
                 }
             });
             let tokens = new_ids.len();
-            let now = self.output_free.map_or(pass_end, |f| f.max(pass_end));
-            self.output_free = Some(now + self.scaled(self.cfg.output_per_request_s));
-            let at = r.ns(now);
+            let model_at = self.output_free.map_or(pass_end, |f| f.max(pass_end));
+            self.output_free = Some(model_at + self.scaled(self.cfg.output_per_request_s));
+            let at = r.ns(model_at);
             let chunk = r.chunks;
             r.chunks += 1;
             event = Some(Outgoing {
@@ -769,16 +772,18 @@ impl Engine {
                     finish: finish.clone(),
                     spec,
                 },
-                at: now,
+                at: model_at,
                 rid: r.g.rid.clone(),
                 received: r.g.received,
             });
             if let Ok(mut s) = self.shared.stats.lock() {
-                let t = now.saturating_duration_since(r.g.received).as_secs_f64();
+                let t = model_at
+                    .saturating_duration_since(r.g.received)
+                    .as_secs_f64();
                 match r.last_chunk_at {
                     None => s.ttft.observe(t),
                     Some(prev) => s.itl.observe_tokens(
-                        now.saturating_duration_since(prev).as_secs_f64(),
+                        model_at.saturating_duration_since(prev).as_secs_f64(),
                         tokens as u64,
                     ),
                 }
@@ -786,7 +791,7 @@ impl Engine {
                     s.e2e.observe(t);
                 }
             }
-            r.last_chunk_at = Some(now);
+            r.last_chunk_at = Some(model_at);
         }
         (finish.is_some(), event)
     }
@@ -846,6 +851,9 @@ impl Engine {
             self.finish_truth(&r, FinishTruth::OomCrash);
             let _ = r.tx.send(StreamEvent::Crash(reason.clone()));
         }
+        self.shared
+            .dead
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.shared.crashed.send_replace(Some(reason));
     }
 
@@ -868,6 +876,10 @@ async fn output_stage(
 ) {
     while let Some(mut o) = rx.recv().await {
         clock.wait_short(o.at).await;
+        if shared.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            // The server died before this event's instant: it never leaves.
+            continue;
+        }
         let now = Instant::now()
             .saturating_duration_since(o.received)
             .as_nanos() as u64;

@@ -1572,3 +1572,54 @@ async fn output_processing_is_one_queue_across_passes() {
     let gaps: Vec<u64> = all.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(gaps.iter().all(|g| *g == 5_000_000), "{gaps:?}");
 }
+
+/// When the server dies of OOM, events still waiting in the output queue never leave: the ground
+/// truth holds no chunk modelled after the crash, and the stream ends with the crash.
+#[tokio::test(start_paused = true)]
+async fn events_queued_for_output_die_with_the_server() {
+    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    let mut c = Config::preset(KIMI).unwrap();
+    // A slow output stage, so that many of the decoding request's events wait in its queue.
+    c.output_per_request_s = 0.2;
+    let truth = mock_server::GroundTruth::default();
+    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
+    let engine = EngineHandle::spawn(c, truth.clone(), crashed.clone());
+    let gen = |rid: &str, n: usize, max_new: usize| GenRequest {
+        rid: rid.into(),
+        input_ids: ids(n, 3),
+        max_new_tokens: max_new,
+        min_new_tokens: 0,
+        ignore_eos: true,
+        stop_token_ids: Vec::new(),
+        received: tokio::time::Instant::now(),
+    };
+    let t0 = tokio::time::Instant::now();
+    let mut rx = engine.submit(gen("decoding", 100, 5000)).unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let big_at = tokio::time::Instant::now();
+    let _big = engine.submit(gen("big", 32_000, 4)).unwrap();
+    let mut ended_by_crash = false;
+    while let Some(ev) = rx.recv().await {
+        if let StreamEvent::Crash(_) = ev {
+            ended_by_crash = true;
+            break;
+        }
+    }
+    assert!(ended_by_crash);
+    assert!(crashed.borrow().is_some());
+    // Give a surviving output stage every chance to send what it still holds.
+    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    let big = truth.request("big").unwrap();
+    assert_eq!(big.finish, FinishTruth::OomCrash);
+    let crash_ns = (big_at - t0).as_nanos() as u64 + big.prefill_passes.last().unwrap().start_ns;
+    let d = truth.request("decoding").unwrap();
+    assert_eq!(d.finish, FinishTruth::OomCrash);
+    assert!(d.chunks.len() >= 3, "{} chunks", d.chunks.len());
+    assert!(
+        d.chunks.iter().all(|c| c.model_ns <= crash_ns),
+        "a chunk modelled after the crash at {crash_ns} ns: {:?}",
+        d.chunks.last()
+    );
+    // Far more tokens were drawn than left: the rest died in the queue.
+    assert!(d.completion_tokens < 100, "{}", d.completion_tokens);
+}
