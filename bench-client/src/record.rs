@@ -323,6 +323,25 @@ pub fn read_records(path: impl AsRef<Path>) -> anyhow::Result<Vec<Record>> {
     Ok(out)
 }
 
+/// The run manifest beside a results file: `RESULTS.jsonl.manifest.jsonl`.
+pub fn manifest_path(out: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.manifest.jsonl", out.display()))
+}
+
+/// Appends one JSON line to the manifest of the results file `out`, synced to disk.
+pub fn append_manifest(out: &Path, line: &impl Serialize) -> anyhow::Result<()> {
+    let path = manifest_path(out);
+    let line = serde_json::to_string(line).context("serialising a manifest line")?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(f, "{line}").with_context(|| format!("writing {}", path.display()))?;
+    f.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))
+}
+
 /// Appends records, one JSON line each, flushed and synced per record.
 #[derive(Debug)]
 pub struct RecordWriter {

@@ -310,7 +310,6 @@ pub async fn run_sweep_with(
         }
     }
     let http = client::http_client(&cfg.timeouts).context("building the HTTP client")?;
-    let manifest_path = PathBuf::from(format!("{}.manifest.jsonl", cfg.out.display()));
     // A fresh random salt per invocation (recorded in the manifest): prompts stay unique across
     // invocations against a server whose prefix cache is still warm from an earlier run with the
     // same seed. 24 bits, because the request counter takes the low 40 bits of the prompt stream.
@@ -343,16 +342,7 @@ pub async fn run_sweep_with(
     });
     // The results file (and its folder) first: the manifest lives beside it.
     let mut writer = RecordWriter::open(&cfg.out)?;
-    {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&manifest_path)
-            .with_context(|| format!("opening {}", manifest_path.display()))?;
-        writeln!(f, "{manifest}")
-            .with_context(|| format!("writing {}", manifest_path.display()))?;
-    }
+    crate::record::append_manifest(&cfg.out, &manifest)?;
     let mut runner = Runner {
         cfg,
         http,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::client::Target;
+pub use crate::record::manifest_path;
 
 /// Manifest line kind of a stored scrape pair.
 pub const MANIFEST_KIND: &str = "load-metrics";
@@ -168,24 +169,9 @@ pub struct ShardMetrics {
     pub delta: MetricsDelta,
 }
 
-/// The manifest beside a results file.
-pub fn manifest_path(out: &Path) -> PathBuf {
-    PathBuf::from(format!("{}.manifest.jsonl", out.display()))
-}
-
 /// Append a scrape pair to the manifest of `out`.
 pub fn store(out: &Path, m: &ShardMetrics) -> anyhow::Result<()> {
-    use std::io::Write;
-    let path = manifest_path(out);
-    let line = serde_json::to_string(m).context("serialising the /metrics scrapes")?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    writeln!(f, "{line}").with_context(|| format!("writing {}", path.display()))?;
-    f.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))
+    crate::record::append_manifest(out, m)
 }
 
 /// The scrape pairs stored in the manifest of `out` (none when there is no manifest).

@@ -341,9 +341,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         tracing::warn!("--start-at is {late:?} in the past: the first requests start late and their client_queue_time shows it");
         now.checked_sub(late).unwrap_or(now)
     };
-    let manifest_path = metrics::manifest_path(&cfg.out);
     {
-        use std::io::Write;
         let manifest = json!({
             "command": cfg.command,
             "client_version": env!("CARGO_PKG_VERSION"),
@@ -362,13 +360,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             "resume": cfg.resume,
             "slo": cfg.slo,
         });
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&manifest_path)
-            .with_context(|| format!("opening {}", manifest_path.display()))?;
-        writeln!(f, "{manifest}")
-            .with_context(|| format!("writing {}", manifest_path.display()))?;
+        crate::record::append_manifest(&cfg.out, &manifest)?;
     }
 
     let ctx = Arc::new(Ctx {
