@@ -392,6 +392,12 @@ impl Mock {
         .args(["--port", &port.to_string()])
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null());
+        // TOKIO_WORKER_THREADS sizes this process's runtime (the client); the mock's runtime is sized
+        // by PERF_MOCK_WORKER_THREADS, or by tokio's default (one worker per core).
+        cmd.env_remove("TOKIO_WORKER_THREADS");
+        if let Ok(n) = std::env::var("PERF_MOCK_WORKER_THREADS") {
+            cmd.env("TOKIO_WORKER_THREADS", n);
+        }
         for (k, v) in sets {
             cmd.arg("--set").arg(format!("{k}={v}"));
         }
@@ -529,6 +535,7 @@ async fn closed_loop(
                 let prompt = Prompt::TokenIds(gen.token_ids(prompt_tokens, h));
                 let tokens = max_tokens / 2 + (h % u64::from(max_tokens + 1)) as u32;
                 let spec = RequestSpec::new(format!("{tag}-{i}"), prompt, tokens);
+                stamp_send(&spec.rid);
                 out.push((
                     k,
                     client::send(&http, &target, &spec, &Timeouts::default()).await,
@@ -542,6 +549,28 @@ async fn closed_loop(
         out.extend(t.await?);
     }
     Ok(out)
+}
+
+/// Real-time-clock instants (ns since the Unix epoch) at which requests were handed to the client,
+/// by rid. With the mock's `received_unix_ns` they split the client's TTFT overhead into the
+/// request's way in (send to the mock's handler) and the first chunk's way out.
+fn sent_unix() -> &'static std::sync::Mutex<std::collections::HashMap<String, u64>> {
+    static M: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, u64>>> =
+        std::sync::OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn stamp_send(rid: &str) {
+    let now = unix_now_ns();
+    if let Ok(mut m) = sent_unix().lock() {
+        m.insert(rid.to_string(), now);
+    }
 }
 
 /// A prompt index unique to (tag, i), so no two requests of a run share a prefix.
@@ -567,6 +596,11 @@ struct Lags {
     first_pacing_ms: Vec<f64>,
     /// The same for every chunk after each stream's first.
     later_pacing_ms: Vec<f64>,
+    /// Requests stamped with `stamp_send`: the mock's handler received the request minus the
+    /// client's send, on the shared real-time clock (ms).
+    way_in_ms: Vec<f64>,
+    /// The same requests: client TTFT minus way in minus the first chunk's `sent_ns` (ms).
+    way_out_ms: Vec<f64>,
 }
 
 async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> Result<Lags> {
@@ -579,6 +613,8 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         pacing_ms: Vec::new(),
         first_pacing_ms: Vec::new(),
         later_pacing_ms: Vec::new(),
+        way_in_ms: Vec::new(),
+        way_out_ms: Vec::new(),
     };
     for tr in traces {
         let truth = mock.truth(http, &tr.rid).await?;
@@ -611,6 +647,15 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         // The mock's emission of a chunk: when its HTTP layer handed the bytes to the connection.
         let sent = |c: &mock_server::ChunkTruth| ns_to_ms(c.sent_ns.unwrap_or(c.at_ns));
         l.first.push(m.ttft_ms - sent(t0));
+        let stamped = sent_unix()
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&tr.rid).copied());
+        if let (Some(s), true) = (stamped, truth.received_unix_ns > 0) {
+            let way_in = (truth.received_unix_ns as f64 - s as f64) / 1e6;
+            l.way_in_ms.push(way_in);
+            l.way_out_ms.push(m.ttft_ms - way_in - sent(t0));
+        }
         let client_chunks: Vec<u64> = tr
             .chunks
             .iter()
@@ -945,6 +990,7 @@ fn client_overhead(external: bool) -> Result<Report> {
                 Prompt::TokenIds(gen.token_ids(256, i as u64)),
                 8,
             );
+            stamp_send(&spec.rid);
             let tr = client::send(&http, &t, &spec, &Timeouts::default()).await;
             // The first ten requests warm the connection and are not measured.
             if i >= 10 {
@@ -957,6 +1003,16 @@ fn client_overhead(external: bool) -> Result<Report> {
             format!("overhead, 1 stream ({SEQUENTIAL} sequential requests, 256-token prompt, 8 tokens)"),
             "p99 < 1 ms",
             fmt_ms(dist(&l1.first)),
+        );
+        r.row(
+            "  of which the request's way in, 1 stream (mock handler received - client sent, real-time clock)",
+            "-",
+            fmt_ms(dist(&l1.way_in_ms)),
+        );
+        r.row(
+            "  of which the first chunk's way out, 1 stream (the rest)",
+            "-",
+            fmt_ms(dist(&l1.way_out_ms)),
         );
         r.row("failed requests (1 stream)", "0", format!("{}", l1.failed));
 
@@ -981,6 +1037,16 @@ fn client_overhead(external: bool) -> Result<Report> {
             ),
             "p99 < 5 ms",
             fmt_ms(dist(&lc.first)),
+        );
+        r.row(
+            format!("  of which the request's way in, {CONCURRENT} streams, steady state (mock handler received - client sent, real-time clock)"),
+            "-",
+            fmt_ms(dist(&lc.way_in_ms)),
+        );
+        r.row(
+            format!("  of which the first chunk's way out, {CONCURRENT} streams, steady state (the rest)"),
+            "-",
+            fmt_ms(dist(&lc.way_out_ms)),
         );
         r.row(
             format!("overhead, first round ({CONCURRENT} streams started at one instant)"),

@@ -284,6 +284,7 @@ impl Engine {
                 let mut t = RequestTruth::new(&g.rid);
                 t.prompt_tokens = g.input_ids.len();
                 t.max_new_tokens = g.max_new_tokens;
+                t.received_unix_ns = unix_ns_at(g.received);
                 self.shared.truth.insert(t);
                 self.waiting.push_back(Req {
                     g,
@@ -901,4 +902,13 @@ async fn output_stage(
         });
         let _ = o.tx.send(o.event);
     }
+}
+
+/// `at` on the system's real-time clock, in ns since the Unix epoch (0 if the clock is before it).
+fn unix_ns_at(at: Instant) -> u64 {
+    let ago = Instant::now().saturating_duration_since(at);
+    std::time::SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
 }

@@ -23,13 +23,49 @@ pub struct MockServer {
     state: AppState,
 }
 
+/// Pending connections the listening socket queues before accepting (the kernel caps it at
+/// `net.core.somaxconn`). uvicorn, which serves SGLang's HTTP API, listens with 2048. Tokio's
+/// `TcpListener::bind` listens as std's does, with 128: 2,000 clients connecting at once overflowed
+/// that queue, the kernel dropped their handshakes, and they connected a second later on the SYN
+/// retry.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the first address `host:port` resolves to that accepts a listening socket.
+async fn bind(host: &str, port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let socket = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        };
+        let bound = socket.and_then(|s| {
+            // As std's and tokio's bind do on Unix: a restarted server can take its port back
+            // while the previous run's connections are in TIME_WAIT.
+            #[cfg(unix)]
+            s.set_reuseaddr(true)?;
+            s.bind(addr)?;
+            s.listen(LISTEN_BACKLOG)
+        });
+        match bound {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the host resolved to no address",
+        )
+    }))
+}
+
 impl MockServer {
     /// Validates the config, binds host:port and spawns the engine and the HTTP server.
     pub async fn start(config: Config) -> anyhow::Result<MockServer> {
         config
             .validate()
             .context("invalid mock-server configuration")?;
-        let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+        let listener = bind(&config.host, config.port)
             .await
             .with_context(|| format!("cannot bind {}:{}", config.host, config.port))?;
         let addr = listener.local_addr()?;

@@ -66,6 +66,11 @@ pub struct RequestTruth {
     pub memory_peak_bytes: u64,
     /// Largest pacing error (sent minus modelled instant) among this request's streamed chunks, in ns.
     pub max_pacing_error_ns: u64,
+    /// The instant the HTTP handler received the request, on the system's real-time clock (ns since
+    /// the Unix epoch). Another process on the same machine can line its own instants up with this
+    /// one; meaningless under a paused or scaled clock.
+    #[serde(default)]
+    pub received_unix_ns: u64,
 }
 
 impl RequestTruth {
@@ -84,6 +89,7 @@ impl RequestTruth {
             spec_accept_histogram: Vec::new(),
             memory_peak_bytes: 0,
             max_pacing_error_ns: 0,
+            received_unix_ns: 0,
         }
     }
 }

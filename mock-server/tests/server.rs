@@ -1623,3 +1623,55 @@ async fn events_queued_for_output_die_with_the_server() {
     // Far more tokens were drawn than left: the rest died in the queue.
     assert!(d.completion_tokens < 100, "{}", d.completion_tokens);
 }
+
+/// Reads a number from a `/proc` file, or the `Max open files` soft limit from `/proc/self/limits`.
+#[cfg(target_os = "linux")]
+fn proc_number(path: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(path).ok()?;
+    if path.ends_with("limits") {
+        let line = s.lines().find(|l| l.starts_with("Max open files"))?;
+        return line.split_whitespace().nth(3)?.parse().ok();
+    }
+    s.trim().parse().ok()
+}
+
+/// 2,000 clients connecting at once must not overflow the listening socket's queue: with the
+/// backlog of tokio's `TcpListener::bind` (128) the kernel dropped the excess handshakes, and those
+/// clients connected a second later on the SYN retry. The runtime is blocked while the connections
+/// arrive, so none is accepted and every one of them must wait in the kernel's queue.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn listen_queue_holds_1200_pending_connections() {
+    const N: usize = 1_200;
+    let somaxconn = proc_number("/proc/sys/net/core/somaxconn").unwrap_or(0);
+    let files = proc_number("/proc/self/limits").unwrap_or(0);
+    if somaxconn < N as u64 + 1 || files < N as u64 + 200 {
+        eprintln!(
+            "skipped: needs net.core.somaxconn > {N} (is {somaxconn}) and an open-file limit over {} (is {files})",
+            N + 200
+        );
+        return;
+    }
+    let s = start(Config::preset("small-cpu-demo").unwrap()).await;
+    let addr = s.addr();
+    // Blocking join: this current-thread runtime, which runs the accept loop, does nothing else
+    // until every connection is either established or timed out.
+    let connected = std::thread::spawn(move || {
+        let mut open = Vec::with_capacity(N);
+        for _ in 0..N {
+            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300))
+            {
+                Ok(c) => open.push(c),
+                Err(_) => break,
+            }
+        }
+        open.len()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        connected, N,
+        "the listen queue overflowed after {connected} connections"
+    );
+    s.shutdown().await;
+}
