@@ -5,6 +5,10 @@
 //! before the deadline and then hands the rest to a blocking-pool thread that sleeps with the
 //! operating system's timer and spins the last microseconds. Under tokio's paused test clock
 //! (`start_paused`), where real time means nothing, it waits on tokio's timer alone.
+//!
+//! Every thread that sleeps on the OS timer first asks Linux for a timer slack of 1 ns: by
+//! default Linux lets a sleep end up to 50 µs late so that it can batch wake-ups, and the mock
+//! would have to spin those 50 µs instead, burning a core the client on the same machine needs.
 
 use tokio::time::{Duration, Instant};
 
@@ -19,8 +23,41 @@ pub enum Clock {
 
 /// Time left to the OS sleep and spin after tokio's timer.
 const FINE: Duration = Duration::from_millis(2);
-/// The OS sleep ends this long before the deadline; the rest is spun (Linux timer slack is 50 µs).
+/// The OS sleep ends this long before the deadline; the rest is spun. On Linux the sleeping
+/// thread's timer slack is 1 ns and a sleep ends within a few µs; elsewhere the OS may add tens
+/// of µs.
+#[cfg(target_os = "linux")]
+const SPIN: Duration = Duration::from_micros(20);
+#[cfg(not(target_os = "linux"))]
 const SPIN: Duration = Duration::from_micros(80);
+
+/// Sleeps on the OS timer until `SPIN` before `at` (returns at once when that has passed).
+fn os_sleep_until(at: std::time::Instant) {
+    precise_timer_slack();
+    if let Some(d) = at.checked_duration_since(std::time::Instant::now()) {
+        if d > SPIN {
+            std::thread::sleep(d - SPIN);
+        }
+    }
+}
+
+/// Sets this thread's timer slack to 1 ns, once per thread (Linux; a no-op elsewhere).
+fn precise_timer_slack() {
+    #[cfg(target_os = "linux")]
+    {
+        thread_local! {
+            static SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        SET.with(|set| {
+            if !set.get() {
+                if let Err(e) = nix::sys::prctl::set_timerslack(1) {
+                    tracing::debug!("cannot set the timer slack: {e}");
+                }
+                set.set(true);
+            }
+        });
+    }
+}
 
 impl Clock {
     /// Detects tokio's paused clock: while it is paused, `Instant::now()` does not move across
@@ -51,12 +88,7 @@ impl Clock {
         }
         let at_std = at.into_std();
         let fine = tokio::task::spawn_blocking(move || {
-            let now = std::time::Instant::now();
-            if let Some(d) = at_std.checked_duration_since(now) {
-                if d > SPIN {
-                    std::thread::sleep(d - SPIN);
-                }
-            }
+            os_sleep_until(at_std);
             while std::time::Instant::now() < at_std {
                 std::hint::spin_loop();
             }
@@ -71,9 +103,13 @@ impl Clock {
 
 impl Clock {
     /// Resolves at `at` like [`Clock::sleep_until`], for the short gaps between the events of one
-    /// pass (tens of microseconds apart): waits under ~0.5 ms yield to other tasks until the
-    /// instant passes instead of paying a blocking-pool round trip per event, so the worker
-    /// writes the events already sent while it waits.
+    /// pass (tens of microseconds apart), without a blocking-pool round trip per event. A wait
+    /// under ~0.5 ms sleeps on the OS timer in place until `SPIN` before the instant, then
+    /// yields to other tasks until it passes, so the worker writes the events already sent.
+    /// The sleep blocks this worker (the other workers run and steal its queued tasks), but it
+    /// leaves the core to other threads: spinning through the whole gap, the mock kept one of a
+    /// laptop's cores busy for as long as a pass's output lasted, and the client on the same
+    /// machine waited for it (BENCHMARKS.md, section 3).
     pub async fn wait_short(self, at: Instant) {
         if self == Clock::Tokio {
             if at > Instant::now() {
@@ -86,15 +122,20 @@ impl Clock {
             if now >= at {
                 return;
             }
-            if at - now > YIELD_LIMIT {
+            let left = at - now;
+            if left > YIELD_LIMIT {
                 return self.sleep_until(at).await;
+            }
+            if left > SPIN {
+                os_sleep_until(at.into_std());
+                continue;
             }
             tokio::task::yield_now().await;
         }
     }
 }
 
-/// Longest wait spent yielding rather than sleeping.
+/// Longest wait spent on this worker rather than on tokio's timer and the blocking pool.
 const YIELD_LIMIT: Duration = Duration::from_micros(500);
 
 #[cfg(test)]
@@ -113,6 +154,19 @@ mod tests {
         let e = t0.elapsed();
         assert!(e >= Duration::from_micros(1_234_567), "{e:?}");
         assert!(e <= Duration::from_micros(1_235_567), "{e:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_os_sleep_asks_for_a_timer_slack_of_one_nanosecond() {
+        // A fresh thread starts with the default slack (50 µs unless the process changed it).
+        let slack = std::thread::spawn(|| {
+            os_sleep_until(std::time::Instant::now() + Duration::from_micros(200));
+            nix::sys::prctl::get_timerslack()
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(slack.ok(), Some(1));
     }
 
     #[tokio::test]
