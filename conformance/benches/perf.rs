@@ -5,7 +5,9 @@
 //! release binary, built with `cargo build --release -p mock-server` into the same target directory)
 //! for `mock-streams`, `client-overhead` and `load-2000`; its ground truth then comes from
 //! `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the mock's output spread in
-//! `mock-streams`.
+//! `mock-streams`; `PERF_MOCK_WORKER_THREADS` sizes the external mock's runtime and
+//! `PERF_MOCK_CPUS` pins it with `taskset -c` (run the bench itself under `taskset -c` to pin the
+//! client apart).
 //!
 //! Each scenario prints a Markdown table (metric, target, measured) and writes its numbers as JSON to
 //! `<target dir>/perf/<scenario>.json`. Nothing here asserts a target: the numbers are recorded in
@@ -246,12 +248,31 @@ fn machine_json() -> Value {
 
 fn machine_line() -> String {
     format!(
-        "machine: {} cpus, {}, {} MiB memory; load average {}",
+        "machine: {} cpus, {}, {} MiB memory; load average {}; this process on CPUs {}, an \
+         external mock on CPUs {}",
         nproc(),
         cpu_model(),
         mem_total_kb().map_or(0, |k| k / 1024),
-        loadavg()
+        loadavg(),
+        cpus_allowed(),
+        std::env::var("PERF_MOCK_CPUS").unwrap_or_else(|_| "(not pinned)".into()),
     )
+}
+
+/// This process's CPU affinity, as /proc/self/status lists it.
+fn cpus_allowed() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Cpus_allowed_list:"))
+                .map(|l| {
+                    l.trim_start_matches("Cpus_allowed_list:")
+                        .trim()
+                        .to_string()
+                })
+        })
+        .unwrap_or_else(|| "(unknown)".into())
 }
 
 /// A `Name:   123 kB` field of a /proc status-like file, in kB.
@@ -381,7 +402,16 @@ impl Mock {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let mut cmd = std::process::Command::new(&bin);
+        // PERF_MOCK_CPUS pins the mock to those CPUs (`taskset -c`, which execs it in place, so
+        // the child's pid is the mock's); pin this process apart with `taskset -c` on the bench.
+        let mut cmd = match std::env::var("PERF_MOCK_CPUS") {
+            Ok(cpus) => {
+                let mut c = std::process::Command::new("taskset");
+                c.args(["-c", &cpus]).arg(&bin);
+                c
+            }
+            Err(_) => std::process::Command::new(&bin),
+        };
         cmd.args([
             "--preset",
             preset,
