@@ -68,7 +68,7 @@ pub struct RequestTruth {
     pub max_pacing_error_ns: u64,
     /// The instant the HTTP handler received the request, on the system's real-time clock (ns since
     /// the Unix epoch). Another process on the same machine can line its own instants up with this
-    /// one; meaningless under a paused or scaled clock.
+    /// one; meaningless under tokio's paused test clock.
     #[serde(default)]
     pub received_unix_ns: u64,
 }
