@@ -618,7 +618,17 @@ fn hash_index(tag: &str, i: usize) -> u64 {
 /// Client TTFT minus ground-truth TTFT (ms) per request, and every chunk's client arrival minus its
 /// ground-truth emission (ms). Failed requests and chunk-count mismatches are counted.
 struct Lags {
+    /// Client TTFT minus the ground truth counted from the mock's handler (ms).
     first: Vec<f64>,
+    /// Client TTFT minus the wire-level ground truth: from the request's arrival at the mock's
+    /// socket (kernel receive timestamp) to the first chunk's hand-off to the connection (ms).
+    first_wire: Vec<f64>,
+    /// The mock's intake: its handler received the request minus the request's arrival at its
+    /// socket (ms).
+    intake_ms: Vec<f64>,
+    /// Requests stamped with `stamp_send`: arrival at the mock's socket minus the client's send
+    /// (ms).
+    to_socket_ms: Vec<f64>,
     all: Vec<f64>,
     failed: usize,
     mismatched: usize,
@@ -642,6 +652,9 @@ struct Lags {
 async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> Result<Lags> {
     let mut l = Lags {
         first: Vec::new(),
+        first_wire: Vec::new(),
+        intake_ms: Vec::new(),
+        to_socket_ms: Vec::new(),
         all: Vec::new(),
         failed: 0,
         mismatched: 0,
@@ -696,6 +709,13 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
             l.way_in_ms.push(w);
             l.way_out_ms.push(m.ttft_ms - w - sent(t0));
         }
+        if let Some(intake) = intake_ms(&truth) {
+            l.intake_ms.push(intake);
+            l.first_wire.push(m.ttft_ms - intake - sent(t0));
+            if let Some(w) = way_in {
+                l.to_socket_ms.push(w - intake);
+            }
+        }
         let client_chunks: Vec<u64> = tr
             .chunks
             .iter()
@@ -714,6 +734,46 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         }
     }
     Ok(l)
+}
+
+/// The overhead rows of one set of requests: against the wire-level ground truth (the target),
+/// split into the request's way to the mock's socket and the first chunk's way back, then against
+/// the ground truth counted from the mock's handler, whose difference is the mock's intake.
+fn overhead_rows(r: &mut Report, what: &str, target: &str, l: &Lags) {
+    r.row(
+        format!("overhead, {what}"),
+        target,
+        fmt_ms(dist(&l.first_wire)),
+    );
+    r.row(
+        "  of which the request's way to the mock's socket (socket arrival - client sent, real-time clock)",
+        "-",
+        fmt_ms(dist(&l.to_socket_ms)),
+    );
+    r.row(
+        "  of which the first chunk's way back (client arrival - the mock's hand-off to the connection)",
+        "-",
+        fmt_ms(dist(&l.way_out_ms)),
+    );
+    r.row(
+        "  overhead counted from the mock's handler instead (the previous definition: adds the mock's intake)",
+        "-",
+        fmt_ms(dist(&l.first)),
+    );
+    r.row(
+        "  the mock's intake: the request in its socket before the handler (received - socket arrival)",
+        "-",
+        fmt_ms(dist(&l.intake_ms)),
+    );
+}
+
+/// How long the request waited between its arrival at the mock's socket and the mock's handler
+/// (ms), where the mock recorded both.
+fn intake_ms(truth: &mock_server::RequestTruth) -> Option<f64> {
+    match (truth.socket_arrival_unix_ns, truth.received_unix_ns) {
+        (Some(a), r) if r > 0 => Some((r as f64 - a as f64) / 1e6),
+        _ => None,
+    }
 }
 
 fn multi_thread_runtime() -> Result<tokio::runtime::Runtime> {
@@ -1026,9 +1086,10 @@ fn client_overhead(external: bool) -> Result<Report> {
         let mock = Mock::start(DEMO, &[], external).await?;
         r.note(format!(
             "mock: {}; preset {DEMO}; overhead = client TTFT (from just before the request is handed \
-             to reqwest) minus ground-truth TTFT (first chunk at_ns, from the instant the mock's handler \
-             received the request): it covers connection reuse, request upload, response delivery and \
-             SSE + JSON decoding",
+             to reqwest) minus ground-truth TTFT (from the request's arrival at the mock's socket, the \
+             kernel's receive timestamp, to the mock's hand-off of the first chunk to the connection, \
+             sent_ns): it covers connection reuse, request upload, response delivery and SSE + JSON \
+             decoding; the time the request waited in the mock's socket is server time",
             mock.label()
         ));
         let t = target(mock.url());
@@ -1049,20 +1110,11 @@ fn client_overhead(external: bool) -> Result<Report> {
         }
         let l1 = lags(&mock, &http, &seq).await?;
         mock.stop().await;
-        r.row(
-            format!("overhead, 1 stream ({SEQUENTIAL} sequential requests, 256-token prompt, 8 tokens)"),
+        overhead_rows(
+            &mut r,
+            &format!("1 stream ({SEQUENTIAL} sequential requests, 256-token prompt, 8 tokens)"),
             "p99 < 1 ms",
-            fmt_ms(dist(&l1.first)),
-        );
-        r.row(
-            "  of which the request's way in, 1 stream (mock handler received - client sent, real-time clock)",
-            "-",
-            fmt_ms(dist(&l1.way_in_ms)),
-        );
-        r.row(
-            "  of which the first chunk's way out, 1 stream (the rest)",
-            "-",
-            fmt_ms(dist(&l1.way_out_ms)),
+            &l1,
         );
         r.row("failed requests (1 stream)", "0", format!("{}", l1.failed));
 
@@ -1079,29 +1131,20 @@ fn client_overhead(external: bool) -> Result<Report> {
         let lb = lags(&mock, &http, &burst).await?;
         let lc = lags(&mock, &http, &steady).await?;
         mock.stop().await;
-        r.row(
-            format!(
-                "overhead, {CONCURRENT} concurrent streams, steady state (closed loop of {CONCURRENT} \
+        overhead_rows(
+            &mut r,
+            &format!(
+                "{CONCURRENT} concurrent streams, steady state (closed loop of {CONCURRENT} \
                  workers, rounds 2..{ROUNDS}, 256-token prompt, 16 to 48 tokens, \
                  max_running_requests = {CONCURRENT})"
             ),
             "p99 < 5 ms",
-            fmt_ms(dist(&lc.first)),
-        );
-        r.row(
-            format!("  of which the request's way in, {CONCURRENT} streams, steady state (mock handler received - client sent, real-time clock)"),
-            "-",
-            fmt_ms(dist(&lc.way_in_ms)),
-        );
-        r.row(
-            format!("  of which the first chunk's way out, {CONCURRENT} streams, steady state (the rest)"),
-            "-",
-            fmt_ms(dist(&lc.way_out_ms)),
+            &lc,
         );
         r.row(
             format!("overhead, first round ({CONCURRENT} streams started at one instant)"),
             "-",
-            fmt_ms(dist(&lb.first)),
+            fmt_ms(dist(&lb.first_wire)),
         );
         r.row(
             format!("every chunk's lag at {CONCURRENT} streams, steady state (from the client's send; includes the request's way in)"),
@@ -1123,9 +1166,12 @@ fn client_overhead(external: bool) -> Result<Report> {
             "0",
             format!("{}", lc.failed + lb.failed),
         );
-        r.set("concurrent_first_round", dist_json(dist(&lb.first)));
-        r.set("one_stream", dist_json(dist(&l1.first)));
-        r.set("concurrent_first", dist_json(dist(&lc.first)));
+        r.set("concurrent_first_round", dist_json(dist(&lb.first_wire)));
+        r.set("one_stream", dist_json(dist(&l1.first_wire)));
+        r.set("concurrent_first", dist_json(dist(&lc.first_wire)));
+        r.set("one_stream_from_handler", dist_json(dist(&l1.first)));
+        r.set("concurrent_first_from_handler", dist_json(dist(&lc.first)));
+        r.set("concurrent_intake", dist_json(dist(&lc.intake_ms)));
         r.set("concurrent_all_chunks", dist_json(dist(&lc.all)));
         r.set("external", json!(external));
         Ok(r)
@@ -1458,7 +1504,8 @@ const LOAD_CONCURRENCY: u32 = 2000;
 const LOAD_REQUESTS: u64 = 8000;
 
 /// `bench_client::load::run_load`, closed loop at 2,000 concurrent streams, against the mock; each
-/// record's TTFT against the mock's ground truth (the instant its HTTP layer sent the first chunk).
+/// record's TTFT against the mock's ground truth (from the request's arrival at the mock's socket to
+/// the instant its HTTP layer sent the first chunk).
 fn load_2000(external: bool) -> Result<Report> {
     use bench_client::load::{Arrivals, LenDist, LoadConfig, Schedule, Shard, Slo, Stop, Workload};
     let rt = multi_thread_runtime()?;
@@ -1470,8 +1517,8 @@ fn load_2000(external: bool) -> Result<Report> {
             "mock: {}; preset {DEMO} with max_running_requests = 2048; bench_client::load::run_load, \
              closed loop at concurrency {LOAD_CONCURRENCY}, {LOAD_REQUESTS} requests, input 256 \
              tokens, output uniform 32..96 tokens (so the workers drift apart after the first round); \
-             overhead = the record's TTFT (from its scheduled start) minus the ground truth (first \
-             chunk sent_ns, from the instant the mock's handler received the request)",
+             overhead = the record's TTFT (from its scheduled start) minus the ground truth (from \
+             the request's arrival at the mock's socket to the first chunk's sent_ns)",
             mock.label()
         ));
         let dir = tempfile::tempdir()?;
@@ -1511,6 +1558,7 @@ fn load_2000(external: bool) -> Result<Report> {
         let recs = bench_client::record::read_records(&out)?;
         let http = reqwest::Client::new();
         let (mut all, mut steady, mut queue) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut steady_handler, mut steady_intake) = (Vec::new(), Vec::new());
         let mut first_pacing = Vec::new();
         let mut failed = 0usize;
         for rec in &recs {
@@ -1524,9 +1572,16 @@ fn load_2000(external: bool) -> Result<Report> {
                 continue;
             };
             let lag = ttft - ns_to_ms(first.sent_ns.unwrap_or(first.at_ns));
-            all.push(lag);
+            let intake = intake_ms(&truth);
+            if let Some(i) = intake {
+                all.push(lag - i);
+            }
             if load.index >= u64::from(LOAD_CONCURRENCY) {
-                steady.push(lag);
+                if let Some(i) = intake {
+                    steady.push(lag - i);
+                    steady_intake.push(i);
+                }
+                steady_handler.push(lag);
                 if let Some(s) = first.sent_ns {
                     first_pacing.push(ns_to_ms(s) - ns_to_ms(first.model_ns));
                 }
@@ -1539,6 +1594,16 @@ fn load_2000(external: bool) -> Result<Report> {
             "TTFT - ground truth, requests after the first 2,000 (steady state)",
             "p99 < 5 ms",
             fmt_ms(dist(&steady)),
+        );
+        r.row(
+            "  the same counted from the mock's handler (the previous definition: adds the mock's intake)",
+            "-",
+            fmt_ms(dist(&steady_handler)),
+        );
+        r.row(
+            "  the mock's intake: the request in its socket before the handler (received - socket arrival)",
+            "-",
+            fmt_ms(dist(&steady_intake)),
         );
         r.row(
             "TTFT - ground truth, all requests (the first 2,000 start at one instant)",
@@ -1567,6 +1632,8 @@ fn load_2000(external: bool) -> Result<Report> {
             cpu.map_or("n/a".into(), |c| format!("{c:.2} s ({:.0}% of one core)", 100.0 * c / wall)),
         );
         r.set("steady", dist_json(dist(&steady)));
+        r.set("steady_from_handler", dist_json(dist(&steady_handler)));
+        r.set("steady_intake", dist_json(dist(&steady_intake)));
         r.set("all", dist_json(dist(&all)));
         r.set("client_queue", dist_json(dist(&queue)));
         r.set("cpu_s", json!(cpu));

@@ -26,6 +26,9 @@ pub struct GenRequest {
     pub stop_token_ids: Vec<u32>,
     /// The instant the HTTP handler received the request.
     pub received: Instant,
+    /// When the request's last bytes reached the server's socket (kernel receive timestamp), in ns
+    /// since the Unix epoch; `None` where unknown.
+    pub arrived_unix_ns: Option<u64>,
 }
 
 /// Why a request finished.
@@ -285,6 +288,7 @@ impl Engine {
                 t.prompt_tokens = g.input_ids.len();
                 t.max_new_tokens = g.max_new_tokens;
                 t.received_unix_ns = unix_ns_at(g.received);
+                t.socket_arrival_unix_ns = g.arrived_unix_ns;
                 self.shared.truth.insert(t);
                 self.waiting.push_back(Req {
                     g,

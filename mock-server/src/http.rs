@@ -4,13 +4,14 @@
 use crate::engine::{EngineHandle, Finish, GenRequest, SpecStats, StreamEvent};
 use crate::tokenizer;
 use crate::truth::GroundTruth;
+use crate::wire::RxStamp;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use serde_json::{json, Map, Value};
 use std::sync::{Arc, RwLock};
 use tokio::time::Instant;
@@ -671,6 +672,7 @@ fn submit(
     prompt: Vec<u32>,
     c: &Common,
     received: Instant,
+    arrived_unix_ns: Option<u64>,
 ) -> Result<tokio::sync::mpsc::UnboundedReceiver<StreamEvent>, Response> {
     let engine = st.engine();
     if engine.shared.truth.contains(rid) {
@@ -688,12 +690,19 @@ fn submit(
             ignore_eos: c.ignore_eos,
             stop_token_ids: c.stop_token_ids.clone(),
             received,
+            arrived_unix_ns,
         })
         .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e).into_response())
 }
 
-async fn generate(State(st): State<AppState>, headers: HeaderMap, body: Body2) -> Response {
+async fn generate(
+    State(st): State<AppState>,
+    wire: Option<Extension<ConnectInfo<RxStamp>>>,
+    headers: HeaderMap,
+    body: Body2,
+) -> Response {
     let received = Instant::now();
+    let arrived = socket_arrival(wire);
     let cfg = st.engine().shared.config.clone();
     let m = match parse_body(body) {
         Ok(m) => m,
@@ -748,7 +757,7 @@ async fn generate(State(st): State<AppState>, headers: HeaderMap, body: Body2) -
     }
     let rid = rid.unwrap_or_else(|| st.next_id());
     let prompt_tokens = prompt.len();
-    let mut rx = match submit(&st, &rid, prompt, &c, received) {
+    let mut rx = match submit(&st, &rid, prompt, &c, received, arrived) {
         Ok(rx) => rx,
         Err(r) => return r,
     };
@@ -823,8 +832,15 @@ fn openai_common(
     ))
 }
 
-async fn openai(st: AppState, headers: HeaderMap, body: Body2, dialect: Dialect) -> Response {
+async fn openai(
+    st: AppState,
+    wire: Option<Extension<ConnectInfo<RxStamp>>>,
+    headers: HeaderMap,
+    body: Body2,
+    dialect: Dialect,
+) -> Response {
     let received = Instant::now();
+    let arrived = socket_arrival(wire);
     let cfg = st.engine().shared.config.clone();
     let m = match parse_body(body) {
         Ok(m) => m,
@@ -856,7 +872,7 @@ async fn openai(st: AppState, headers: HeaderMap, body: Body2, dialect: Dialect)
         format!("{p}{}", st.next_id())
     });
     let prompt_tokens = prompt.len();
-    let mut rx = match submit(&st, &id, prompt, &c, received) {
+    let mut rx = match submit(&st, &id, prompt, &c, received, arrived) {
         Ok(rx) => rx,
         Err(r) => return r,
     };
@@ -960,12 +976,28 @@ fn chat_prompt(m: Option<&Value>, vocab: u32) -> Result<Vec<u32>, String> {
     Ok(ids)
 }
 
-async fn completions(State(st): State<AppState>, headers: HeaderMap, body: Body2) -> Response {
-    openai(st, headers, body, Dialect::Completions).await
+async fn completions(
+    State(st): State<AppState>,
+    wire: Option<Extension<ConnectInfo<RxStamp>>>,
+    headers: HeaderMap,
+    body: Body2,
+) -> Response {
+    openai(st, wire, headers, body, Dialect::Completions).await
 }
 
-async fn chat(State(st): State<AppState>, headers: HeaderMap, body: Body2) -> Response {
-    openai(st, headers, body, Dialect::Chat).await
+async fn chat(
+    State(st): State<AppState>,
+    wire: Option<Extension<ConnectInfo<RxStamp>>>,
+    headers: HeaderMap,
+    body: Body2,
+) -> Response {
+    openai(st, wire, headers, body, Dialect::Chat).await
+}
+
+/// When the request's last bytes reached the socket (see [`crate::wire`]); `None` without a
+/// timestamped connection (an in-process router, a platform without receive timestamps).
+fn socket_arrival(wire: Option<Extension<ConnectInfo<RxStamp>>>) -> Option<u64> {
+    wire.and_then(|Extension(ConnectInfo(stamp))| stamp.unix_ns())
 }
 
 async fn flush_cache(State(st): State<AppState>) -> Response {
@@ -996,7 +1028,7 @@ async fn health_generate(State(st): State<AppState>) -> Response {
         stop_token_ids: Vec::new(),
     };
     let rid = format!("HEALTH_CHECK_{}", st.next_id());
-    let mut rx = match submit(&st, &rid, vec![0], &c, Instant::now()) {
+    let mut rx = match submit(&st, &rid, vec![0], &c, Instant::now(), None) {
         Ok(rx) => rx,
         Err(r) => return r,
     };

@@ -11,6 +11,7 @@ pub mod radix;
 pub mod server;
 pub mod tokenizer;
 pub mod truth;
+pub mod wire;
 
 pub use config::{Config, ConfigError};
 pub use http::{app, AppState};

@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::engine::EngineHandle;
 use crate::http::{app, AppState};
 use crate::truth::GroundTruth;
+use crate::wire::{RxStamp, StampedListener};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -44,7 +45,9 @@ async fn bind(host: &str, port: u16) -> std::io::Result<tokio::net::TcpListener>
             #[cfg(unix)]
             s.set_reuseaddr(true)?;
             s.bind(addr)?;
-            s.listen(LISTEN_BACKLOG)
+            let listener = s.listen(LISTEN_BACKLOG)?;
+            crate::wire::timestamp_arrivals(&listener);
+            Ok(listener)
         });
         match bound {
             Ok(l) => return Ok(l),
@@ -81,19 +84,16 @@ impl MockServer {
         }
         let router = app(state.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        // Like uvicorn under SGLang, send every SSE event at once: without TCP_NODELAY, Nagle's algorithm
-        // holds small writes until the peer's delayed ACK (~40 ms) on a reused connection.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!("cannot set TCP_NODELAY: {e}");
-            }
-        });
+        let listener = StampedListener::new(listener);
         let serve = tokio::spawn(async move {
-            let r = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stop_rx.await;
-                })
-                .await;
+            let r = axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<RxStamp>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+            })
+            .await;
             if let Err(e) = r {
                 tracing::error!("server error: {e}");
             }

@@ -71,6 +71,13 @@ pub struct RequestTruth {
     /// one; meaningless under tokio's paused test clock.
     #[serde(default)]
     pub received_unix_ns: u64,
+    /// When the request's last bytes reached the server's socket: the kernel's receive timestamp
+    /// on the real-time clock (ns since the Unix epoch; Linux only, else `None`). Under load a
+    /// request waits in the socket until a worker reads it; `received_unix_ns` minus this is that
+    /// wait, server time a client sees as part of TTFT. The first chunk left the server at
+    /// `received_unix_ns + chunks[0].sent_ns`.
+    #[serde(default)]
+    pub socket_arrival_unix_ns: Option<u64>,
 }
 
 impl RequestTruth {
@@ -90,6 +97,7 @@ impl RequestTruth {
             memory_peak_bytes: 0,
             max_pacing_error_ns: 0,
             received_unix_ns: 0,
+            socket_arrival_unix_ns: None,
         }
     }
 }

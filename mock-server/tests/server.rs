@@ -1417,6 +1417,7 @@ async fn a_pass_emits_its_events_one_output_slot_apart() {
                     ignore_eos: true,
                     stop_token_ids: Vec::new(),
                     received,
+                    arrived_unix_ns: None,
                 })
                 .unwrap(),
         );
@@ -1487,6 +1488,7 @@ async fn run_engine(
                 ignore_eos: true,
                 stop_token_ids: Vec::new(),
                 received,
+                arrived_unix_ns: None,
             })
             .unwrap();
         rxs.push(rx);
@@ -1592,6 +1594,7 @@ async fn events_queued_for_output_die_with_the_server() {
         ignore_eos: true,
         stop_token_ids: Vec::new(),
         received: tokio::time::Instant::now(),
+        arrived_unix_ns: None,
     };
     let t0 = tokio::time::Instant::now();
     let mut rx = engine.submit(gen("decoding", 100, 5000)).unwrap();
@@ -1673,5 +1676,63 @@ async fn listen_queue_holds_1200_pending_connections() {
         connected, N,
         "the listen queue overflowed after {connected} connections"
     );
+    s.shutdown().await;
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The ground truth records when a request reached the server's socket (the kernel's receive
+/// timestamp), apart from when the handler got to it. The runtime is blocked while the client
+/// writes, so the request waits in the socket: its recorded arrival lies within the client's
+/// write call, and the handler receives it only after the runtime is free again.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn truth_records_the_requests_arrival_at_the_socket() {
+    use std::io::{Read, Write};
+    let s = start(Config::preset("small-cpu-demo").unwrap()).await;
+    let addr = s.addr();
+    let body = r#"{"input_ids":[5,6,7,8],"sampling_params":{"max_new_tokens":2},"rid":"held"}"#;
+    let client = std::thread::spawn(move || {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        let req = format!(
+            "POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let before = unix_ns();
+        c.write_all(req.as_bytes()).unwrap();
+        let after = unix_ns();
+        let mut resp = String::new();
+        c.read_to_string(&mut resp).unwrap();
+        (before, after, resp)
+    });
+    // Nothing on this current-thread runtime runs (no accept, no read) for 200 ms.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let freed = unix_ns();
+    let (before, after, resp) = tokio::task::spawn_blocking(move || client.join().unwrap())
+        .await
+        .unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    let t = s
+        .truth()
+        .request("held")
+        .expect("truth of the held request");
+    let arrived = t
+        .socket_arrival_unix_ns
+        .expect("a kernel receive timestamp");
+    assert!(
+        (before..=after).contains(&arrived),
+        "arrival {arrived} outside the client's write [{before}, {after}]"
+    );
+    assert!(t.received_unix_ns >= freed.min(after), "{t:?}");
+    if after < freed {
+        // The usual case: the request was in the socket before the runtime was free.
+        assert!(t.received_unix_ns - arrived >= freed - after);
+    }
     s.shutdown().await;
 }

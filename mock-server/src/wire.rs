@@ -1,0 +1,218 @@
+//! When a request's bytes reached the server's socket.
+//!
+//! Under load the HTTP layer reads a request some time after the kernel received it: the
+//! request waits in the socket while the workers write other streams' events. A real server
+//! spends that time too, and a client cannot tell it apart from the rest of TTFT, so the ground
+//! truth counts it: on Linux every accepted connection asks for kernel receive timestamps
+//! (`SO_TIMESTAMPNS`), each read takes the timestamp of the last segment it consumed, and the
+//! handler records the latest one as the request's arrival at the socket
+//! ([`crate::truth::RequestTruth::socket_arrival_unix_ns`]). Elsewhere connections read as
+//! usual and no arrival is recorded.
+
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Turns on receive timestamps for the listening socket, so that the kernel stamps every packet
+/// from the start (connections accepted from it inherit the option): a request that reaches a
+/// connection before the server has accepted it is stamped too.
+pub(crate) fn timestamp_arrivals(listener: &TcpListener) {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::socket::setsockopt(
+        listener,
+        nix::sys::socket::sockopt::ReceiveTimestampns,
+        &true,
+    ) {
+        tracing::debug!("no receive timestamps on the listening socket: {e}");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = listener;
+}
+
+/// The server's listener: accepts as axum's `TcpListener` does (retrying after errors), sets
+/// `TCP_NODELAY` and turns on receive timestamps for every connection.
+pub struct StampedListener {
+    inner: TcpListener,
+}
+
+impl StampedListener {
+    pub fn new(inner: TcpListener) -> Self {
+        StampedListener { inner }
+    }
+}
+
+impl Listener for StampedListener {
+    type Io = StampedStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (tcp, addr) = Listener::accept(&mut self.inner).await;
+        // Like uvicorn under SGLang, send every SSE event at once: without TCP_NODELAY, Nagle's
+        // algorithm holds small writes until the peer's delayed ACK (~40 ms) on a reused
+        // connection.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("cannot set TCP_NODELAY: {e}");
+        }
+        (StampedStream::new(tcp), addr)
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// The latest kernel receive timestamp of one connection, shared with its requests' handlers
+/// (as axum's connect info).
+#[derive(Debug, Clone, Default)]
+pub struct RxStamp(Arc<AtomicU64>);
+
+impl RxStamp {
+    /// When the last bytes read from the connection reached its socket, in ns since the Unix
+    /// epoch; `None` before any timestamped read.
+    pub fn unix_ns(&self) -> Option<u64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|&ns| ns > 0)
+    }
+}
+
+impl Connected<IncomingStream<'_, StampedListener>> for RxStamp {
+    fn connect_info(stream: IncomingStream<'_, StampedListener>) -> Self {
+        stream.io().stamp.clone()
+    }
+}
+
+/// A TCP connection whose reads record the kernel's receive timestamp.
+pub struct StampedStream {
+    tcp: TcpStream,
+    stamp: RxStamp,
+    /// Room for one `SCM_TIMESTAMPNS` control message, reused by every read.
+    #[cfg(target_os = "linux")]
+    cmsg: Vec<u8>,
+    /// False when the socket refused timestamps: reads then go through tokio as usual.
+    #[cfg(target_os = "linux")]
+    stamped: bool,
+}
+
+impl StampedStream {
+    fn new(tcp: TcpStream) -> Self {
+        #[cfg(target_os = "linux")]
+        {
+            let stamped = match nix::sys::socket::setsockopt(
+                &tcp,
+                nix::sys::socket::sockopt::ReceiveTimestampns,
+                &true,
+            ) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!("no receive timestamps on this connection: {e}");
+                    false
+                }
+            };
+            StampedStream {
+                tcp,
+                stamp: RxStamp::default(),
+                cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
+                stamped,
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        StampedStream {
+            tcp,
+            stamp: RxStamp::default(),
+        }
+    }
+}
+
+/// One `recvmsg` into `dst`: the bytes read and the timestamp of the last segment consumed.
+#[cfg(target_os = "linux")]
+fn recv_stamped(
+    fd: std::os::fd::RawFd,
+    dst: &mut [u8],
+    cmsg: &mut [u8],
+) -> io::Result<(usize, Option<u64>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut iov = [io::IoSliceMut::new(dst)];
+    let msg =
+        recvmsg::<()>(fd, &mut iov, Some(cmsg), MsgFlags::empty()).map_err(io::Error::from)?;
+    let mut stamp = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmTimestampns(ts) = c {
+                let ns = i128::from(ts.tv_sec()) * 1_000_000_000 + i128::from(ts.tv_nsec());
+                stamp = u64::try_from(ns).ok();
+            }
+        }
+    }
+    Ok((msg.bytes, stamp))
+}
+
+impl AsyncRead for StampedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        #[cfg(target_os = "linux")]
+        if this.stamped {
+            use std::os::fd::AsRawFd;
+            let fd = this.tcp.as_raw_fd();
+            loop {
+                std::task::ready!(this.tcp.poll_read_ready(cx))?;
+                let dst = buf.initialize_unfilled();
+                let cmsg = &mut this.cmsg;
+                match this.tcp.try_io(tokio::io::Interest::READABLE, || {
+                    recv_stamped(fd, dst, cmsg)
+                }) {
+                    Ok((n, stamp)) => {
+                        if let Some(ns) = stamp {
+                            this.stamp.0.store(ns, Ordering::Relaxed);
+                        }
+                        buf.advance(n);
+                        return Poll::Ready(Ok(()));
+                    }
+                    // Readiness was stale; `try_io` cleared it.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        }
+        Pin::new(&mut this.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for StampedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
