@@ -1736,3 +1736,56 @@ async fn truth_records_the_requests_arrival_at_the_socket() {
     }
     s.shutdown().await;
 }
+
+/// On the real clock the output stage sleeps on the OS timer between events modelled microseconds
+/// apart; it may send an event late, never early: every chunk leaves at or after its modelled
+/// instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_real_clock_no_event_leaves_before_its_modelled_instant() {
+    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    let mut c = Config::default();
+    // 64 streams, events modelled 15 us apart, closer than an OS sleep can resolve.
+    c.output_per_request_s = 0.000_015;
+    c.speculative_algorithm = "none".into();
+    let truth = mock_server::GroundTruth::default();
+    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
+    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
+    let received = tokio::time::Instant::now();
+    let mut rxs = Vec::new();
+    for i in 0..64u32 {
+        rxs.push(
+            engine
+                .submit(GenRequest {
+                    rid: format!("q{i}"),
+                    input_ids: ids(64, i),
+                    max_new_tokens: 4,
+                    min_new_tokens: 0,
+                    ignore_eos: true,
+                    stop_token_ids: Vec::new(),
+                    received,
+                    arrived_unix_ns: None,
+                })
+                .unwrap(),
+        );
+    }
+    for rx in &mut rxs {
+        while let Some(ev) = rx.recv().await {
+            if let StreamEvent::Tokens {
+                finish: Some(_), ..
+            } = ev
+            {
+                break;
+            }
+        }
+    }
+    let mut chunks = 0;
+    for i in 0..64 {
+        let r = truth.request(&format!("q{i}")).unwrap();
+        assert_eq!(r.chunks.len(), 4, "{r:?}");
+        for ch in &r.chunks {
+            assert!(ch.at_ns >= ch.model_ns, "sent early: {ch:?}");
+            chunks += 1;
+        }
+    }
+    assert_eq!(chunks, 256);
+}
