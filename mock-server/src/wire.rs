@@ -87,6 +87,10 @@ impl Connected<IncomingStream<'_, StampedListener>> for RxStamp {
     }
 }
 
+/// Most bytes one timestamped read takes.
+#[cfg(target_os = "linux")]
+const MAX_READ: usize = 64 * 1024;
+
 /// A TCP connection whose reads record the kernel's receive timestamp.
 pub struct StampedStream {
     tcp: TcpStream,
@@ -165,7 +169,10 @@ impl AsyncRead for StampedStream {
             let fd = this.tcp.as_raw_fd();
             loop {
                 std::task::ready!(this.tcp.poll_read_ready(cx))?;
-                let dst = buf.initialize_unfilled();
+                // The buffer comes uninitialised on every call and `recvmsg` needs initialised
+                // bytes: zero at most one read's worth, not the whole of a large buffer.
+                let len = buf.remaining().min(MAX_READ);
+                let dst = buf.initialize_unfilled_to(len);
                 let cmsg = &mut this.cmsg;
                 match this.tcp.try_io(tokio::io::Interest::READABLE, || {
                     recv_stamped(fd, dst, cmsg)
