@@ -184,8 +184,15 @@ impl AsyncRead for StampedStream {
                         buf.advance(n);
                         return Poll::Ready(Ok(()));
                     }
-                    // Readiness was stale; `try_io` cleared it.
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    // Readiness was stale (`try_io` cleared it), or a signal interrupted the call.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) =>
+                    {
+                        continue
+                    }
                     Err(e) => return Poll::Ready(Err(e)),
                 }
             }
