@@ -1742,42 +1742,13 @@ async fn truth_records_the_requests_arrival_at_the_socket() {
 /// instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_real_clock_no_event_leaves_before_its_modelled_instant() {
-    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
     let mut c = Config::default();
     // 64 streams, events modelled 15 us apart, closer than an OS sleep can resolve.
     c.output_per_request_s = 0.000_015;
     c.speculative_algorithm = "none".into();
-    let truth = mock_server::GroundTruth::default();
-    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
-    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
-    let received = tokio::time::Instant::now();
-    let mut rxs = Vec::new();
-    for i in 0..64u32 {
-        rxs.push(
-            engine
-                .submit(GenRequest {
-                    rid: format!("q{i}"),
-                    input_ids: ids(64, i),
-                    max_new_tokens: 4,
-                    min_new_tokens: 0,
-                    ignore_eos: true,
-                    stop_token_ids: Vec::new(),
-                    received,
-                    arrived_unix_ns: None,
-                })
-                .unwrap(),
-        );
-    }
-    for rx in &mut rxs {
-        while let Some(ev) = rx.recv().await {
-            if let StreamEvent::Tokens {
-                finish: Some(_), ..
-            } = ev
-            {
-                break;
-            }
-        }
-    }
+    let rids: Vec<String> = (0..64).map(|i| format!("q{i}")).collect();
+    let reqs: Vec<(&str, usize, usize)> = rids.iter().map(|r| (r.as_str(), 64, 4)).collect();
+    let (truth, _engine) = run_engine(c, &reqs).await;
     let mut chunks = 0;
     for i in 0..64 {
         let r = truth.request(&format!("q{i}")).unwrap();
