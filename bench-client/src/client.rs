@@ -10,7 +10,8 @@ use tokio::time::{timeout_at, Instant};
 use crate::api::{Decoded, Dialect, StreamDecoder};
 use crate::prompt::Prompt;
 use crate::sse::SseDecoder;
-use crate::trace::{Chunk, RequestTrace, StreamEnd, TimeoutPhase, TokenAttribution};
+use crate::trace::{Chunk, RequestTrace, Stamps, StreamEnd, TimeoutPhase, TokenAttribution};
+use crate::wire::{ConnLog, ConnectTimedOut, StampedConnector, Stamping};
 
 /// Where requests go.
 #[derive(Clone)]
@@ -112,11 +113,80 @@ impl Timeouts {
     }
 }
 
-/// A reqwest client with the connect timeout set.
-pub fn http_client(timeouts: &Timeouts) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// The client's HTTP stack. Streams to plain-HTTP servers go through hyper over connections that
+/// stamp their I/O at the socket ([`crate::wire`]); streams to HTTPS servers, and every probe, go
+/// through reqwest (which also [`Deref`](std::ops::Deref)s from this type), whose streams are stamped
+/// by the request's task.
+#[derive(Clone, Debug)]
+pub struct Http {
+    reqwest: reqwest::Client,
+    wire: Option<WireClient>,
+}
+
+type WireClient =
+    hyper_util::client::legacy::Client<StampedConnector, http_body_util::Full<bytes::Bytes>>;
+
+impl Http {
+    /// The client without socket stamps: every stream goes through reqwest.
+    pub fn reqwest_only(reqwest: reqwest::Client) -> Self {
+        Self {
+            reqwest,
+            wire: None,
+        }
+    }
+
+    /// The reqwest client, for probes.
+    pub fn reqwest(&self) -> &reqwest::Client {
+        &self.reqwest
+    }
+}
+
+impl std::ops::Deref for Http {
+    type Target = reqwest::Client;
+    fn deref(&self) -> &reqwest::Client {
+        &self.reqwest
+    }
+}
+
+/// The proxy variable set in the environment, if any: reqwest sends plain-HTTP requests through it,
+/// the socket-stamped path would not.
+fn proxy_variable() -> Option<&'static str> {
+    ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+        .into_iter()
+        .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+}
+
+/// The client with the connect timeout set, reads stamped by the kernel where it can.
+pub fn http_client(timeouts: &Timeouts) -> reqwest::Result<Http> {
+    http_client_with(timeouts, Stamping::Kernel)
+}
+
+/// The client with the connect timeout set; `stamping` says where streams are stamped (use
+/// [`Stamping::Socket`] under tokio's paused clock).
+pub fn http_client_with(timeouts: &Timeouts, stamping: Stamping) -> reqwest::Result<Http> {
+    let reqwest = reqwest::Client::builder()
         .connect_timeout(timeouts.connect)
-        .build()
+        .build()?;
+    if stamping == Stamping::Task {
+        return Ok(Http::reqwest_only(reqwest));
+    }
+    if let Some(var) = proxy_variable() {
+        tracing::info!(
+            "{var} is set: streams go through reqwest, which honours it, stamped by the request's task"
+        );
+        return Ok(Http::reqwest_only(reqwest));
+    }
+    let connector = StampedConnector {
+        connect_timeout: timeouts.connect,
+        rx: stamping,
+    };
+    let wire = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(connector);
+    Ok(Http {
+        reqwest,
+        wire: Some(wire),
+    })
 }
 
 /// Bytes-with-instants in, chunks out: the decoding shared by live requests and replays.
@@ -232,6 +302,8 @@ impl TraceHead {
             end,
             end_ns,
             attribution,
+            stamps: Stamps::Task,
+            send_delay_ns: None,
         }
     }
 }
@@ -259,12 +331,19 @@ pub fn attribute_by_event_count(chunks: &mut [Chunk]) -> bool {
 }
 
 fn ns_since(t0: Instant) -> u64 {
-    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    ns_between(t0, Instant::now())
 }
 
-fn classify(e: &reqwest::Error) -> StreamEnd {
-    let mut src: Option<&dyn std::error::Error> = Some(e);
+fn ns_between(t0: Instant, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(t0).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// An error's message with its sources, and whether any source was a refused connection or a
+/// connect past its deadline.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> (String, bool, bool) {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     let mut refused = false;
+    let mut timed_out = false;
     let mut text = e.to_string();
     while let Some(s) = src {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
@@ -272,12 +351,20 @@ fn classify(e: &reqwest::Error) -> StreamEnd {
                 refused = true;
             }
         }
+        if s.downcast_ref::<ConnectTimedOut>().is_some() {
+            timed_out = true;
+        }
         let st = s.to_string();
         if !text.contains(&st) {
             text = format!("{text}: {st}");
         }
         src = s.source();
     }
+    (text, refused, timed_out)
+}
+
+fn classify(e: &reqwest::Error) -> StreamEnd {
+    let (text, refused, _) = error_chain(e);
     if refused {
         StreamEnd::ConnectRefused { message: text }
     } else if e.is_timeout() {
@@ -291,70 +378,271 @@ fn classify(e: &reqwest::Error) -> StreamEnd {
     }
 }
 
+/// A failure before the response headers, on the socket-stamped path.
+fn classify_wire(e: &hyper_util::client::legacy::Error) -> StreamEnd {
+    let (text, refused, timed_out) = error_chain(e);
+    if refused {
+        StreamEnd::ConnectRefused { message: text }
+    } else if timed_out {
+        StreamEnd::Timeout {
+            phase: TimeoutPhase::Connect,
+        }
+    } else {
+        StreamEnd::Connect { message: text }
+    }
+}
+
+/// A failure while reading the body: the connection broke.
+fn body_error(end: StreamEnd) -> StreamEnd {
+    match end {
+        StreamEnd::Connect { message } => StreamEnd::Reset { message },
+        other => other,
+    }
+}
+
+/// One body frame and when it arrived.
+struct Frame {
+    bytes: bytes::Bytes,
+    at: Instant,
+    /// The instant was taken at the socket, not by the request's task.
+    at_socket: bool,
+}
+
+/// The body of a streaming response, whichever way it was sent.
+enum Frames {
+    Reqwest(futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>),
+    Wire {
+        body: hyper::body::Incoming,
+        log: Option<ConnLog>,
+    },
+}
+
+impl Frames {
+    async fn next(&mut self) -> Option<Result<Frame, StreamEnd>> {
+        match self {
+            Frames::Reqwest(s) => match s.next().await? {
+                Ok(bytes) => Some(Ok(Frame {
+                    bytes,
+                    at: Instant::now(),
+                    at_socket: false,
+                })),
+                Err(e) => Some(Err(body_error(classify(&e)))),
+            },
+            Frames::Wire { body, log } => loop {
+                use http_body_util::BodyExt;
+                match body.frame().await? {
+                    Err(e) => {
+                        let (message, _, _) = error_chain(&e);
+                        return Some(Err(StreamEnd::Reset { message }));
+                    }
+                    Ok(f) => {
+                        // Trailers carry no data.
+                        let Ok(bytes) = f.into_data() else { continue };
+                        if bytes.is_empty() {
+                            continue;
+                        }
+                        let now = Instant::now();
+                        let stamped = log.as_ref().and_then(|l| l.arrival_of(&bytes));
+                        return Some(Ok(Frame {
+                            bytes,
+                            at: stamped.map_or(now, |a| a.min(now)),
+                            at_socket: stamped.is_some(),
+                        }));
+                    }
+                }
+            },
+        }
+    }
+
+    /// The rest of the body as text (an error response), at most `limit` bytes kept.
+    async fn text(&mut self, limit: usize) -> String {
+        let mut out = Vec::new();
+        while let Some(f) = self.next().await {
+            match f {
+                Ok(f) => {
+                    let room = limit.saturating_sub(out.len());
+                    out.extend_from_slice(&f.bytes[..f.bytes.len().min(room)]);
+                }
+                Err(_) if out.is_empty() => return "(body unreadable)".to_string(),
+                Err(_) => break,
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// A response whose headers have arrived.
+struct Opened {
+    status: u16,
+    headers_at: Instant,
+    /// When the request's first byte was written, as the connection stamped it.
+    sent_at: Option<Instant>,
+    /// Reads take the kernel's stamps.
+    kernel: bool,
+    frames: Frames,
+}
+
+/// Send the request: through hyper over a stamped connection for a plain-HTTP server, else through
+/// reqwest.
+async fn open(
+    http: &Http,
+    target: &Target,
+    url: String,
+    body: Vec<u8>,
+) -> Result<Opened, StreamEnd> {
+    use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+    if let (Some(wire), true) = (&http.wire, url.starts_with("http://")) {
+        let uri: hyper::Uri = url.parse().map_err(|e| StreamEnd::Invalid {
+            message: format!("bad URL {url}: {e}"),
+        })?;
+        let mut req = hyper::Request::post(uri)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream");
+        if let Some(k) = &target.api_key {
+            let mut v =
+                reqwest::header::HeaderValue::try_from(format!("Bearer {k}")).map_err(|_| {
+                    StreamEnd::Invalid {
+                        message: "the API key is not a valid header value".to_string(),
+                    }
+                })?;
+            v.set_sensitive(true);
+            req = req.header(AUTHORIZATION, v);
+        }
+        let req = req
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .map_err(|e| StreamEnd::Invalid {
+                message: format!("cannot build the request: {e}"),
+            })?;
+        let resp = wire.request(req).await.map_err(|e| classify_wire(&e))?;
+        let now = Instant::now();
+        let log = resp.extensions().get::<ConnLog>().cloned();
+        let sent_at = log.as_ref().and_then(ConnLog::request_sent);
+        let headers_at = log
+            .as_ref()
+            .and_then(ConnLog::latest_arrival)
+            .map_or(now, |a| a.min(now));
+        let kernel = log.as_ref().is_some_and(ConnLog::kernel);
+        return Ok(Opened {
+            status: resp.status().as_u16(),
+            headers_at,
+            sent_at,
+            kernel,
+            frames: Frames::Wire {
+                body: resp.into_body(),
+                log,
+            },
+        });
+    }
+    let mut req = http
+        .reqwest
+        .post(url)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream")
+        .body(body);
+    if let Some(k) = &target.api_key {
+        req = req.bearer_auth(k);
+    }
+    let resp = req.send().await.map_err(|e| classify(&e))?;
+    Ok(Opened {
+        status: resp.status().as_u16(),
+        headers_at: Instant::now(),
+        sent_at: None,
+        kernel: false,
+        frames: Frames::Reqwest(resp.bytes_stream().boxed()),
+    })
+}
+
 /// Send one streaming request and record everything it produced. Never panics; failures are in
 /// the trace (`trace.failure()`).
+///
+/// Instants count from the send: the `write` of the request's first byte when the connection
+/// stamped it ([`crate::wire`]; the time before it is `send_delay_ns`), else the call.
 pub async fn send(
-    http: &reqwest::Client,
+    http: &Http,
     target: &Target,
     spec: &RequestSpec,
     timeouts: &Timeouts,
 ) -> RequestTrace {
+    send_traced(http, target, spec, timeouts).await.0
+}
+
+/// [`send`], also returning the instant the trace's times count from (its "send").
+pub async fn send_traced(
+    http: &Http,
+    target: &Target,
+    spec: &RequestSpec,
+    timeouts: &Timeouts,
+) -> (RequestTrace, Instant) {
     let head = TraceHead::of(spec, target.dialect);
+    let invalid = |head: TraceHead, message| {
+        let end = StreamEnd::Invalid { message };
+        (head.finish(None, None, None, end, 0), Instant::now())
+    };
     let body = match target.dialect.build_body(spec, target.model.as_deref()) {
         Ok(b) => b,
-        Err(message) => return head.finish(None, None, None, StreamEnd::Invalid { message }, 0),
+        Err(message) => return invalid(head, message),
     };
     // Serialise before the clock starts: a 185k-token prompt is ~1.3 MB of JSON.
     let bytes = match serde_json::to_vec(&body) {
         Ok(b) => b,
-        Err(e) => {
-            let message = format!("cannot serialise request body: {e}");
-            return head.finish(None, None, None, StreamEnd::Invalid { message }, 0);
-        }
+        Err(e) => return invalid(head, format!("cannot serialise request body: {e}")),
     };
-    let mut req = http
-        .post(target.url(target.dialect.path()))
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .header(reqwest::header::ACCEPT, "text/event-stream")
-        .body(bytes);
-    if let Some(k) = &target.api_key {
-        req = req.bearer_auth(k);
-    }
+    let url = target.url(target.dialect.path());
     let t0 = Instant::now();
     let total_deadline = t0 + timeouts.total;
     let ttft_deadline = t0 + timeouts.first_token(spec.prompt.token_len().unwrap_or(0));
     let (pre_deadline, pre_phase) = earliest(ttft_deadline, total_deadline);
 
-    let resp = match timeout_at(pre_deadline, req.send()).await {
+    let opened = match timeout_at(pre_deadline, open(http, target, url, bytes)).await {
         Err(_) => {
             let end = StreamEnd::Timeout { phase: pre_phase };
-            return head.finish(None, None, None, end, ns_since(t0));
+            return (head.finish(None, None, None, end, ns_since(t0)), t0);
         }
-        Ok(Err(e)) => return head.finish(None, None, None, classify(&e), ns_since(t0)),
-        Ok(Ok(r)) => r,
+        Ok(Err(end)) => return (head.finish(None, None, None, end, ns_since(t0)), t0),
+        Ok(Ok(o)) => o,
     };
-    let headers_ns = Some(ns_since(t0));
-    let status = resp.status();
-    if !status.is_success() {
+    let Opened {
+        status,
+        headers_at,
+        sent_at,
+        kernel,
+        mut frames,
+    } = opened;
+    // The origin of every instant in the trace.
+    let (origin, mut stamps, send_delay_ns) = match sent_at.filter(|&s| s >= t0) {
+        Some(s) => (
+            s,
+            if kernel {
+                Stamps::Kernel
+            } else {
+                Stamps::Socket
+            },
+            Some(ns_between(t0, s)),
+        ),
+        None => (t0, Stamps::Task, None),
+    };
+    let stamped = |mut tr: RequestTrace, stamps: Stamps| {
+        tr.stamps = stamps;
+        tr.send_delay_ns = send_delay_ns;
+        tr
+    };
+    let headers_ns = Some(ns_between(origin, headers_at));
+    if !(200..300).contains(&status) {
         let body = match timeout_at(
             pre_deadline.max(Instant::now() + timeouts.idle),
-            resp.bytes(),
+            frames.text(64 * 1024),
         )
         .await
         {
-            Ok(Ok(b)) => crate::api::truncate(&String::from_utf8_lossy(&b), 2000),
-            Ok(Err(e)) => format!("(body unreadable: {e})"),
+            Ok(b) => crate::api::truncate(&b, 2000),
             Err(_) => "(body timed out)".to_string(),
         };
-        let end = StreamEnd::HttpStatus {
-            status: status.as_u16(),
-            body,
-        };
-        return head.finish(Some(status.as_u16()), headers_ns, None, end, ns_since(t0));
+        let end = StreamEnd::HttpStatus { status, body };
+        let tr = head.finish(Some(status), headers_ns, None, end, ns_since(origin));
+        return (stamped(tr, stamps), origin);
     }
 
     let mut asm = StreamAssembler::new(target.dialect);
-    let mut stream = resp.bytes_stream();
     let mut last_read = t0;
     let end = loop {
         let (deadline, phase) = if asm.first_output_seen() {
@@ -370,19 +658,16 @@ pub async fn send(
         } else {
             (pre_deadline, pre_phase)
         };
-        match timeout_at(deadline, stream.next()).await {
+        match timeout_at(deadline, frames.next()).await {
             Err(_) => break StreamEnd::Timeout { phase },
             Ok(None) => break StreamEnd::Eof,
-            Ok(Some(Err(e))) => {
-                break match classify(&e) {
-                    StreamEnd::Connect { message } => StreamEnd::Reset { message },
-                    other => other,
-                }
-            }
-            Ok(Some(Ok(b))) => {
+            Ok(Some(Err(end))) => break end,
+            Ok(Some(Ok(f))) => {
                 last_read = Instant::now();
-                let at = ns_since(t0);
-                if asm.push(&b, at) {
+                if !f.at_socket && stamps != Stamps::Task {
+                    stamps = Stamps::Mixed;
+                }
+                if asm.push(&f.bytes, ns_between(origin, f.at)) {
                     break StreamEnd::Done;
                 }
             }
@@ -390,9 +675,10 @@ pub async fn send(
     };
     let end_ns = match (&end, asm.done_ns) {
         (StreamEnd::Done, Some(d)) => d,
-        _ => ns_since(t0),
+        _ => ns_since(origin),
     };
-    head.finish(Some(status.as_u16()), headers_ns, Some(asm), end, end_ns)
+    let tr = head.finish(Some(status), headers_ns, Some(asm), end, end_ns);
+    (stamped(tr, stamps), origin)
 }
 
 /// The earlier deadline; `FirstToken` names the first, `Total` the second.

@@ -20,6 +20,7 @@ pub mod sweep;
 #[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 pub mod trace;
+pub mod wire;
 
 pub use api::Dialect;
 pub use client::{RequestSpec, Target, Timeouts};

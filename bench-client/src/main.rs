@@ -10,6 +10,7 @@ use bench_client::client::{self, Target, Timeouts};
 use bench_client::record::{read_records, Method};
 use bench_client::report::{self, Report};
 use bench_client::sweep::{self, OnCrash, SweepConfig};
+use bench_client::wire::Stamping;
 use bench_client::Dialect;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -57,6 +58,10 @@ struct ServerArgs {
     /// Embedded mock setting, KEY=VALUE (repeatable), e.g. mem_fraction_static=0.94.
     #[arg(long = "mock-set", value_parser = parse_kv)]
     mock_set: Vec<(String, String)>,
+    /// Where streams to plain-HTTP servers are stamped: at the socket, each read by the kernel's
+    /// receive timestamp (Linux) or by the connection's read; or by the request's task (reqwest).
+    #[arg(long, value_enum, default_value = "kernel")]
+    stamping: Stamping,
 }
 
 #[derive(Args, Debug)]
@@ -317,6 +322,7 @@ async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
     });
     let command = redact_args(std::env::args());
     let cfg = SweepConfig {
+        stamping: a.server.stamping,
         target,
         contexts,
         output_tokens: a.output_tokens,
@@ -596,6 +602,7 @@ async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         PathBuf::from(format!("results/load-{t}.jsonl"))
     });
     let cfg = load::LoadConfig {
+        stamping: a.server.stamping,
         target,
         timeouts,
         schedule,

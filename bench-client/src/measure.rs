@@ -351,6 +351,8 @@ mod tests {
             end: StreamEnd::Done,
             end_ns,
             attribution: TokenAttribution::ServerCumulative,
+            stamps: Default::default(),
+            send_delay_ns: None,
         }
     }
 

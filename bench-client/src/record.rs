@@ -435,6 +435,8 @@ mod tests {
             end: StreamEnd::Done,
             end_ns: 31_000_000,
             attribution: TokenAttribution::ServerCumulative,
+            stamps: Default::default(),
+            send_delay_ns: None,
         }
     }
 

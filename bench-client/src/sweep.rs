@@ -15,6 +15,7 @@ use crate::measure::{two_point, TwoPointError};
 use crate::prompt::{Prompt, PromptGen};
 use crate::record::{read_records, Method, Record, RecordWriter, TwoPointDetail};
 use crate::trace::FailureKind;
+use crate::wire::Stamping;
 use crate::Dialect;
 
 /// Default context ladder.
@@ -60,6 +61,8 @@ pub struct SweepConfig {
     pub return_token_ids: bool,
     /// Deadlines.
     pub timeouts: Timeouts,
+    /// Where reads take their stamps from (kernel receive timestamps unless on a paused clock).
+    pub stamping: Stamping,
     /// Crash policy.
     pub on_crash: OnCrash,
     /// How long to wait for a crashed server.
@@ -145,7 +148,7 @@ pub fn parse_contexts(s: &str) -> Result<Vec<u32>, String> {
 
 struct Runner<'a> {
     cfg: &'a SweepConfig,
-    http: reqwest::Client,
+    http: client::Http,
     prompts: PromptGen,
     source: PromptSource,
     nonce: u64,
@@ -309,7 +312,8 @@ pub async fn run_sweep_with(
             }
         }
     }
-    let http = client::http_client(&cfg.timeouts).context("building the HTTP client")?;
+    let http = client::http_client_with(&cfg.timeouts, cfg.stamping)
+        .context("building the HTTP client")?;
     // A fresh random salt per invocation (recorded in the manifest): prompts stay unique across
     // invocations against a server whose prefix cache is still warm from an earlier run with the
     // same seed. 24 bits, because the request counter takes the low 40 bits of the prompt stream.
@@ -331,6 +335,7 @@ pub async fn run_sweep_with(
             "two_point_tokens": [a, b], "token_id_range": [cfg.token_id_range.0, cfg.token_id_range.1],
             "prompt": { "kind": source.kind(cfg.target.dialect), "tokenizer": source.tokenizer_path() },
             "resume": cfg.resume, "on_crash": format!("{:?}", cfg.on_crash).to_lowercase(),
+            "stamping": cfg.stamping,
             "timeouts_s": {
                 "connect": cfg.timeouts.connect.as_secs_f64(),
                 "first_token_base": cfg.timeouts.first_token_base.as_secs_f64(),

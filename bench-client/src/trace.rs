@@ -127,6 +127,29 @@ pub enum StreamEnd {
     Invalid { message: String },
 }
 
+/// Where a trace's instants were taken ([`crate::wire`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stamps {
+    /// By the request's task: the call of the send, and each body frame as the task got it.
+    #[default]
+    Task,
+    /// At the socket, on the runtime's clock: the `write` of the request's first byte, and each
+    /// read of the connection.
+    Socket,
+    /// As `socket`, with each read stamped by the kernel's receive timestamp.
+    Kernel,
+    /// At the socket, but some body frames were found in no logged read and carry the task's stamp.
+    Mixed,
+}
+
+impl Stamps {
+    /// The default (task stamps), which records leave out.
+    pub fn is_task(&self) -> bool {
+        *self == Stamps::Task
+    }
+}
+
 /// Everything one streaming request produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestTrace {
@@ -154,6 +177,15 @@ pub struct RequestTrace {
     pub end_ns: u64,
     /// How per-chunk token counts were known.
     pub attribution: TokenAttribution,
+    /// Where the instants were taken. With stamps at the socket, "send" (the origin of every `_ns`
+    /// field) is the `write` of the request's first byte.
+    #[serde(default, skip_serializing_if = "Stamps::is_task")]
+    pub stamps: Stamps,
+    /// Socket stamps only: ns from the client's call to the `write` of the request's first byte
+    /// (connection pool, connecting, the connection task's turn): the client's time, not the
+    /// server's, and not in TTFT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_delay_ns: Option<u64>,
 }
 
 /// Why a request counts as failed.

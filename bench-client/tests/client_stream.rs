@@ -12,8 +12,14 @@ use axum::routing::post;
 use axum::Router;
 use bench_client::client::{self, RequestSpec, Target, Timeouts};
 use bench_client::measure::measure;
-use bench_client::trace::{FailureKind, StreamEnd, TimeoutPhase};
+use bench_client::trace::{FailureKind, RequestTrace, Stamps, StreamEnd, TimeoutPhase};
+use bench_client::wire::Stamping;
 use bench_client::{Dialect, Prompt};
+
+/// The client as the paused-clock tests use it: reads stamped on the runtime's clock, at the socket.
+fn http() -> client::Http {
+    client::http_client_with(&Timeouts::default(), Stamping::Socket).unwrap()
+}
 
 /// One scripted piece of the body: wait `after_ms` (from the previous piece), then send `data`.
 #[derive(Clone)]
@@ -122,9 +128,9 @@ async fn stamps_scripted_instants_exactly() {
         Ending::Close,
     )
     .await;
-    let http = reqwest::Client::new();
-    let trace = client::send(&http, &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.end, StreamEnd::Done, "{trace:?}");
+    assert_eq!(trace.stamps, Stamps::Socket);
     let at: Vec<u64> = trace.chunks.iter().map(|c| c.at_ns).collect();
     assert_eq!(at, vec![250_000_000, 290_000_000, 350_000_000]);
     assert_eq!(trace.end_ns, 350_000_000);
@@ -154,13 +160,7 @@ async fn cut_without_done_is_stream_cut() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(
-        &reqwest::Client::new(),
-        &target(url),
-        &spec(6),
-        &Timeouts::default(),
-    )
-    .await;
+    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.end, StreamEnd::Eof);
     assert_eq!(trace.failure().unwrap().kind, FailureKind::StreamCut);
 }
@@ -186,13 +186,7 @@ async fn in_band_error_is_typed() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(
-        &reqwest::Client::new(),
-        &target(url),
-        &spec(6),
-        &Timeouts::default(),
-    )
-    .await;
+    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     let f = trace.failure().unwrap();
     assert_eq!(f.kind, FailureKind::InBandError);
     assert!(f.message.contains("CUDA out of memory"));
@@ -215,13 +209,7 @@ async fn fewer_tokens_than_asked_is_typed() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(
-        &reqwest::Client::new(),
-        &target(url),
-        &spec(6),
-        &Timeouts::default(),
-    )
-    .await;
+    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.failure().unwrap().kind, FailureKind::ShortOutput);
 }
 
@@ -236,13 +224,7 @@ async fn http_status_carries_body() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(
-        &reqwest::Client::new(),
-        &target(url),
-        &spec(6),
-        &Timeouts::default(),
-    )
-    .await;
+    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     match &trace.end {
         StreamEnd::HttpStatus { status, body } => {
             assert_eq!(*status, 400);
@@ -267,7 +249,7 @@ async fn idle_gap_timeout_fires_at_its_deadline() {
         idle: Duration::from_secs(5),
         ..Timeouts::default()
     };
-    let trace = client::send(&reqwest::Client::new(), &target(url), &spec(6), &timeouts).await;
+    let trace = client::send(&http(), &target(url), &spec(6), &timeouts).await;
     assert_eq!(
         trace.end,
         StreamEnd::Timeout {
@@ -295,7 +277,7 @@ async fn first_token_timeout_scales_with_prompt() {
         ..Timeouts::default()
     };
     // 4 prompt tokens: 1 s + 4 s.
-    let trace = client::send(&reqwest::Client::new(), &target(url), &spec(6), &timeouts).await;
+    let trace = client::send(&http(), &target(url), &spec(6), &timeouts).await;
     assert_eq!(
         trace.end,
         StreamEnd::Timeout {
@@ -311,7 +293,7 @@ async fn connection_refused_is_typed() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let trace = client::send(
-        &reqwest::Client::new(),
+        &http(),
         &target(format!("http://{addr}")),
         &spec(6),
         &Timeouts::default(),
@@ -321,5 +303,187 @@ async fn connection_refused_is_typed() {
         trace.failure().unwrap().kind,
         FailureKind::ConnectRefused,
         "{trace:?}"
+    );
+}
+
+#[tokio::test]
+async fn connection_refused_is_typed_through_reqwest_too() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let http = client::http_client_with(&Timeouts::default(), Stamping::Task).unwrap();
+    let trace = client::send(
+        &http,
+        &target(format!("http://{addr}")),
+        &spec(6),
+        &Timeouts::default(),
+    )
+    .await;
+    assert_eq!(trace.stamps, Stamps::Task);
+    assert_eq!(
+        trace.failure().unwrap().kind,
+        FailureKind::ConnectRefused,
+        "{trace:?}"
+    );
+}
+
+/// What a hand-written server saw and did, on the real monotonic clock (which tokio's clock is when
+/// not paused).
+struct ServerLog {
+    /// Just after it read the whole request.
+    request_read: std::time::Instant,
+    /// Around the write of each event: (before, after).
+    writes: Vec<(std::time::Instant, std::time::Instant)>,
+}
+
+/// Serves one request on a real socket: reads it, waits until `blocked` says the client's thread
+/// is blocked, then writes the headers with E1 at once (while the client cannot read), E2 400 ms
+/// later (after the block) and E3 + `[DONE]` 30 ms after that.
+fn serve_while_client_blocked(
+    requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    blocked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (String, std::thread::JoinHandle<ServerLog>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut req = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Headers, then Content-Length bytes of body.
+        let body_len = loop {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "client closed early");
+            req.extend_from_slice(&buf[..n]);
+            if let Some(end) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&req[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().unwrap())
+                    .unwrap();
+                if req.len() >= end + 4 + len {
+                    break len;
+                }
+            }
+        };
+        assert!(body_len > 0);
+        let request_read = std::time::Instant::now();
+        requested.store(true, Ordering::SeqCst);
+        while !blocked.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let chunk = |data: &str| format!("{:x}\r\n{data}\r\n", data.len());
+        let mut writes = Vec::new();
+        let parts = [
+            format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{}", chunk(E1)),
+            chunk(E2),
+            format!("{}{}0\r\n\r\n", chunk(E3), chunk(DONE)),
+        ];
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(if i == 1 { 400 } else { 30 }));
+            }
+            let before = std::time::Instant::now();
+            s.write_all(p.as_bytes()).unwrap();
+            writes.push((before, std::time::Instant::now()));
+        }
+        ServerLog {
+            request_read,
+            writes,
+        }
+    });
+    (url, server)
+}
+
+/// Sends one request on a current-thread runtime on the real clock, and blocks that thread for
+/// 150 ms from the moment the server has the request: the first event arrives while the client
+/// cannot read. Returns the trace, the instant of the call, and what the server did.
+fn send_while_blocked(stamping: Stamping) -> (RequestTrace, std::time::Instant, ServerLog) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let requested = Arc::new(AtomicBool::new(false));
+    let blocked = Arc::new(AtomicBool::new(false));
+    let (url, server) = serve_while_client_blocked(requested.clone(), blocked.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (trace, call) = rt.block_on(async move {
+        let blocker = tokio::spawn(async move {
+            while !requested.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            blocked.store(true, Ordering::SeqCst);
+            // Blocks the runtime's only thread: nothing of the client runs.
+            std::thread::sleep(Duration::from_millis(150));
+        });
+        let http = client::http_client_with(&Timeouts::default(), stamping).unwrap();
+        let call = std::time::Instant::now();
+        let trace = client::send(&http, &target(url), &spec(6), &Timeouts::default()).await;
+        blocker.await.unwrap();
+        (trace, call)
+    });
+    (trace, call, server.join().unwrap())
+}
+
+/// The instant of a trace time, given the instant of the call to `send`.
+fn instant_of(trace: &RequestTrace, call: std::time::Instant, at_ns: u64) -> std::time::Instant {
+    call + Duration::from_nanos(trace.send_delay_ns.unwrap_or(0) + at_ns)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn kernel_stamps_do_not_count_a_blocked_client() {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (trace, call, server) = send_while_blocked(Stamping::Kernel);
+    assert_eq!(trace.end, StreamEnd::Done, "{trace:?}");
+    assert_eq!(trace.stamps, Stamps::Kernel);
+    let sent = instant_of(&trace, call, 0);
+    assert!(
+        sent >= call && sent <= server.request_read,
+        "the send is stamped at the request's write, before the server read it"
+    );
+    // The first event's segment arrived during the server's first write; the client read it
+    // ~150 ms later.
+    let first = instant_of(&trace, call, trace.chunks[0].at_ns);
+    let (w0, w0_end) = server.writes[0];
+    let slack = Duration::from_millis(1);
+    assert!(
+        first + slack >= w0 && first <= w0_end + slack,
+        "first chunk stamped {:.3} ms after the server's write began (write took {:.3} ms)",
+        ms(first.saturating_duration_since(w0)),
+        ms(w0_end - w0)
+    );
+    // The later events are stamped at their own arrival, so the decode span is the server's.
+    let last = instant_of(&trace, call, trace.chunks[2].at_ns);
+    let (w2, w2_end) = server.writes[2];
+    assert!(
+        last + slack >= w2 && last <= w2_end + slack,
+        "last chunk stamped {:.3} ms after the server's last write began",
+        ms(last.saturating_duration_since(w2))
+    );
+    let m = measure(&trace).unwrap();
+    let served_ttft = ms(w0 - sent);
+    assert!(
+        (m.ttft_ms - served_ttft).abs() < 1.0 + ms(w0_end - w0),
+        "TTFT {} ms, served {served_ttft} ms",
+        m.ttft_ms
+    );
+}
+
+#[test]
+fn task_stamps_count_a_blocked_client() {
+    // The same exchange stamped by the request's task: the block lands in TTFT. This is what
+    // socket stamps are for, and it shows the test above blocks the client as it means to.
+    let (trace, call, server) = send_while_blocked(Stamping::Task);
+    assert_eq!(trace.end, StreamEnd::Done, "{trace:?}");
+    assert_eq!(trace.stamps, Stamps::Task);
+    let first = instant_of(&trace, call, trace.chunks[0].at_ns);
+    assert!(
+        first >= server.writes[0].1 + Duration::from_millis(100),
+        "the task read the first event only after the block"
     );
 }

@@ -18,6 +18,7 @@ use bench_client::load::{
 };
 use bench_client::record::{read_records, Record};
 use bench_client::trace::{Chunk, RequestTrace, StreamEnd, TokenAttribution, Usage};
+use bench_client::wire::Stamping;
 use bench_client::Dialect;
 use mock_server::{Config, MockServer};
 use proptest::prelude::*;
@@ -39,6 +40,7 @@ async fn mock() -> MockServer {
 
 fn config(url: &str, out: &Path, schedule: Schedule, workload: Workload) -> LoadConfig {
     LoadConfig {
+        stamping: Stamping::Socket,
         target: Target {
             base_url: url.to_string(),
             dialect: Dialect::Sglang,
@@ -427,6 +429,8 @@ fn synthetic(index: u64, ttft_us: u64, gaps: &[(u64, u32)], queue_us: u64, fail:
         },
         end_ns: at + 1000,
         attribution: TokenAttribution::ServerCumulative,
+        stamps: Default::default(),
+        send_delay_ns: None,
     };
     load_record(
         trace,

@@ -17,6 +17,7 @@ use bench_client::client::{Target, Timeouts};
 use bench_client::record::{read_records, Method};
 use bench_client::report::{render_table, Report};
 use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::wire::Stamping;
 use bench_client::Dialect;
 use serde_json::{json, Value};
 
@@ -96,6 +97,7 @@ async fn start(sim: Sim) -> String {
 
 fn config(url: String, out: std::path::PathBuf) -> SweepConfig {
     SweepConfig {
+        stamping: Stamping::Socket,
         target: Target {
             base_url: url,
             dialect: Dialect::Sglang,

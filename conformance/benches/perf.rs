@@ -7,7 +7,8 @@
 //! `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the mock's output spread in
 //! `mock-streams`; `PERF_MOCK_WORKER_THREADS` sizes the external mock's runtime and
 //! `PERF_MOCK_CPUS` pins it with `taskset -c` (run the bench itself under `taskset -c` to pin the
-//! client apart).
+//! client apart). `PERF_CLIENT_STAMPING` (kernel, socket or task; default kernel) says where the
+//! client stamps its streams (`bench-client --stamping`).
 //!
 //! Each scenario prints a Markdown table (metric, target, measured) and writes its numbers as JSON to
 //! `<target dir>/perf/<scenario>.json`. Nothing here asserts a target: the numbers are recorded in
@@ -30,6 +31,7 @@ use bench_client::record::Method;
 use bench_client::sse::SseDecoder;
 use bench_client::sweep::{parse_contexts, run_sweep, OnCrash, SweepConfig, DEFAULT_CONTEXTS};
 use bench_client::trace::RequestTrace;
+use bench_client::wire::Stamping;
 use mock_server::{Config, MockServer, RequestTruth};
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -515,7 +517,7 @@ fn target(url: String) -> Target {
 
 /// `n` streams at once through `client::send`, each with its own prompt.
 async fn wave(
-    http: &reqwest::Client,
+    http: &client::Http,
     target: &Target,
     tag: &str,
     n: usize,
@@ -530,8 +532,8 @@ async fn wave(
         let prompt = Prompt::TokenIds(gen.token_ids(prompt_tokens, hash_index(tag, i)));
         let spec = RequestSpec::new(format!("{tag}-{i}"), prompt, max_tokens);
         tasks.push(tokio::spawn(async move {
-            let tr = client::send(&http, &target, &spec, &Timeouts::default()).await;
-            stamp_sent(&tr);
+            let (tr, sent) = client::send_traced(&http, &target, &spec, &Timeouts::default()).await;
+            stamp_sent(&tr, sent);
             tr
         }));
     }
@@ -546,7 +548,7 @@ async fn wave(
 /// Output lengths vary from `max_tokens / 2` to `max_tokens * 3 / 2` by request, so the workers
 /// drift apart after the first round instead of finishing and restarting in lockstep.
 async fn closed_loop(
-    http: &reqwest::Client,
+    http: &client::Http,
     target: &Target,
     tag: &str,
     workers: usize,
@@ -567,8 +569,9 @@ async fn closed_loop(
                 let prompt = Prompt::TokenIds(gen.token_ids(prompt_tokens, h));
                 let tokens = max_tokens / 2 + (h % u64::from(max_tokens + 1)) as u32;
                 let spec = RequestSpec::new(format!("{tag}-{i}"), prompt, tokens);
-                let tr = client::send(&http, &target, &spec, &Timeouts::default()).await;
-                stamp_sent(&tr);
+                let (tr, sent) =
+                    client::send_traced(&http, &target, &spec, &Timeouts::default()).await;
+                stamp_sent(&tr, sent);
                 out.push((k, tr));
             }
             out
@@ -596,11 +599,10 @@ fn unix_now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// Records when `client::send` started the trace's clock: now (right after it returned, with no
-/// await between its last timestamp and here) minus the trace's `end_ns`. Stamping before the call
-/// would count the body's serialisation, which happens before the clock starts, as way in.
-fn stamp_sent(tr: &RequestTrace) {
-    let started = unix_now_ns().saturating_sub(tr.end_ns);
+/// Records, on the real-time clock, the instant the trace's times count from (its send, as
+/// `client::send_traced` returns it): the real-time clock now, less the time since.
+fn stamp_sent(tr: &RequestTrace, sent: Instant) {
+    let started = unix_now_ns().saturating_sub(sent.elapsed().as_nanos() as u64);
     if let Ok(mut m) = sent_unix().lock() {
         m.insert(tr.rid.clone(), started);
     }
@@ -647,6 +649,9 @@ struct Lags {
     /// The same requests, every chunk: the client's arrival minus the mock's `sent_ns`, both on
     /// the real-time clock (the request's way in taken out), in ms.
     delivery_ms: Vec<f64>,
+    /// Socket stamping: the client's time from the call to the write of the request's first byte,
+    /// which is not in its TTFT (ms).
+    send_delay_ms: Vec<f64>,
 }
 
 async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> Result<Lags> {
@@ -665,8 +670,12 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         way_in_ms: Vec::new(),
         way_out_ms: Vec::new(),
         delivery_ms: Vec::new(),
+        send_delay_ms: Vec::new(),
     };
     for tr in traces {
+        if let Some(d) = tr.send_delay_ns {
+            l.send_delay_ms.push(ns_to_ms(d));
+        }
         let truth = mock.truth(http, &tr.rid).await?;
         l.per_request_max_pacing_ms
             .push(ns_to_ms(truth.max_pacing_error_ns));
@@ -755,6 +764,13 @@ fn overhead_rows(r: &mut Report, what: &str, target: &str, l: &Lags) {
         "-",
         fmt_ms(dist(&l.way_out_ms)),
     );
+    if !l.send_delay_ms.is_empty() {
+        r.row(
+            "  not in it: the client's send delay (call to the write of the request's first byte)",
+            "-",
+            fmt_ms(dist(&l.send_delay_ms)),
+        );
+    }
     r.row(
         "  overhead counted from the mock's handler instead (the previous definition: adds the mock's intake)",
         "-",
@@ -773,6 +789,24 @@ fn intake_ms(truth: &mock_server::RequestTruth) -> Option<f64> {
     match (truth.socket_arrival_unix_ns, truth.received_unix_ns) {
         (Some(a), r) if r > 0 => Some((r as f64 - a as f64) / 1e6),
         _ => None,
+    }
+}
+
+/// Where the client stamps its streams: `PERF_CLIENT_STAMPING` = kernel (the default), socket or
+/// task.
+fn stamping_name() -> &'static str {
+    match bench_stamping() {
+        Stamping::Kernel => "kernel",
+        Stamping::Socket => "socket",
+        Stamping::Task => "task",
+    }
+}
+
+fn bench_stamping() -> Stamping {
+    match std::env::var("PERF_CLIENT_STAMPING").as_deref() {
+        Ok("socket") => Stamping::Socket,
+        Ok("task") => Stamping::Task,
+        _ => Stamping::Kernel,
     }
 }
 
@@ -822,7 +856,7 @@ fn mock_streams(external: bool) -> Result<Report> {
             mock.label(),
             nproc()
         ));
-        let http = client::http_client(&Timeouts::default())?;
+        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
         let t = target(mock.url());
         let cpu0_self = cpu_seconds(None);
         let cpu0_mock = mock.pid().and_then(|p| cpu_seconds(Some(p)));
@@ -964,6 +998,8 @@ fn kimi_sweep_paused() -> Result<Report> {
             ];
             let mock = Mock::start(KIMI, &sets, false).await?;
             let cfg = SweepConfig {
+                // The paused clock: the kernel's real-time stamps mean nothing on it.
+                stamping: Stamping::Socket,
                 target: target(mock.url()),
                 contexts: contexts.clone(),
                 output_tokens: 64,
@@ -1080,17 +1116,21 @@ fn client_overhead(external: bool) -> Result<Report> {
         } else {
             "client-overhead"
         });
-        let http = client::http_client(&Timeouts::default())?;
+        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
 
         // One stream at a time.
         let mock = Mock::start(DEMO, &[], external).await?;
         r.note(format!(
-            "mock: {}; preset {DEMO}; overhead = client TTFT (from just before the request is handed \
-             to reqwest) minus ground-truth TTFT (from the request's arrival at the mock's socket, the \
+            "mock: {}; preset {DEMO}; client stamping: {} (PERF_CLIENT_STAMPING); overhead = client \
+             TTFT minus ground-truth TTFT (from the request's arrival at the mock's socket, the \
              kernel's receive timestamp, to the mock's hand-off of the first chunk to the connection, \
-             sent_ns): it covers connection reuse, request upload, response delivery and SSE + JSON \
-             decoding; the time the request waited in the mock's socket is server time",
-            mock.label()
+             sent_ns). The client's TTFT runs from its send (socket stamping: the write of the \
+             request's first byte; task stamping: the hand-off to reqwest) to the first chunk's \
+             arrival (kernel stamping: the kernel's receive timestamp of the read that brought it; \
+             socket: that read; task: the request task's turn). The time the request waited in the \
+             mock's socket is server time",
+            mock.label(),
+            stamping_name()
         ));
         let t = target(mock.url());
         let gen = PromptGen::new(11);
@@ -1101,8 +1141,8 @@ fn client_overhead(external: bool) -> Result<Report> {
                 Prompt::TokenIds(gen.token_ids(256, i as u64)),
                 8,
             );
-            let tr = client::send(&http, &t, &spec, &Timeouts::default()).await;
-            stamp_sent(&tr);
+            let (tr, sent) = client::send_traced(&http, &t, &spec, &Timeouts::default()).await;
+            stamp_sent(&tr, sent);
             // The first ten requests warm the connection and are not measured.
             if i >= 10 {
                 seq.push(tr);
@@ -1412,7 +1452,7 @@ fn long_prompt() -> Result<Report> {
     let rt = paused_runtime()?;
     let paused_diff = rt.block_on(async {
         let mock = Mock::start(DEMO, &[], false).await?;
-        let http = client::http_client(&Timeouts::default())?;
+        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
         let spec = RequestSpec::new(
             "long-paused",
             Prompt::TokenIds(gen.token_ids(LONG, 999)),
@@ -1436,7 +1476,7 @@ fn long_prompt() -> Result<Report> {
     let rt = multi_thread_runtime()?;
     let (long, short, ttft) = rt.block_on(async {
         let mock = Mock::start(DEMO, &[], false).await?;
-        let http = client::http_client(&Timeouts::default())?;
+        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
         let t = target(mock.url());
         let mut long = Vec::new();
         let mut short = Vec::new();
@@ -1517,13 +1557,17 @@ fn load_2000(external: bool) -> Result<Report> {
             "mock: {}; preset {DEMO} with max_running_requests = 2048; bench_client::load::run_load, \
              closed loop at concurrency {LOAD_CONCURRENCY}, {LOAD_REQUESTS} requests, input 256 \
              tokens, output uniform 32..96 tokens (so the workers drift apart after the first round); \
-             overhead = the record's TTFT (from its scheduled start) minus the ground truth (from \
-             the request's arrival at the mock's socket to the first chunk's sent_ns)",
-            mock.label()
+             client stamping: {} (PERF_CLIENT_STAMPING); overhead = the record's TTFT (from its \
+             send; the time from its scheduled start to the send is client_queue_time) minus the \
+             ground truth (from the request's arrival at the mock's socket to the first chunk's \
+             sent_ns)",
+            mock.label(),
+            stamping_name()
         ));
         let dir = tempfile::tempdir()?;
         let out = dir.path().join("load.jsonl");
         let cfg = LoadConfig {
+            stamping: bench_stamping(),
             target: target(mock.url()),
             timeouts: Timeouts::default(),
             schedule: Schedule::new(

@@ -117,7 +117,7 @@ fn result(
 }
 
 struct Ctx {
-    http: reqwest::Client,
+    http: client::Http,
     target: Target,
     opts: CheckOptions,
     prompts: PromptGen,

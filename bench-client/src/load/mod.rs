@@ -33,7 +33,8 @@ pub struct LoadInfo {
     pub start_unix_ms: u64,
     /// Scheduled start, ns after the run start.
     pub scheduled_ns: u64,
-    /// Actual send, ns after the run start (the instant the trace's times count from).
+    /// Actual send, ns after the run start (the instant the trace's times count from: the write of
+    /// the request's first byte when stamped at the socket).
     pub sent_ns: u64,
     /// client_queue_time: actual send - scheduled start, ns. Client-side delay, kept out of TTFT's
     /// server part.

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use crate::client::{self, RequestSpec, Target, Timeouts};
 use crate::prompt::Prompt;
 use crate::record::{read_records, Record, RecordWriter};
+use crate::wire::Stamping;
 use crate::Dialect;
 
 use super::metrics::{self, MetricsDelta, ShardMetrics};
@@ -35,6 +36,8 @@ pub struct LoadConfig {
     pub target: Target,
     /// Deadlines per request.
     pub timeouts: Timeouts,
+    /// Where reads take their stamps from (kernel receive timestamps unless on a paused clock).
+    pub stamping: Stamping,
     /// When requests start.
     pub schedule: Schedule,
     /// What requests send.
@@ -87,7 +90,7 @@ pub struct LoadOutcome {
 }
 
 struct Ctx {
-    http: reqwest::Client,
+    http: client::Http,
     target: Target,
     timeouts: Timeouts,
     planner: Planner,
@@ -101,9 +104,8 @@ fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Build the record of one finished request. `returned` is the instant `client::send` returned; the
-/// trace's times count from the send, so the send instant is `returned - trace.end_ns` (the code
-/// between the last read and the return does no I/O).
+/// Build the record of one finished request: TTFT from its scheduled start is the client's queue
+/// time (scheduled start to the trace's send) plus the trace's TTFT.
 pub fn load_record(
     trace: crate::trace::RequestTrace,
     prompt_tokens: u32,
@@ -166,14 +168,11 @@ fn prepare(ctx: &Ctx, index: u64, warm: bool) -> Option<Prepared> {
 
 /// Send a prepared request and build its record; `scheduled` is its scheduled start.
 async fn fire(ctx: &Ctx, p: Prepared, scheduled: Instant) -> Record {
-    let trace = client::send(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
-    // The trace's times count from the instant `client::send` handed the request to the HTTP
-    // client; that instant is the return minus the trace's end (no I/O between the two).
-    let returned = Instant::now();
-    let sent = returned
-        .checked_sub(Duration::from_nanos(trace.end_ns))
-        .unwrap_or(scheduled)
-        .max(scheduled);
+    // The trace's times count from its send: the write of the request's first byte when the
+    // connection stamped it, else the instant the request was handed to the HTTP client. Everything
+    // before it is the client's (`client_queue_time`).
+    let (trace, sent) = client::send_traced(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
+    let sent = sent.max(scheduled);
     let info = LoadInfo {
         index: p.index,
         shard: ctx.shard,
@@ -301,7 +300,8 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             done.insert(l.index);
         }
     }
-    let http = client::http_client(&cfg.timeouts).context("building the HTTP client")?;
+    let http = client::http_client_with(&cfg.timeouts, cfg.stamping)
+        .context("building the HTTP client")?;
     let mut writer = RecordWriter::open(&cfg.out)?;
 
     // Warm-up: all at once up to the shard's concurrency share (closed loop) or together (open loop).
@@ -359,6 +359,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             "max_concurrency": cfg.max_concurrency,
             "resume": cfg.resume,
             "slo": cfg.slo,
+            "stamping": cfg.stamping,
         });
         crate::record::append_manifest(&cfg.out, &manifest)?;
     }

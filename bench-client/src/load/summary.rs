@@ -138,11 +138,11 @@ pub const METRICS: [(&str, &str); 11] = [
     ),
     (
         "ttft_server",
-        "TTFT from the send (what the server is responsible for)",
+        "TTFT from the send (the write of the request's first byte when stamped at the socket) to the first output chunk's arrival",
     ),
     (
         "client_queue",
-        "client_queue_time: actual send - scheduled start",
+        "client_queue_time: actual send - scheduled start (the client's own delay, connecting included)",
     ),
     (
         "tpot",

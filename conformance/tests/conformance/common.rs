@@ -4,6 +4,7 @@ use bench_client::api::Dialect;
 use bench_client::client::{self, RequestSpec, Target, Timeouts};
 use bench_client::prompt::{Prompt, PromptGen};
 use bench_client::trace::RequestTrace;
+use bench_client::wire::Stamping;
 use mock_server::{Config, MockServer};
 
 /// A single-threaded runtime whose clock is paused: the mock's pacing and the client's stamps read the
@@ -37,8 +38,9 @@ pub fn target(server: &MockServer, dialect: Dialect) -> Target {
     }
 }
 
-pub fn http() -> reqwest::Client {
-    client::http_client(&Timeouts::default()).expect("http client")
+/// The client as it runs on the paused clock: stamped at the socket, on the runtime's clock.
+pub fn http() -> client::Http {
+    client::http_client_with(&Timeouts::default(), Stamping::Socket).expect("http client")
 }
 
 /// A token-id prompt of exactly `n` tokens with a unique prefix for `index`.

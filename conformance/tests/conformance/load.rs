@@ -9,11 +9,13 @@ use bench_client::load::{
     run_load, Arrivals, LenDist, LoadConfig, Schedule, Shard, Slo, Stop, Workload,
 };
 use bench_client::record::read_records;
+use bench_client::wire::Stamping;
 
 use crate::common;
 
 fn cfg(url: String, out: &std::path::Path, schedule: Schedule, workload: Workload) -> LoadConfig {
     LoadConfig {
+        stamping: Stamping::Socket,
         target: bench_client::client::Target {
             base_url: url,
             dialect: bench_client::Dialect::Sglang,

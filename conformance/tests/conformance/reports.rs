@@ -8,6 +8,7 @@ use bench_client::client::Timeouts;
 use bench_client::record::{read_records, Method, Record};
 use bench_client::report::{render_table, to_csv, to_json, Report};
 use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::wire::Stamping;
 use proptest::prelude::*;
 
 use crate::common;
@@ -19,6 +20,7 @@ fn seeded_records() -> Vec<Record> {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("r.jsonl");
         let cfg = SweepConfig {
+            stamping: Stamping::Socket,
             target: common::target(&server, Dialect::Sglang),
             contexts: vec![1000, 4000, 16_000],
             output_tokens: 32,

@@ -5,6 +5,7 @@ use bench_client::api::Dialect;
 use bench_client::client::{Target, Timeouts};
 use bench_client::record::Method;
 use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::wire::Stamping;
 use std::time::Duration;
 
 #[test]
@@ -20,6 +21,7 @@ fn records_of_every_dialect_match_the_schema() {
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("r.jsonl");
             let cfg = SweepConfig {
+                stamping: Stamping::Socket,
                 target: Target {
                     base_url: server.url(),
                     dialect,

@@ -10,6 +10,7 @@ use bench_client::client::Timeouts;
 use bench_client::measure::measure;
 use bench_client::record::{read_records, Method, Record};
 use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::wire::Stamping;
 use mock_server::{MockServer, RequestTruth};
 
 use crate::common::{self, ms};
@@ -22,6 +23,7 @@ fn sweep_cfg(
     flush: bool,
 ) -> SweepConfig {
     SweepConfig {
+        stamping: Stamping::Socket,
         target: common::target(server, Dialect::Sglang),
         contexts: contexts.to_vec(),
         output_tokens: 16,
