@@ -11,7 +11,7 @@ use crate::api::{Decoded, Dialect, StreamDecoder};
 use crate::prompt::Prompt;
 use crate::sse::SseDecoder;
 use crate::trace::{Chunk, RequestTrace, Stamps, StreamEnd, TimeoutPhase, TokenAttribution};
-use crate::wire::{ConnLog, ConnectTimedOut, StampedConnector, Stamping};
+use crate::wire::{ConnLog, Exchange, ResponseStamps, StampedConnector, Stamping};
 
 /// Where requests go.
 #[derive(Clone)]
@@ -121,6 +121,8 @@ impl Timeouts {
 pub struct Http {
     reqwest: reqwest::Client,
     wire: Option<WireClient>,
+    /// Set when the environment names a proxy.
+    proxy: Option<ProxyEnv>,
 }
 
 type WireClient =
@@ -132,6 +134,7 @@ impl Http {
         Self {
             reqwest,
             wire: None,
+            proxy: None,
         }
     }
 
@@ -148,12 +151,48 @@ impl std::ops::Deref for Http {
     }
 }
 
-/// The proxy variable set in the environment, if any: reqwest sends plain-HTTP requests through it,
-/// the socket-stamped path would not.
-fn proxy_variable() -> Option<&'static str> {
-    ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
-        .into_iter()
-        .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+/// The proxy variables of the environment, when one is set: reqwest sends plain-HTTP requests
+/// through the proxy, the socket-stamped path would not, so proxied hosts go through reqwest.
+#[derive(Clone, Debug)]
+struct ProxyEnv {
+    /// Entries of `NO_PROXY` / `no_proxy`, lower case.
+    no_proxy: Vec<String>,
+}
+
+impl ProxyEnv {
+    fn from_env() -> Option<Self> {
+        let var = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+            .into_iter()
+            .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))?;
+        let no_proxy = ["NO_PROXY", "no_proxy"]
+            .into_iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .flat_map(|v| {
+                v.split(',')
+                    .map(|e| e.trim().to_ascii_lowercase())
+                    .filter(|e| !e.is_empty())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        tracing::info!(
+            "{var} is set: streams to hosts it applies to go through reqwest, stamped by the task"
+        );
+        Some(ProxyEnv { no_proxy })
+    }
+
+    /// Whether requests to `host` go through the proxy: `NO_PROXY` lists neither the host nor a
+    /// domain above it, nor `*` (entries reqwest would also match by IP range are taken as not
+    /// matching, which errs towards the proxy).
+    fn applies_to(&self, host: &str) -> bool {
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        !self.no_proxy.iter().any(|e| {
+            let e = e.trim_start_matches('.');
+            e == "*" || host == e || host.ends_with(&format!(".{e}"))
+        })
+    }
 }
 
 /// The client with the connect timeout set, reads stamped by the kernel where it can.
@@ -170,22 +209,15 @@ pub fn http_client_with(timeouts: &Timeouts, stamping: Stamping) -> reqwest::Res
     if stamping == Stamping::Task {
         return Ok(Http::reqwest_only(reqwest));
     }
-    if let Some(var) = proxy_variable() {
-        tracing::info!(
-            "{var} is set: streams go through reqwest, which honours it, stamped by the request's task"
-        );
-        return Ok(Http::reqwest_only(reqwest));
-    }
-    let connector = StampedConnector {
-        connect_timeout: timeouts.connect,
-        rx: stamping,
-    };
+    let connector = StampedConnector::new(timeouts.connect, stamping);
     let wire = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
+        .pool_timer(hyper_util::rt::TokioTimer::new())
         .build(connector);
     Ok(Http {
         reqwest,
         wire: Some(wire),
+        proxy: ProxyEnv::from_env(),
     })
 }
 
@@ -351,8 +383,10 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> (String, bool, bool) {
                 refused = true;
             }
         }
-        if s.downcast_ref::<ConnectTimedOut>().is_some() {
-            timed_out = true;
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                timed_out = true;
+            }
         }
         let st = s.to_string();
         if !text.contains(&st) {
@@ -404,8 +438,43 @@ fn body_error(end: StreamEnd) -> StreamEnd {
 struct Frame {
     bytes: bytes::Bytes,
     at: Instant,
-    /// The instant was taken at the socket, not by the request's task.
-    at_socket: bool,
+    /// Where the instant was taken.
+    source: StampSource,
+}
+
+/// Where one instant of a trace was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StampSource {
+    Kernel,
+    Socket,
+    Task,
+}
+
+/// The trace's [`Stamps`]: one source for every instant, or `mixed`.
+#[derive(Debug, Default)]
+struct StampTally {
+    kernel: bool,
+    socket: bool,
+    task: bool,
+}
+
+impl StampTally {
+    fn add(&mut self, s: StampSource) {
+        match s {
+            StampSource::Kernel => self.kernel = true,
+            StampSource::Socket => self.socket = true,
+            StampSource::Task => self.task = true,
+        }
+    }
+
+    fn stamps(&self) -> Stamps {
+        match (self.kernel, self.socket, self.task) {
+            (true, false, false) => Stamps::Kernel,
+            (false, true, false) => Stamps::Socket,
+            (false, false, _) => Stamps::Task,
+            _ => Stamps::Mixed,
+        }
+    }
 }
 
 /// The body of a streaming response, whichever way it was sent.
@@ -424,7 +493,7 @@ impl Frames {
                 Ok(bytes) => Some(Ok(Frame {
                     bytes,
                     at: Instant::now(),
-                    at_socket: false,
+                    source: StampSource::Task,
                 })),
                 Err(e) => Some(Err(body_error(classify(&e)))),
             },
@@ -442,12 +511,12 @@ impl Frames {
                             continue;
                         }
                         let now = Instant::now();
-                        let stamped = log.as_ref().and_then(|l| l.arrival_of(&bytes));
-                        return Some(Ok(Frame {
-                            bytes,
-                            at: stamped.map_or(now, |a| a.min(now)),
-                            at_socket: stamped.is_some(),
-                        }));
+                        let (at, source) = match log.as_ref().and_then(|l| l.arrival_of(&bytes)) {
+                            Some(a) if a.kernel => (a.at.min(now), StampSource::Kernel),
+                            Some(a) => (a.at.min(now), StampSource::Socket),
+                            None => (now, StampSource::Task),
+                        };
+                        return Some(Ok(Frame { bytes, at, source }));
                     }
                 }
             },
@@ -463,7 +532,7 @@ impl Frames {
                     let room = limit.saturating_sub(out.len());
                     out.extend_from_slice(&f.bytes[..f.bytes.len().min(room)]);
                 }
-                Err(_) if out.is_empty() => return "(body unreadable)".to_string(),
+                Err(e) if out.is_empty() => return format!("(body unreadable: {e:?})"),
                 Err(_) => break,
             }
         }
@@ -474,11 +543,10 @@ impl Frames {
 /// A response whose headers have arrived.
 struct Opened {
     status: u16,
+    /// When the headers arrived, as the request's task saw it.
     headers_at: Instant,
-    /// When the request's first byte was written, as the connection stamped it.
-    sent_at: Option<Instant>,
-    /// Reads take the kernel's stamps.
-    kernel: bool,
+    /// The request's exchange, as its connection stamped it.
+    exchange: Option<Exchange>,
     frames: Frames,
 }
 
@@ -491,10 +559,19 @@ async fn open(
     body: Vec<u8>,
 ) -> Result<Opened, StreamEnd> {
     use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-    if let (Some(wire), true) = (&http.wire, url.starts_with("http://")) {
-        let uri: hyper::Uri = url.parse().map_err(|e| StreamEnd::Invalid {
+    let uri = url
+        .starts_with("http://")
+        .then(|| url.parse::<hyper::Uri>())
+        .transpose()
+        .map_err(|e| StreamEnd::Invalid {
             message: format!("bad URL {url}: {e}"),
         })?;
+    let proxied = |u: &hyper::Uri| {
+        http.proxy
+            .as_ref()
+            .is_some_and(|p| p.applies_to(u.host().unwrap_or("")))
+    };
+    if let (Some(wire), Some(uri)) = (&http.wire, uri.filter(|u| !proxied(u))) {
         let mut req = hyper::Request::post(uri)
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "text/event-stream");
@@ -514,19 +591,13 @@ async fn open(
                 message: format!("cannot build the request: {e}"),
             })?;
         let resp = wire.request(req).await.map_err(|e| classify_wire(&e))?;
-        let now = Instant::now();
-        let log = resp.extensions().get::<ConnLog>().cloned();
-        let sent_at = log.as_ref().and_then(ConnLog::request_sent);
-        let headers_at = log
-            .as_ref()
-            .and_then(ConnLog::latest_arrival)
-            .map_or(now, |a| a.min(now));
-        let kernel = log.as_ref().is_some_and(ConnLog::kernel);
+        let stamps = resp.extensions().get::<ResponseStamps>();
+        let exchange = stamps.and_then(|r| r.exchange);
+        let log = stamps.map(|r| r.log.clone());
         return Ok(Opened {
             status: resp.status().as_u16(),
-            headers_at,
-            sent_at,
-            kernel,
+            headers_at: Instant::now(),
+            exchange,
             frames: Frames::Wire {
                 body: resp.into_body(),
                 log,
@@ -546,8 +617,7 @@ async fn open(
     Ok(Opened {
         status: resp.status().as_u16(),
         headers_at: Instant::now(),
-        sent_at: None,
-        kernel: false,
+        exchange: None,
         frames: Frames::Reqwest(resp.bytes_stream().boxed()),
     })
 }
@@ -604,25 +674,31 @@ pub async fn send_traced(
     let Opened {
         status,
         headers_at,
-        sent_at,
-        kernel,
+        exchange,
         mut frames,
     } = opened;
-    // The origin of every instant in the trace.
-    let (origin, mut stamps, send_delay_ns) = match sent_at.filter(|&s| s >= t0) {
-        Some(s) => (
-            s,
-            if kernel {
-                Stamps::Kernel
+    // The origin of every instant in the trace: the write of the request's first byte when the
+    // connection stamped this request's exchange whole (sent after the call, before the head).
+    let mut tally = StampTally::default();
+    let (origin, headers_at, send_delay_ns) = match exchange {
+        Some(Exchange {
+            sent: Some(sent),
+            head: Some(head),
+        }) if sent >= t0 && sent <= head.at => {
+            tally.add(if head.kernel {
+                StampSource::Kernel
             } else {
-                Stamps::Socket
-            },
-            Some(ns_between(t0, s)),
-        ),
-        None => (t0, Stamps::Task, None),
+                StampSource::Socket
+            });
+            (sent, head.at.min(headers_at), Some(ns_between(t0, sent)))
+        }
+        _ => {
+            tally.add(StampSource::Task);
+            (t0, headers_at, None)
+        }
     };
-    let stamped = |mut tr: RequestTrace, stamps: Stamps| {
-        tr.stamps = stamps;
+    let stamped = |mut tr: RequestTrace, tally: &StampTally| {
+        tr.stamps = tally.stamps();
         tr.send_delay_ns = send_delay_ns;
         tr
     };
@@ -639,7 +715,7 @@ pub async fn send_traced(
         };
         let end = StreamEnd::HttpStatus { status, body };
         let tr = head.finish(Some(status), headers_ns, None, end, ns_since(origin));
-        return (stamped(tr, stamps), origin);
+        return (stamped(tr, &tally), origin);
     }
 
     let mut asm = StreamAssembler::new(target.dialect);
@@ -664,9 +740,7 @@ pub async fn send_traced(
             Ok(Some(Err(end))) => break end,
             Ok(Some(Ok(f))) => {
                 last_read = Instant::now();
-                if !f.at_socket && stamps != Stamps::Task {
-                    stamps = Stamps::Mixed;
-                }
+                tally.add(f.source);
                 if asm.push(&f.bytes, ns_between(origin, f.at)) {
                     break StreamEnd::Done;
                 }
@@ -678,7 +752,7 @@ pub async fn send_traced(
         _ => ns_since(origin),
     };
     let tr = head.finish(Some(status), headers_ns, Some(asm), end, end_ns);
-    (stamped(tr, stamps), origin)
+    (stamped(tr, &tally), origin)
 }
 
 /// The earlier deadline; `FirstToken` names the first, `Total` the second.
@@ -786,6 +860,24 @@ mod tests {
         };
         let s = format!("{t:?}");
         assert!(!s.contains("sk-secret") && s.contains("redacted"));
+    }
+
+    #[test]
+    fn no_proxy_lists_hosts_and_domains() {
+        let p = ProxyEnv {
+            no_proxy: vec!["localhost".into(), ".internal".into(), "10.0.0.5".into()],
+        };
+        assert!(!p.applies_to("localhost"));
+        assert!(!p.applies_to("LOCALHOST"));
+        assert!(!p.applies_to("gpu-3.internal"));
+        assert!(!p.applies_to("internal"));
+        assert!(!p.applies_to("10.0.0.5"));
+        assert!(p.applies_to("127.0.0.1"));
+        assert!(p.applies_to("notinternal"));
+        assert!(!ProxyEnv {
+            no_proxy: vec!["*".into()]
+        }
+        .applies_to("anything"));
     }
 
     #[test]

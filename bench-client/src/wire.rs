@@ -3,12 +3,13 @@
 //! A client under load reads a chunk some time after it reached its socket: the connection's task
 //! waits for a worker, then the request's task waits for one too. Both waits would land in TTFT and
 //! in the inter-chunk gaps. Streams to plain-HTTP servers therefore go over connections that stamp
-//! their own I/O:
+//! their own I/O ([`ConnLog`]):
 //! - the request: the runtime's clock right before the `write` that hands its first byte to the
-//!   kernel;
+//!   kernel (the first write after the previous response's head starts an [`Exchange`]);
 //! - every read: on Linux, the kernel's receive timestamp of the last segment the read consumed
 //!   (`SO_TIMESTAMPNS`), carried over to the runtime's clock by its age at the read; elsewhere, or
-//!   with [`Stamping::Socket`], the runtime's clock at the read.
+//!   with [`Stamping::Socket`], the runtime's clock at the read;
+//! - the response head: the arrival of the read in which its closing blank line arrived.
 //!
 //! Streams to HTTPS servers, and [`Stamping::Task`], go through reqwest and are stamped by the
 //! request's task.
@@ -16,7 +17,9 @@
 //! hyper hands a response's body out as slices of the buffer it read into, without copying, so the
 //! read a body frame came from is the logged read whose buffer holds the frame's first byte
 //! ([`ConnLog::arrival_of`]). A frame found in no logged read (a change in hyper, or a body that was
-//! copied) falls back to the request task's clock, which is never earlier than the truth.
+//! copied) falls back to the request task's clock, which is never earlier than the truth. A request
+//! finds its own exchange in its response's [`ResponseStamps`], a copy hyper-util makes while the
+//! request still holds the connection.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -50,75 +53,95 @@ pub enum Stamping {
 }
 
 /// How many reads a connection remembers: a body frame is looked up right after it arrives, and
-/// hyper reads again only when the frame before has been taken.
+/// hyper reads ahead of it by at most one frame.
 const LOG_READS: usize = 32;
 
-/// Most bytes one timestamped read takes.
+/// Most bytes one timestamped read takes (the read buffer has to be zeroed first).
 #[cfg(target_os = "linux")]
-const MAX_READ: usize = 64 * 1024;
+const MAX_READ: usize = 16 * 1024;
 
 /// A kernel stamp older than this is not trusted (a clock step between the two readings).
+#[cfg(target_os = "linux")]
 const MAX_AGE: Duration = Duration::from_secs(10);
+
+/// When a read's bytes arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// The instant, on the runtime's clock.
+    pub at: Instant,
+    /// Taken from the kernel's receive timestamp (else from the clock at the read).
+    pub kernel: bool,
+}
 
 #[derive(Debug)]
 struct Read {
     /// Address of the first byte the read wrote into the caller's buffer.
     start: usize,
     len: usize,
-    /// Arrival of the last segment the read consumed.
-    at: Instant,
+    arrival: Arrival,
+}
+
+/// One request and its response head on a connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// Right before the `write` that handed the request's first byte to the kernel.
+    pub sent: Option<Instant>,
+    /// Arrival of the read that completed the response head.
+    pub head: Option<Arrival>,
 }
 
 #[derive(Debug, Default)]
 struct Log {
-    /// The next write starts a request (no request written yet, or a response read since).
-    new_request: bool,
-    /// The instant the current request's first byte was handed to the kernel.
-    request_sent: Option<Instant>,
+    /// The current (latest) exchange.
+    exchange: Exchange,
+    /// The last bytes read while looking for the end of the head (`\r\n\r\n` may span reads).
+    head_tail: [u8; 3],
+    /// The last read's arrival: every later one is at least this late.
+    last: Option<Instant>,
     reads: VecDeque<Read>,
-    /// Reads take the kernel's receive timestamps.
-    kernel: bool,
 }
 
-/// One connection's stamps, shared by the connection and the responses it carries (hyper puts it in
-/// every response's extensions).
+impl Log {
+    /// Looks for the end of the response head in `bytes`, the next bytes read.
+    fn scan_head(&mut self, bytes: &[u8], arrival: Arrival) {
+        if self.exchange.sent.is_none() || self.exchange.head.is_some() {
+            return;
+        }
+        let mut window = Vec::with_capacity(3 + bytes.len().min(64 * 1024));
+        window.extend_from_slice(&self.head_tail);
+        window.extend_from_slice(&bytes[..bytes.len().min(64 * 1024)]);
+        if memchr::memmem::find(&window, b"\r\n\r\n").is_some() {
+            self.exchange.head = Some(arrival);
+        } else {
+            let n = window.len();
+            self.head_tail.copy_from_slice(&window[n - 3..]);
+        }
+    }
+}
+
+/// One connection's stamps, shared by the connection and the responses it carries.
 #[derive(Clone, Debug)]
 pub struct ConnLog(Arc<Mutex<Log>>);
 
 impl ConnLog {
-    fn new(kernel: bool) -> Self {
-        ConnLog(Arc::new(Mutex::new(Log {
-            new_request: true,
-            kernel,
-            ..Log::default()
-        })))
+    fn new() -> Self {
+        ConnLog(Arc::new(Mutex::new(Log::default())))
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
         f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Reads take the kernel's receive timestamps.
-    pub fn kernel(&self) -> bool {
-        self.with(|l| l.kernel)
-    }
-
-    /// The instant the current request's first byte went to the kernel.
-    pub fn request_sent(&self) -> Option<Instant> {
-        self.with(|l| l.request_sent)
-    }
-
-    /// Arrival of the latest read: the read that completed the response's headers, when asked as
-    /// the response arrives (hyper reads the body only when asked to).
-    pub fn latest_arrival(&self) -> Option<Instant> {
-        self.with(|l| l.reads.back().map(|r| r.at))
+    /// The connection's current exchange.
+    pub fn exchange(&self) -> Exchange {
+        self.with(|l| l.exchange)
     }
 
     /// Arrival of `frame`: that of the read whose bytes hold its first byte. A read that found
     /// several segments waiting carries the stamp of the last one (all a TCP read reports), so a
     /// frame from an earlier segment gets an upper bound: never earlier than its arrival, never later
     /// than the read.
-    pub fn arrival_of(&self, frame: &[u8]) -> Option<Instant> {
+    pub fn arrival_of(&self, frame: &[u8]) -> Option<Arrival> {
         let p = frame.as_ptr() as usize;
         // Newest first: an older read's buffer may have been freed and reused by a newer one, but
         // never while a frame of it is held.
@@ -127,48 +150,83 @@ impl ConnLog {
                 .iter()
                 .rev()
                 .find(|r| p >= r.start && p < r.start + r.len)
-                .map(|r| r.at)
+                .map(|r| r.arrival)
         })
     }
 
+    /// A write is about to hand bytes to the kernel at `before`: the first write after the previous
+    /// response's head (or the connection's first) starts a new exchange.
     fn wrote(&self, before: Instant) {
         self.with(|l| {
-            if l.new_request {
-                l.new_request = false;
-                l.request_sent = Some(before);
+            if l.exchange.sent.is_none() || l.exchange.head.is_some() {
+                l.exchange = Exchange {
+                    sent: Some(before),
+                    head: None,
+                };
+                l.head_tail = [0; 3];
             }
         });
     }
 
-    fn read(&self, bytes: &[u8], at: Instant) {
+    fn read(&self, bytes: &[u8], mut arrival: Arrival) {
         self.with(|l| {
-            l.new_request = true;
+            // Never before the request went out or before an earlier read: a stamp moved across
+            // clocks can be off by a clock step.
+            let floor = l.last.max(l.exchange.sent);
+            if let Some(f) = floor {
+                arrival.at = arrival.at.max(f);
+            }
+            l.last = Some(arrival.at);
+            l.scan_head(bytes, arrival);
             if l.reads.len() == LOG_READS {
                 l.reads.pop_front();
             }
             l.reads.push_back(Read {
                 start: bytes.as_ptr() as usize,
                 len: bytes.len(),
-                at,
+                arrival,
             });
         });
     }
 }
 
+/// What a response carries of its connection (hyper puts the connection's `extra` on every
+/// response): the log, and the exchange as it stood when the response head was handed to the
+/// request. hyper-util clones the `extra` into the response while the request still holds the
+/// connection, before it can go back to the pool, so the copy's exchange is this request's own.
+#[derive(Debug)]
+pub struct ResponseStamps {
+    /// The connection's log, for the body frames.
+    pub log: ConnLog,
+    /// This request's exchange (`None` in the connection's own copy).
+    pub exchange: Option<Exchange>,
+}
+
+impl Clone for ResponseStamps {
+    /// Takes a snapshot of the connection's current exchange.
+    fn clone(&self) -> Self {
+        ResponseStamps {
+            log: self.log.clone(),
+            exchange: Some(self.log.exchange()),
+        }
+    }
+}
+
 /// The instant on the runtime's clock of a segment the kernel stamped at `unix_ns`: now, less the
-/// segment's age on the real-time clock.
+/// segment's age on the real-time clock. The real-time clock is read first, so a pause between the
+/// two readings makes the result later, never earlier.
 #[cfg(target_os = "linux")]
-fn from_kernel(unix_ns: u64) -> Instant {
-    let now = Instant::now();
+fn from_kernel(unix_ns: u64) -> Option<Instant> {
     let real = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
+        .ok()
+        .and_then(|d| u64::try_from(d.as_nanos()).ok())?;
+    let now = Instant::now();
     let age = Duration::from_nanos(real.saturating_sub(unix_ns));
     if age > MAX_AGE {
-        return now;
+        return None;
     }
-    now.checked_sub(age).unwrap_or(now)
+    now.checked_sub(age)
 }
 
 /// A TCP connection that stamps its I/O into a [`ConnLog`].
@@ -202,7 +260,7 @@ impl StampedConn {
                 };
             StampedConn {
                 tcp,
-                log: ConnLog::new(kernel),
+                log: ConnLog::new(),
                 cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
                 kernel,
             }
@@ -212,7 +270,7 @@ impl StampedConn {
             let _ = rx;
             StampedConn {
                 tcp,
-                log: ConnLog::new(false),
+                log: ConnLog::new(),
             }
         }
     }
@@ -264,8 +322,16 @@ impl AsyncRead for StampedConn {
                 }) {
                     Ok((n, stamp)) => {
                         if n > 0 {
-                            let at = stamp.map_or_else(Instant::now, from_kernel);
-                            this.log.read(&dst[..n], at);
+                            // No stamp: the kernel turns timestamps on in a deferred job, so the
+                            // first segments after the first stamped socket may have none.
+                            let arrival = match stamp.and_then(from_kernel) {
+                                Some(at) => Arrival { at, kernel: true },
+                                None => Arrival {
+                                    at: Instant::now(),
+                                    kernel: false,
+                                },
+                            };
+                            this.log.read(&dst[..n], arrival);
                         }
                         buf.advance(n);
                         return Poll::Ready(Ok(()));
@@ -287,7 +353,11 @@ impl AsyncRead for StampedConn {
         std::task::ready!(Pin::new(&mut this.tcp).poll_read(cx, buf))?;
         let new = &buf.filled()[before..];
         if !new.is_empty() {
-            this.log.read(new, Instant::now());
+            let arrival = Arrival {
+                at: Instant::now(),
+                kernel: false,
+            };
+            this.log.read(new, arrival);
         }
         Poll::Ready(Ok(()))
     }
@@ -337,54 +407,46 @@ impl AsyncWrite for StampedConn {
 
 impl Connection for StampedConn {
     fn connected(&self) -> Connected {
-        Connected::new().extra(self.log.clone())
+        Connected::new().extra(ResponseStamps {
+            log: self.log.clone(),
+            exchange: None,
+        })
     }
 }
 
-/// Opens [`StampedConn`]s for hyper's client: plain TCP, `TCP_NODELAY`, with a connect deadline.
+/// Opens [`StampedConn`]s for hyper's client: hyper-util's `HttpConnector` (name resolution,
+/// happy eyeballs, connect deadline, `TCP_NODELAY`), its socket wrapped.
 #[derive(Clone, Debug)]
 pub struct StampedConnector {
-    /// Deadline for the TCP handshake.
-    pub connect_timeout: Duration,
-    /// `Kernel`: reads take the kernel's stamps.
-    pub rx: Stamping,
+    http: hyper_util::client::legacy::connect::HttpConnector,
+    rx: Stamping,
 }
 
-/// A connect that ran past its deadline (the client reports it as a connect timeout).
-#[derive(Debug, thiserror::Error)]
-#[error("connect timed out after {0:?}")]
-pub struct ConnectTimedOut(pub Duration);
+impl StampedConnector {
+    /// A connector with the given connect deadline; `rx` = `Kernel` asks for kernel stamps.
+    pub fn new(connect_timeout: Duration, rx: Stamping) -> Self {
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.set_connect_timeout(Some(connect_timeout));
+        // Send each request at once: Nagle's algorithm would hold a small write back.
+        http.set_nodelay(true);
+        StampedConnector { http, rx }
+    }
+}
 
 impl tower::Service<Uri> for StampedConnector {
     type Response = TokioIo<StampedConn>;
     type Error = Box<dyn std::error::Error + Send + Sync>;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.http.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let limit = self.connect_timeout;
         let rx = self.rx;
+        let connecting = self.http.call(uri);
         Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "URL has no host"))?;
-            // An IPv6 literal comes in brackets.
-            let host = host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            let port = uri.port_u16().unwrap_or(80);
-            let tcp = match tokio::time::timeout(limit, TcpStream::connect((host.as_str(), port)))
-                .await
-            {
-                Ok(r) => r?,
-                Err(_) => return Err(ConnectTimedOut(limit).into()),
-            };
-            // Send the request at once: Nagle's algorithm would hold a small write back.
-            tcp.set_nodelay(true)?;
+            let tcp = connecting.await?.into_inner();
             Ok(TokioIo::new(StampedConn::new(tcp, rx)))
         })
     }
@@ -394,37 +456,95 @@ impl tower::Service<Uri> for StampedConnector {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_frame_maps_to_the_newest_read_that_holds_it() {
-        let log = ConnLog::new(false);
-        let t = Instant::now();
-        let a = [0u8; 64];
-        let b = [0u8; 64];
-        let ms = |n| t + Duration::from_millis(n);
-        log.read(&a, ms(1));
-        log.read(&b[..32], ms(5));
-        log.read(&a[..16], ms(9)); // `a`'s buffer, read into again
-        assert_eq!(log.arrival_of(&b[10..]), Some(ms(5)));
-        assert_eq!(log.arrival_of(&a[4..]), Some(ms(9)));
-        assert_eq!(log.arrival_of(&a[40..]), Some(ms(1)));
-        assert_eq!(log.arrival_of(&b[40..]), None, "past the read's bytes");
-        assert_eq!(log.latest_arrival(), Some(ms(9)));
+    fn socket(at: Instant) -> Arrival {
+        Arrival { at, kernel: false }
     }
 
     #[test]
-    fn the_first_write_after_a_read_starts_a_request() {
-        let log = ConnLog::new(false);
+    fn a_frame_maps_to_the_newest_read_that_holds_it() {
+        let log = ConnLog::new();
         let t = Instant::now();
-        assert_eq!(log.request_sent(), None);
-        log.wrote(t);
-        log.wrote(t + Duration::from_millis(1));
-        assert_eq!(
-            log.request_sent(),
-            Some(t),
-            "later writes of a request keep its stamp"
+        let ms = |n| t + Duration::from_millis(n);
+        let a = [0u8; 64];
+        let b = [0u8; 64];
+        log.read(&a, socket(ms(1)));
+        log.read(&b[..32], socket(ms(5)));
+        log.read(&a[..16], socket(ms(9))); // `a`'s buffer, read into again
+        assert_eq!(log.arrival_of(&b[10..]), Some(socket(ms(5))));
+        assert_eq!(log.arrival_of(&a[4..]), Some(socket(ms(9))));
+        assert_eq!(log.arrival_of(&a[40..]), Some(socket(ms(1))));
+        assert_eq!(log.arrival_of(&b[40..]), None, "past the read's bytes");
+    }
+
+    #[test]
+    fn an_exchange_runs_from_its_first_write_to_the_end_of_its_head() {
+        let log = ConnLog::new();
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        assert_eq!(log.exchange(), Exchange::default());
+        log.wrote(ms(0));
+        log.wrote(ms(1));
+        log.read(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r",
+            socket(ms(3)),
         );
-        log.read(&[1, 2, 3], t + Duration::from_millis(2));
-        log.wrote(t + Duration::from_millis(3));
-        assert_eq!(log.request_sent(), Some(t + Duration::from_millis(3)));
+        assert_eq!(
+            log.exchange().sent,
+            Some(ms(0)),
+            "later writes keep the first stamp"
+        );
+        assert_eq!(log.exchange().head, None, "the head is not complete yet");
+        // The blank line that ends the head spans two reads.
+        log.read(b"\n\r\n5\r\ndata:", socket(ms(4)));
+        log.read(b" x\n\n\r\n", socket(ms(6)));
+        assert_eq!(
+            log.exchange(),
+            Exchange {
+                sent: Some(ms(0)),
+                head: Some(socket(ms(4)))
+            }
+        );
+        // The next request on the connection starts a new exchange.
+        log.wrote(ms(8));
+        assert_eq!(
+            log.exchange(),
+            Exchange {
+                sent: Some(ms(8)),
+                head: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_read_is_never_stamped_before_the_send_or_an_earlier_read() {
+        let log = ConnLog::new();
+        let t = Instant::now() + Duration::from_secs(1);
+        log.wrote(t);
+        let early = [0u8; 8];
+        log.read(&early, socket(t - Duration::from_millis(2)));
+        assert_eq!(log.arrival_of(&early).map(|a| a.at), Some(t));
+        let later = [0u8; 8];
+        log.read(&later, socket(t - Duration::from_millis(1)));
+        assert_eq!(log.arrival_of(&later).map(|a| a.at), Some(t));
+    }
+
+    #[test]
+    fn the_responses_copy_is_a_snapshot_of_its_exchange() {
+        let log = ConnLog::new();
+        let t = Instant::now();
+        let on_conn = ResponseStamps {
+            log: log.clone(),
+            exchange: None,
+        };
+        log.wrote(t);
+        log.read(
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            socket(t + Duration::from_millis(2)),
+        );
+        let response = on_conn.clone();
+        // The connection goes on to another request; the response keeps its own.
+        log.wrote(t + Duration::from_millis(5));
+        assert_eq!(response.exchange.and_then(|e| e.sent), Some(t));
+        assert_eq!(log.exchange().sent, Some(t + Duration::from_millis(5)));
     }
 }

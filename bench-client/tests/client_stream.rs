@@ -13,7 +13,7 @@ use axum::Router;
 use bench_client::client::{self, RequestSpec, Target, Timeouts};
 use bench_client::measure::measure;
 use bench_client::trace::{FailureKind, RequestTrace, Stamps, StreamEnd, TimeoutPhase};
-use bench_client::wire::Stamping;
+use bench_client::wire::{StampedConnector, Stamping};
 use bench_client::{Dialect, Prompt};
 
 /// The client as the paused-clock tests use it: reads stamped on the runtime's clock, at the socket.
@@ -337,7 +337,7 @@ struct ServerLog {
 }
 
 /// Serves one request on a real socket: reads it, waits until `blocked` says the client's thread
-/// is blocked, then writes the headers with E1 at once (while the client cannot read), E2 400 ms
+/// is blocked, then writes the headers with E1 at once (while the client cannot read), E2 600 ms
 /// later (after the block) and E3 + `[DONE]` 30 ms after that.
 fn serve_while_client_blocked(
     requested: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -384,7 +384,7 @@ fn serve_while_client_blocked(
         ];
         for (i, p) in parts.iter().enumerate() {
             if i > 0 {
-                std::thread::sleep(Duration::from_millis(if i == 1 { 400 } else { 30 }));
+                std::thread::sleep(Duration::from_millis(if i == 1 { 600 } else { 30 }));
             }
             let before = std::time::Instant::now();
             s.write_all(p.as_bytes()).unwrap();
@@ -399,8 +399,8 @@ fn serve_while_client_blocked(
 }
 
 /// Sends one request on a current-thread runtime on the real clock, and blocks that thread for
-/// 150 ms from the moment the server has the request: the first event arrives while the client
-/// cannot read. Returns the trace, the instant of the call, and what the server did.
+/// 300 ms from the moment the server has the request: the first event arrives while the client
+/// cannot read. Returns the trace, the instant its times count from, and what the server did.
 fn send_while_blocked(stamping: Stamping) -> (RequestTrace, std::time::Instant, ServerLog) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -411,44 +411,57 @@ fn send_while_blocked(stamping: Stamping) -> (RequestTrace, std::time::Instant, 
         .enable_all()
         .build()
         .unwrap();
-    let (trace, call) = rt.block_on(async move {
+    let (trace, origin) = rt.block_on(async move {
+        // Linux turns receive timestamps on in a deferred job after the first socket asks for
+        // them: hold a stamped connection open a while first, so that this test's segments are
+        // stamped even when it is the first in its process.
+        let warm = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut connector = StampedConnector::new(Duration::from_secs(5), Stamping::Kernel);
+        let uri = format!("http://{}", warm.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let _warm_conn = tower::Service::call(&mut connector, uri).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+
         let blocker = tokio::spawn(async move {
             while !requested.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             blocked.store(true, Ordering::SeqCst);
             // Blocks the runtime's only thread: nothing of the client runs.
-            std::thread::sleep(Duration::from_millis(150));
+            std::thread::sleep(Duration::from_millis(300));
         });
         let http = client::http_client_with(&Timeouts::default(), stamping).unwrap();
-        let call = std::time::Instant::now();
-        let trace = client::send(&http, &target(url), &spec(6), &Timeouts::default()).await;
+        let sent = client::send_traced(&http, &target(url), &spec(6), &Timeouts::default()).await;
         blocker.await.unwrap();
-        (trace, call)
+        sent
     });
-    (trace, call, server.join().unwrap())
+    (trace, origin.into_std(), server.join().unwrap())
 }
 
-/// The instant of a trace time, given the instant of the call to `send`.
-fn instant_of(trace: &RequestTrace, call: std::time::Instant, at_ns: u64) -> std::time::Instant {
-    call + Duration::from_nanos(trace.send_delay_ns.unwrap_or(0) + at_ns)
+/// The instant of a trace time, given the instant the trace's times count from.
+fn instant_of(origin: std::time::Instant, at_ns: u64) -> std::time::Instant {
+    origin + Duration::from_nanos(at_ns)
 }
 
 #[cfg(target_os = "linux")]
 #[test]
 fn kernel_stamps_do_not_count_a_blocked_client() {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let (trace, call, server) = send_while_blocked(Stamping::Kernel);
+    let (trace, origin, server) = send_while_blocked(Stamping::Kernel);
     assert_eq!(trace.end, StreamEnd::Done, "{trace:?}");
-    assert_eq!(trace.stamps, Stamps::Kernel);
-    let sent = instant_of(&trace, call, 0);
+    assert_eq!(
+        trace.stamps,
+        Stamps::Kernel,
+        "every instant from the kernel"
+    );
     assert!(
-        sent >= call && sent <= server.request_read,
+        trace.send_delay_ns.is_some() && origin <= server.request_read,
         "the send is stamped at the request's write, before the server read it"
     );
     // The first event's segment arrived during the server's first write; the client read it
-    // ~150 ms later.
-    let first = instant_of(&trace, call, trace.chunks[0].at_ns);
+    // ~300 ms later.
+    let first = instant_of(origin, trace.chunks[0].at_ns);
     let (w0, w0_end) = server.writes[0];
     let slack = Duration::from_millis(1);
     assert!(
@@ -458,7 +471,7 @@ fn kernel_stamps_do_not_count_a_blocked_client() {
         ms(w0_end - w0)
     );
     // The later events are stamped at their own arrival, so the decode span is the server's.
-    let last = instant_of(&trace, call, trace.chunks[2].at_ns);
+    let last = instant_of(origin, trace.chunks[2].at_ns);
     let (w2, w2_end) = server.writes[2];
     assert!(
         last + slack >= w2 && last <= w2_end + slack,
@@ -466,7 +479,7 @@ fn kernel_stamps_do_not_count_a_blocked_client() {
         ms(last.saturating_duration_since(w2))
     );
     let m = measure(&trace).unwrap();
-    let served_ttft = ms(w0 - sent);
+    let served_ttft = ms(w0 - origin);
     assert!(
         (m.ttft_ms - served_ttft).abs() < 1.0 + ms(w0_end - w0),
         "TTFT {} ms, served {served_ttft} ms",
@@ -478,10 +491,10 @@ fn kernel_stamps_do_not_count_a_blocked_client() {
 fn task_stamps_count_a_blocked_client() {
     // The same exchange stamped by the request's task: the block lands in TTFT. This is what
     // socket stamps are for, and it shows the test above blocks the client as it means to.
-    let (trace, call, server) = send_while_blocked(Stamping::Task);
+    let (trace, origin, server) = send_while_blocked(Stamping::Task);
     assert_eq!(trace.end, StreamEnd::Done, "{trace:?}");
     assert_eq!(trace.stamps, Stamps::Task);
-    let first = instant_of(&trace, call, trace.chunks[0].at_ns);
+    let first = instant_of(origin, trace.chunks[0].at_ns);
     assert!(
         first >= server.writes[0].1 + Duration::from_millis(100),
         "the task read the first event only after the block"

@@ -673,9 +673,6 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         send_delay_ms: Vec::new(),
     };
     for tr in traces {
-        if let Some(d) = tr.send_delay_ns {
-            l.send_delay_ms.push(ns_to_ms(d));
-        }
         let truth = mock.truth(http, &tr.rid).await?;
         l.per_request_max_pacing_ms
             .push(ns_to_ms(truth.max_pacing_error_ns));
@@ -703,6 +700,9 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
             l.failed += 1;
             continue;
         };
+        if let Some(d) = tr.send_delay_ns {
+            l.send_delay_ms.push(ns_to_ms(d));
+        }
         // The mock's emission of a chunk: when its HTTP layer handed the bytes to the connection.
         let sent = |c: &mock_server::ChunkTruth| ns_to_ms(c.sent_ns.unwrap_or(c.at_ns));
         l.first.push(m.ttft_ms - sent(t0));
@@ -874,6 +874,22 @@ fn mock_streams(external: bool) -> Result<Report> {
             .map(|(a, b)| a - b);
 
         let l = lags(&mock, &http, &traces).await?;
+        if let Ok(path) = std::env::var("PERF_DUMP_PACING") {
+            let mut out = String::new();
+            for tr in &traces {
+                let t = mock.truth(&http, &tr.rid).await?;
+                for c in &t.chunks {
+                    out.push_str(&format!(
+                        "{},{},{},{}\n",
+                        t.received_unix_ns + c.model_ns,
+                        t.received_unix_ns + c.at_ns,
+                        t.received_unix_ns + c.sent_ns.unwrap_or(0),
+                        tr.rid
+                    ));
+                }
+            }
+            std::fs::write(path, out)?;
+        }
         let ok = traces.len() - l.failed;
         r.row("streams completed", format!("{STREAMS}"), format!("{ok} ({} failed)", l.failed));
         r.row("run wall time", "~10-20 s", format!("{wall:.2} s"));
@@ -1452,7 +1468,8 @@ fn long_prompt() -> Result<Report> {
     let rt = paused_runtime()?;
     let paused_diff = rt.block_on(async {
         let mock = Mock::start(DEMO, &[], false).await?;
-        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
+        // The paused clock: the kernel's real-time stamps mean nothing on it.
+        let http = client::http_client_with(&Timeouts::default(), Stamping::Socket)?;
         let spec = RequestSpec::new(
             "long-paused",
             Prompt::TokenIds(gen.token_ids(LONG, 999)),
