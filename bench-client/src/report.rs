@@ -29,6 +29,9 @@ pub struct PointData {
     pub decode_unavailable: BTreeMap<String, u64>,
     /// Token attribution methods seen, counted.
     pub attribution: BTreeMap<String, u64>,
+    /// Where the successful requests' instants were taken (`trace.stamps`), counted.
+    #[serde(default)]
+    pub stamps: BTreeMap<String, u64>,
     /// Contaminated points.
     pub contaminated: u64,
     /// Streaming failures by kind.
@@ -80,6 +83,7 @@ impl PointData {
             .extend(o.two_point_prefill_tok_s);
         self.two_point_decode_tok_s.extend(o.two_point_decode_tok_s);
         add_map(&mut self.two_point_errors, o.two_point_errors);
+        add_map(&mut self.stamps, o.stamps);
     }
 }
 
@@ -109,6 +113,9 @@ impl Report {
                 *p.attribution
                     .entry(rec.token_attribution.as_str().to_string())
                     .or_default() += 1;
+                if let Some(t) = &rec.trace {
+                    *p.stamps.entry(t.stamps.as_str().to_string()).or_default() += 1;
+                }
                 push(&mut p.ttft_ms, rec.ttft_ms);
                 push(&mut p.prefill_tok_s, rec.prefill_tok_s);
                 push(&mut p.decode_tok_s, rec.decode_tok_s);
@@ -328,6 +335,17 @@ pub fn render_table(report: &Report) -> String {
         out.push('\n');
     }
     out.push_str("decode = tokens after the first chunk / (t_last - t_first); naive = (completion_tokens - 1) / (t_last - t_first).\n");
+    let mut stamps = BTreeMap::<String, u64>::new();
+    for p in report.points.values() {
+        add_map(&mut stamps, p.stamps.clone());
+    }
+    if !stamps.is_empty() {
+        let counts: Vec<String> = stamps.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!(
+            "instants stamped (requests): {} (kernel: kernel receive timestamps; socket: at the connection's reads; task: by the request's task).\n",
+            counts.join(", ")
+        ));
+    }
     out
 }
 

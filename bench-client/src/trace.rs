@@ -148,6 +148,16 @@ impl Stamps {
     pub fn is_task(&self) -> bool {
         *self == Stamps::Task
     }
+
+    /// The name used in records and reports.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Stamps::Task => "task",
+            Stamps::Socket => "socket",
+            Stamps::Kernel => "kernel",
+            Stamps::Mixed => "mixed",
+        }
+    }
 }
 
 /// Everything one streaming request produced.

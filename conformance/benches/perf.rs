@@ -652,6 +652,8 @@ struct Lags {
     /// Socket stamping: the client's time from the call to the write of the request's first byte,
     /// which is not in its TTFT (ms).
     send_delay_ms: Vec<f64>,
+    /// How many traces had each kind of stamps.
+    stamps: std::collections::BTreeMap<String, usize>,
 }
 
 async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> Result<Lags> {
@@ -671,8 +673,10 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         way_out_ms: Vec::new(),
         delivery_ms: Vec::new(),
         send_delay_ms: Vec::new(),
+        stamps: Default::default(),
     };
     for tr in traces {
+        *l.stamps.entry(stamps_name(tr.stamps)).or_default() += 1;
         let truth = mock.truth(http, &tr.rid).await?;
         l.per_request_max_pacing_ms
             .push(ns_to_ms(truth.max_pacing_error_ns));
@@ -754,6 +758,7 @@ fn overhead_rows(r: &mut Report, what: &str, target: &str, l: &Lags) {
         target,
         fmt_ms(dist(&l.first_wire)),
     );
+    r.row("  traces by stamps", "-", fmt_counts(&l.stamps));
     r.row(
         "  of which the request's way to the mock's socket (socket arrival - client sent, real-time clock)",
         "-",
@@ -794,6 +799,17 @@ fn intake_ms(truth: &mock_server::RequestTruth) -> Option<f64> {
 
 /// Where the client stamps its streams: `PERF_CLIENT_STAMPING` = kernel (the default), socket or
 /// task.
+fn stamps_name(s: bench_client::trace::Stamps) -> String {
+    s.as_str().to_string()
+}
+
+fn fmt_counts(m: &std::collections::BTreeMap<String, usize>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn stamping_name() -> &'static str {
     match bench_stamping() {
         Stamping::Kernel => "kernel",
@@ -1619,10 +1635,15 @@ fn load_2000(external: bool) -> Result<Report> {
         let recs = bench_client::record::read_records(&out)?;
         let http = reqwest::Client::new();
         let (mut all, mut steady, mut queue) = (Vec::new(), Vec::new(), Vec::new());
+        let mut steady_queue = Vec::new();
+        let mut stamps = std::collections::BTreeMap::<String, usize>::new();
         let (mut steady_handler, mut steady_intake) = (Vec::new(), Vec::new());
         let mut first_pacing = Vec::new();
         let mut failed = 0usize;
         for rec in &recs {
+            if let Some(t) = &rec.trace {
+                *stamps.entry(stamps_name(t.stamps)).or_default() += 1;
+            }
             let (Some(ttft), Some(load)) = (rec.ttft_ms, rec.load.as_ref()) else {
                 failed += 1;
                 continue;
@@ -1648,6 +1669,9 @@ fn load_2000(external: bool) -> Result<Report> {
                 }
             }
             queue.push(ns_to_ms(load.client_queue_ns));
+            if load.index >= u64::from(LOAD_CONCURRENCY) {
+                steady_queue.push(ns_to_ms(load.client_queue_ns));
+            }
         }
         mock.stop().await;
         r.row("requests", format!("{LOAD_REQUESTS}"), format!("{} written, {failed} failed or without a first chunk", outcome.written));
@@ -1656,6 +1680,7 @@ fn load_2000(external: bool) -> Result<Report> {
             "p99 < 5 ms",
             fmt_ms(dist(&steady)),
         );
+        r.row("  records by stamps", "-", fmt_counts(&stamps));
         r.row(
             "  the same counted from the mock's handler (the previous definition: adds the mock's intake)",
             "-",
@@ -1676,7 +1701,16 @@ fn load_2000(external: bool) -> Result<Report> {
             "-",
             fmt_ms(dist(&first_pacing)),
         );
-        r.row("client_queue_time", "-", fmt_ms(dist(&queue)));
+        r.row(
+            "client_queue_time (scheduled start to send; with socket stamping, to the write of the request's first byte)",
+            "-",
+            fmt_ms(dist(&queue)),
+        );
+        r.row(
+            "  the same, requests after the first 2,000 (steady state)",
+            "-",
+            fmt_ms(dist(&steady_queue)),
+        );
         r.row(
             "achieved concurrency",
             "2000",
