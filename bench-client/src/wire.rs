@@ -57,11 +57,9 @@ pub enum Stamping {
 const LOG_READS: usize = 32;
 
 /// Most bytes one timestamped read takes (the read buffer has to be zeroed first).
-#[cfg(target_os = "linux")]
 const MAX_READ: usize = 16 * 1024;
 
 /// A kernel stamp older than this is not trusted (a clock step between the two readings).
-#[cfg(target_os = "linux")]
 const MAX_AGE: Duration = Duration::from_secs(10);
 
 /// When a read's bytes arrived.
@@ -215,7 +213,6 @@ impl Clone for ResponseStamps {
 /// The instant on the runtime's clock of a segment the kernel stamped at `unix_ns`: now, less the
 /// segment's age on the real-time clock. The real-time clock is read first, so a pause between the
 /// two readings makes the result later, never earlier.
-#[cfg(target_os = "linux")]
 fn from_kernel(unix_ns: u64) -> Option<Instant> {
     let real = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -234,69 +231,28 @@ fn from_kernel(unix_ns: u64) -> Option<Instant> {
 pub struct StampedConn {
     tcp: TcpStream,
     log: ConnLog,
-    /// Room for one `SCM_TIMESTAMPNS` control message, reused by every read.
-    #[cfg(target_os = "linux")]
-    cmsg: Vec<u8>,
-    /// Reads go through `recvmsg` and take the kernel's stamp.
-    #[cfg(target_os = "linux")]
+    reads: rx_stamps::StampedReads,
+    /// Reads take the kernel's stamps.
     kernel: bool,
 }
 
 impl StampedConn {
     fn new(tcp: TcpStream, rx: Stamping) -> Self {
-        #[cfg(target_os = "linux")]
-        {
-            let kernel = rx == Stamping::Kernel
-                && match nix::sys::socket::setsockopt(
-                    &tcp,
-                    nix::sys::socket::sockopt::ReceiveTimestampns,
-                    &true,
-                ) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::debug!("no receive timestamps on this connection: {e}");
-                        false
-                    }
-                };
-            StampedConn {
-                tcp,
-                log: ConnLog::new(),
-                cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
-                kernel,
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = rx;
-            StampedConn {
-                tcp,
-                log: ConnLog::new(),
-            }
+        let kernel = rx == Stamping::Kernel
+            && match rx_stamps::enable(&tcp) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!("no receive timestamps on this connection: {e}");
+                    false
+                }
+            };
+        StampedConn {
+            tcp,
+            log: ConnLog::new(),
+            reads: rx_stamps::StampedReads::new(MAX_READ),
+            kernel,
         }
     }
-}
-
-/// One `recvmsg` into `dst`: the bytes read and the kernel's stamp of the last segment consumed.
-#[cfg(target_os = "linux")]
-fn recv_stamped(
-    fd: std::os::fd::RawFd,
-    dst: &mut [u8],
-    cmsg: &mut [u8],
-) -> io::Result<(usize, Option<u64>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut iov = [io::IoSliceMut::new(dst)];
-    let msg =
-        recvmsg::<()>(fd, &mut iov, Some(cmsg), MsgFlags::empty()).map_err(io::Error::from)?;
-    let mut stamp = None;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmTimestampns(ts) = c {
-                let ns = i128::from(ts.tv_sec()) * 1_000_000_000 + i128::from(ts.tv_nsec());
-                stamp = u64::try_from(ns).ok();
-            }
-        }
-    }
-    Ok((msg.bytes, stamp))
 }
 
 impl AsyncRead for StampedConn {
@@ -306,56 +262,23 @@ impl AsyncRead for StampedConn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        #[cfg(target_os = "linux")]
-        if this.kernel {
-            use std::os::fd::AsRawFd;
-            let fd = this.tcp.as_raw_fd();
-            loop {
-                std::task::ready!(this.tcp.poll_read_ready(cx))?;
-                // The buffer comes uninitialised and `recvmsg` needs initialised bytes: zero at
-                // most one read's worth, not the whole of a large buffer.
-                let len = buf.remaining().min(MAX_READ);
-                let dst = buf.initialize_unfilled_to(len);
-                let cmsg = &mut this.cmsg;
-                match this.tcp.try_io(tokio::io::Interest::READABLE, || {
-                    recv_stamped(fd, dst, cmsg)
-                }) {
-                    Ok((n, stamp)) => {
-                        if n > 0 {
-                            // No stamp: the kernel turns timestamps on in a deferred job, so the
-                            // first segments after the first stamped socket may have none.
-                            let arrival = match stamp.and_then(from_kernel) {
-                                Some(at) => Arrival { at, kernel: true },
-                                None => Arrival {
-                                    at: Instant::now(),
-                                    kernel: false,
-                                },
-                            };
-                            this.log.read(&dst[..n], arrival);
-                        }
-                        buf.advance(n);
-                        return Poll::Ready(Ok(()));
-                    }
-                    // Readiness was stale (`try_io` cleared it), or a signal interrupted the call.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                        ) =>
-                    {
-                        continue
-                    }
-                    Err(e) => return Poll::Ready(Err(e)),
-                }
-            }
-        }
         let before = buf.filled().len();
-        std::task::ready!(Pin::new(&mut this.tcp).poll_read(cx, buf))?;
+        let stamp = if this.kernel {
+            std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))?
+        } else {
+            std::task::ready!(Pin::new(&mut this.tcp).poll_read(cx, buf))?;
+            None
+        };
         let new = &buf.filled()[before..];
         if !new.is_empty() {
-            let arrival = Arrival {
-                at: Instant::now(),
-                kernel: false,
+            // No stamp: the kernel turns timestamps on in a deferred job, so the first segments
+            // after the first stamped socket may have none.
+            let arrival = match stamp.and_then(from_kernel) {
+                Some(at) => Arrival { at, kernel: true },
+                None => Arrival {
+                    at: Instant::now(),
+                    kernel: false,
+                },
             };
             this.log.read(new, arrival);
         }

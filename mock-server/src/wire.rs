@@ -24,16 +24,9 @@ use tokio::net::{TcpListener, TcpStream};
 /// from the start (connections accepted from it inherit the option): a request that reaches a
 /// connection before the server has accepted it is stamped too.
 pub(crate) fn timestamp_arrivals(listener: &TcpListener) {
-    #[cfg(target_os = "linux")]
-    if let Err(e) = nix::sys::socket::setsockopt(
-        listener,
-        nix::sys::socket::sockopt::ReceiveTimestampns,
-        &true,
-    ) {
+    if let Err(e) = rx_stamps::enable(listener) {
         tracing::debug!("no receive timestamps on the listening socket: {e}");
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = listener;
 }
 
 /// The server's listener: accepts as axum's `TcpListener` does (retrying after errors), sets
@@ -88,72 +81,33 @@ impl Connected<IncomingStream<'_, StampedListener>> for RxStamp {
 }
 
 /// Most bytes one timestamped read takes.
-#[cfg(target_os = "linux")]
 const MAX_READ: usize = 64 * 1024;
 
 /// A TCP connection whose reads record the kernel's receive timestamp.
 pub struct StampedStream {
     tcp: TcpStream,
     stamp: RxStamp,
-    /// Room for one `SCM_TIMESTAMPNS` control message, reused by every read.
-    #[cfg(target_os = "linux")]
-    cmsg: Vec<u8>,
+    reads: rx_stamps::StampedReads,
     /// False when the socket refused timestamps: reads then go through tokio as usual.
-    #[cfg(target_os = "linux")]
     stamped: bool,
 }
 
 impl StampedStream {
     fn new(tcp: TcpStream) -> Self {
-        #[cfg(target_os = "linux")]
-        {
-            let stamped = match nix::sys::socket::setsockopt(
-                &tcp,
-                nix::sys::socket::sockopt::ReceiveTimestampns,
-                &true,
-            ) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::debug!("no receive timestamps on this connection: {e}");
-                    false
-                }
-            };
-            StampedStream {
-                tcp,
-                stamp: RxStamp::default(),
-                cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
-                stamped,
+        let stamped = match rx_stamps::enable(&tcp) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("no receive timestamps on this connection: {e}");
+                false
             }
-        }
-        #[cfg(not(target_os = "linux"))]
+        };
         StampedStream {
             tcp,
             stamp: RxStamp::default(),
+            reads: rx_stamps::StampedReads::new(MAX_READ),
+            stamped,
         }
     }
-}
-
-/// One `recvmsg` into `dst`: the bytes read and the timestamp of the last segment consumed.
-#[cfg(target_os = "linux")]
-fn recv_stamped(
-    fd: std::os::fd::RawFd,
-    dst: &mut [u8],
-    cmsg: &mut [u8],
-) -> io::Result<(usize, Option<u64>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut iov = [io::IoSliceMut::new(dst)];
-    let msg =
-        recvmsg::<()>(fd, &mut iov, Some(cmsg), MsgFlags::empty()).map_err(io::Error::from)?;
-    let mut stamp = None;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmTimestampns(ts) = c {
-                let ns = i128::from(ts.tv_sec()) * 1_000_000_000 + i128::from(ts.tv_nsec());
-                stamp = u64::try_from(ns).ok();
-            }
-        }
-    }
-    Ok((msg.bytes, stamp))
 }
 
 impl AsyncRead for StampedStream {
@@ -163,41 +117,13 @@ impl AsyncRead for StampedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        #[cfg(target_os = "linux")]
-        if this.stamped {
-            use std::os::fd::AsRawFd;
-            let fd = this.tcp.as_raw_fd();
-            loop {
-                std::task::ready!(this.tcp.poll_read_ready(cx))?;
-                // The buffer comes uninitialised on every call and `recvmsg` needs initialised
-                // bytes: zero at most one read's worth, not the whole of a large buffer.
-                let len = buf.remaining().min(MAX_READ);
-                let dst = buf.initialize_unfilled_to(len);
-                let cmsg = &mut this.cmsg;
-                match this.tcp.try_io(tokio::io::Interest::READABLE, || {
-                    recv_stamped(fd, dst, cmsg)
-                }) {
-                    Ok((n, stamp)) => {
-                        if let Some(ns) = stamp {
-                            this.stamp.0.store(ns, Ordering::Relaxed);
-                        }
-                        buf.advance(n);
-                        return Poll::Ready(Ok(()));
-                    }
-                    // Readiness was stale (`try_io` cleared it), or a signal interrupted the call.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                        ) =>
-                    {
-                        continue
-                    }
-                    Err(e) => return Poll::Ready(Err(e)),
-                }
-            }
+        if !this.stamped {
+            return Pin::new(&mut this.tcp).poll_read(cx, buf);
         }
-        Pin::new(&mut this.tcp).poll_read(cx, buf)
+        if let Some(ns) = std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))? {
+            this.stamp.0.store(ns, Ordering::Relaxed);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 

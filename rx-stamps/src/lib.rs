@@ -1,0 +1,168 @@
+//! Kernel receive timestamps of TCP reads, shared by the mock server (when a request reached its
+//! socket) and the client (when each chunk reached its socket).
+//!
+//! On Linux a socket with `SO_TIMESTAMPNS` on has every received segment stamped by the kernel on
+//! the real-time clock, and a `recvmsg` reports the stamp of the last segment it consumed. Elsewhere
+//! [`enable`] fails and [`StampedReads::poll_read`] reads as tokio does, with no stamp.
+
+use std::io;
+use std::task::{Context, Poll};
+
+use tokio::io::ReadBuf;
+use tokio::net::TcpStream;
+
+/// Turns on receive timestamps for `socket` (a listening socket passes it on to the connections it
+/// accepts). Linux turns timestamping on in a deferred job after the first socket asks for it, so
+/// the first segments a process receives may still come without a stamp.
+#[cfg(target_os = "linux")]
+pub fn enable<S: std::os::fd::AsFd>(socket: &S) -> io::Result<()> {
+    nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::ReceiveTimestampns, &true)
+        .map_err(io::Error::from)
+}
+
+/// Turns on receive timestamps for `socket`: not available on this system.
+#[cfg(not(target_os = "linux"))]
+pub fn enable<S>(_socket: &S) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "receive timestamps need Linux",
+    ))
+}
+
+/// Reads of one connection that take the kernel's receive timestamps.
+#[derive(Debug)]
+pub struct StampedReads {
+    /// Room for one `SCM_TIMESTAMPNS` control message, reused by every read.
+    #[cfg(target_os = "linux")]
+    cmsg: Vec<u8>,
+    /// Most bytes one read takes: the caller's buffer comes uninitialised and `recvmsg` needs
+    /// initialised bytes, so a read zeroes at most this much of it.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    max_read: usize,
+}
+
+impl StampedReads {
+    /// Reads of at most `max_read` bytes each.
+    pub fn new(max_read: usize) -> Self {
+        StampedReads {
+            #[cfg(target_os = "linux")]
+            cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
+            max_read: max_read.max(1),
+        }
+    }
+
+    /// One read of `tcp` into `buf` (at most `max_read` bytes), as `AsyncRead::poll_read` does:
+    /// returns the kernel's stamp of the last segment read, in ns since the Unix epoch, when it gave
+    /// one. A read that returns no bytes (end of stream) has no stamp.
+    pub fn poll_read(
+        &mut self,
+        tcp: &TcpStream,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<Option<u64>>> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let fd = tcp.as_raw_fd();
+            loop {
+                std::task::ready!(tcp.poll_read_ready(cx))?;
+                let len = buf.remaining().min(self.max_read);
+                let dst = buf.initialize_unfilled_to(len);
+                let cmsg = &mut self.cmsg;
+                match tcp.try_io(tokio::io::Interest::READABLE, || {
+                    recv_stamped(fd, dst, cmsg)
+                }) {
+                    Ok((n, stamp)) => {
+                        buf.advance(n);
+                        return Poll::Ready(Ok(stamp.filter(|_| n > 0)));
+                    }
+                    // Readiness was stale (`try_io` cleared it), or a signal interrupted the call.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let mut tcp = tcp;
+            std::task::ready!(tokio::io::AsyncRead::poll_read(
+                std::pin::Pin::new(&mut tcp),
+                cx,
+                buf
+            ))?;
+            Poll::Ready(Ok(None))
+        }
+    }
+}
+
+/// One `recvmsg` into `dst`: the bytes read and the kernel's stamp of the last segment consumed.
+#[cfg(target_os = "linux")]
+fn recv_stamped(
+    fd: std::os::fd::RawFd,
+    dst: &mut [u8],
+    cmsg: &mut [u8],
+) -> io::Result<(usize, Option<u64>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut iov = [io::IoSliceMut::new(dst)];
+    let msg =
+        recvmsg::<()>(fd, &mut iov, Some(cmsg), MsgFlags::empty()).map_err(io::Error::from)?;
+    let mut stamp = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmTimestampns(ts) = c {
+                let ns = i128::from(ts.tv_sec()) * 1_000_000_000 + i128::from(ts.tv_nsec());
+                stamp = u64::try_from(ns).ok();
+            }
+        }
+    }
+    Ok((msg.bytes, stamp))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_read_carries_the_kernels_stamp_of_its_segment() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        enable(&listener).unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        // Timestamping turns on in a deferred kernel job: give it a moment.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let unix_ns = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        };
+        let before = unix_ns();
+        client.write_all(b"hello").await.unwrap();
+        let after_write = unix_ns();
+        // Read well after the segment arrived: the stamp is its arrival, not the read.
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let mut reads = StampedReads::new(1024);
+        let mut storage = [0u8; 64];
+        let mut buf = ReadBuf::new(&mut storage);
+        let stamp = std::future::poll_fn(|cx| reads.poll_read(&server, cx, &mut buf))
+            .await
+            .unwrap()
+            .expect("a stamp");
+        assert_eq!(buf.filled(), b"hello");
+        assert!(
+            stamp >= before && stamp <= after_write,
+            "stamped {} ns after the write began",
+            stamp.saturating_sub(before)
+        );
+    }
+}
