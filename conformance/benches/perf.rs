@@ -8,7 +8,8 @@
 //! `mock-streams`; `PERF_MOCK_WORKER_THREADS` sizes the external mock's runtime and
 //! `PERF_MOCK_CPUS` pins it with `taskset -c` (run the bench itself under `taskset -c` to pin the
 //! client apart). `PERF_CLIENT_STAMPING` (kernel, socket or task; default kernel) says where the
-//! client stamps its streams (`bench-client --stamping`).
+//! client stamps its streams (`bench-client --stamping`). `PERF_DUMP_PACING=FILE` writes every
+//! chunk of `mock-streams` as CSV (modelled instant, output stage, connection; unix ns; request id).
 //!
 //! Each scenario prints a Markdown table (metric, target, measured) and writes its numbers as JSON to
 //! `<target dir>/perf/<scenario>.json`. Nothing here asserts a target: the numbers are recorded in
@@ -890,6 +891,8 @@ fn mock_streams(external: bool) -> Result<Report> {
             .map(|(a, b)| a - b);
 
         let l = lags(&mock, &http, &traces).await?;
+        // PERF_DUMP_PACING=FILE writes every chunk as CSV: modelled instant, the output stage's
+        // hand-off, the HTTP layer's hand-off to the connection (unix ns), request id.
         if let Ok(path) = std::env::var("PERF_DUMP_PACING") {
             let mut out = String::new();
             for tr in &traces {
