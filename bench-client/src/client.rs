@@ -747,6 +747,16 @@ pub async fn send_traced(
             }
         }
     };
+    if end == StreamEnd::Done {
+        // Read the body to its end (the server ends it right after `[DONE]`), so that the
+        // connection goes back to the pool at once and carries the next request; a server that
+        // keeps the body open after `[DONE]` gets 10 ms.
+        let until = Instant::now() + timeouts.idle.min(Duration::from_millis(10));
+        let _ = timeout_at(until, async {
+            while let Some(Ok(_)) = frames.next().await {}
+        })
+        .await;
+    }
     let end_ns = match (&end, asm.done_ns) {
         (StreamEnd::Done, Some(d)) => d,
         _ => ns_since(origin),

@@ -92,29 +92,69 @@ pub struct Exchange {
 struct Log {
     /// The current (latest) exchange.
     exchange: Exchange,
-    /// The last bytes read while looking for the end of the head (`\r\n\r\n` may span reads).
+    /// The last bytes read while looking for the end of the head (the blank line may span reads).
     head_tail: [u8; 3],
+    /// The first bytes of the head being read, for its status code.
+    head_prefix: Vec<u8>,
     /// The last read's arrival: every later one is at least this late.
     last: Option<Instant>,
     reads: VecDeque<Read>,
 }
 
+/// Bytes of a response head that hold its status code (`HTTP/1.1 200`).
+const STATUS_PREFIX: usize = 12;
+
 impl Log {
-    /// Looks for the end of the response head in `bytes`, the next bytes read.
+    /// Looks for the end of the response head in `bytes`, the next bytes read: a blank line
+    /// (`\r\n\r\n`, or `\n\n`, which hyper accepts too). A 1xx head is an interim response, and
+    /// the final head follows it.
     fn scan_head(&mut self, bytes: &[u8], arrival: Arrival) {
         if self.exchange.sent.is_none() || self.exchange.head.is_some() {
             return;
         }
-        let mut window = Vec::with_capacity(3 + bytes.len().min(64 * 1024));
-        window.extend_from_slice(&self.head_tail);
-        window.extend_from_slice(&bytes[..bytes.len().min(64 * 1024)]);
-        if memchr::memmem::find(&window, b"\r\n\r\n").is_some() {
-            self.exchange.head = Some(arrival);
-        } else {
-            let n = window.len();
-            self.head_tail.copy_from_slice(&window[n - 3..]);
+        let mut rest = &bytes[..bytes.len().min(64 * 1024)];
+        loop {
+            if self.head_prefix.len() < STATUS_PREFIX {
+                let take = (STATUS_PREFIX - self.head_prefix.len()).min(rest.len());
+                self.head_prefix.extend_from_slice(&rest[..take]);
+            }
+            let mut window = Vec::with_capacity(3 + rest.len());
+            window.extend_from_slice(&self.head_tail);
+            window.extend_from_slice(rest);
+            let end = [&b"\r\n\r\n"[..], b"\n\n"]
+                .iter()
+                .filter_map(|t| memchr::memmem::find(&window, t).map(|p| p + t.len()))
+                .min();
+            // A blank line inside the kept tail alone was looked for in the previous read.
+            let Some(end) = end.filter(|&e| e > 3) else {
+                let n = window.len();
+                self.head_tail.copy_from_slice(&window[n - 3..]);
+                return;
+            };
+            if self.head_prefix.get(9) != Some(&b'1') {
+                self.exchange.head = Some(arrival);
+                return;
+            }
+            self.head_prefix.clear();
+            self.head_tail = [0; 3];
+            rest = &rest[end - 3..];
         }
     }
+}
+
+/// Whether a write's bytes start a request: a request line starts with its method and a space,
+/// which a request body (JSON, from this client) never does.
+fn starts_request(bytes: &[u8]) -> bool {
+    const METHODS: [&[u8]; 7] = [
+        b"POST ",
+        b"GET ",
+        b"PUT ",
+        b"PATCH ",
+        b"DELETE ",
+        b"HEAD ",
+        b"OPTIONS ",
+    ];
+    METHODS.iter().any(|m| bytes.starts_with(m))
 }
 
 /// One connection's stamps, shared by the connection and the responses it carries.
@@ -152,17 +192,20 @@ impl ConnLog {
         })
     }
 
-    /// A write is about to hand bytes to the kernel at `before`: the first write after the previous
-    /// response's head (or the connection's first) starts a new exchange.
-    fn wrote(&self, before: Instant) {
+    /// A write that starts with `first` is about to hand bytes to the kernel at `before`: a write
+    /// that starts a request line starts a new exchange (a server that answers before the whole
+    /// body is written does not split its request in two).
+    fn wrote(&self, before: Instant, first: &[u8]) {
+        if !starts_request(first) {
+            return;
+        }
         self.with(|l| {
-            if l.exchange.sent.is_none() || l.exchange.head.is_some() {
-                l.exchange = Exchange {
-                    sent: Some(before),
-                    head: None,
-                };
-                l.head_tail = [0; 3];
-            }
+            l.exchange = Exchange {
+                sent: Some(before),
+                head: None,
+            };
+            l.head_tail = [0; 3];
+            l.head_prefix.clear();
         });
     }
 
@@ -296,7 +339,7 @@ impl AsyncWrite for StampedConn {
         let before = Instant::now();
         let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.log.wrote(before);
+            this.log.wrote(before, buf);
         }
         r
     }
@@ -310,7 +353,11 @@ impl AsyncWrite for StampedConn {
         let before = Instant::now();
         let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.log.wrote(before);
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            this.log.wrote(before, first);
         }
         r
     }
@@ -399,14 +446,17 @@ mod tests {
         assert_eq!(log.arrival_of(&b[40..]), None, "past the read's bytes");
     }
 
+    const HEAD: &[u8] = b"POST /generate HTTP/1.1\r\nhost: x\r\n\r\n";
+    const BODY: &[u8] = b"{\"input_ids\": [1, 2, 3]}";
+
     #[test]
-    fn an_exchange_runs_from_its_first_write_to_the_end_of_its_head() {
+    fn an_exchange_runs_from_its_request_line_to_the_end_of_its_head() {
         let log = ConnLog::new();
         let t = Instant::now();
         let ms = |n| t + Duration::from_millis(n);
         assert_eq!(log.exchange(), Exchange::default());
-        log.wrote(ms(0));
-        log.wrote(ms(1));
+        log.wrote(ms(0), HEAD);
+        log.wrote(ms(1), BODY);
         log.read(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r",
             socket(ms(3)),
@@ -414,7 +464,7 @@ mod tests {
         assert_eq!(
             log.exchange().sent,
             Some(ms(0)),
-            "later writes keep the first stamp"
+            "the body's writes keep the request line's stamp"
         );
         assert_eq!(log.exchange().head, None, "the head is not complete yet");
         // The blank line that ends the head spans two reads.
@@ -428,7 +478,7 @@ mod tests {
             }
         );
         // The next request on the connection starts a new exchange.
-        log.wrote(ms(8));
+        log.wrote(ms(8), HEAD);
         assert_eq!(
             log.exchange(),
             Exchange {
@@ -439,10 +489,51 @@ mod tests {
     }
 
     #[test]
+    fn an_early_answer_does_not_split_the_request() {
+        let log = ConnLog::new();
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        log.wrote(ms(0), HEAD);
+        log.read(b"HTTP/1.1 413 Payload Too Large\r\n\r\n", socket(ms(1)));
+        log.wrote(ms(2), BODY);
+        assert_eq!(
+            log.exchange(),
+            Exchange {
+                sent: Some(ms(0)),
+                head: Some(socket(ms(1)))
+            }
+        );
+    }
+
+    #[test]
+    fn the_head_after_an_interim_1xx_response_is_the_one_stamped() {
+        let log = ConnLog::new();
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        log.wrote(ms(0), HEAD);
+        log.read(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 2", socket(ms(1)));
+        assert_eq!(log.exchange().head, None);
+        log.read(b"00 OK\r\n\r\n", socket(ms(5)));
+        assert_eq!(log.exchange().head, Some(socket(ms(5))));
+    }
+
+    #[test]
+    fn a_head_ended_by_bare_line_feeds_is_found() {
+        let log = ConnLog::new();
+        let t = Instant::now();
+        log.wrote(t, HEAD);
+        log.read(
+            b"HTTP/1.1 200 OK\ncontent-type: text/event-stream\n\ndata",
+            socket(t),
+        );
+        assert_eq!(log.exchange().head, Some(socket(t)));
+    }
+
+    #[test]
     fn a_read_is_never_stamped_before_the_send_or_an_earlier_read() {
         let log = ConnLog::new();
         let t = Instant::now() + Duration::from_secs(1);
-        log.wrote(t);
+        log.wrote(t, HEAD);
         let early = [0u8; 8];
         log.read(&early, socket(t - Duration::from_millis(2)));
         assert_eq!(log.arrival_of(&early).map(|a| a.at), Some(t));
@@ -459,14 +550,14 @@ mod tests {
             log: log.clone(),
             exchange: None,
         };
-        log.wrote(t);
+        log.wrote(t, HEAD);
         log.read(
             b"HTTP/1.1 200 OK\r\n\r\n",
             socket(t + Duration::from_millis(2)),
         );
         let response = on_conn.clone();
         // The connection goes on to another request; the response keeps its own.
-        log.wrote(t + Duration::from_millis(5));
+        log.wrote(t + Duration::from_millis(5), HEAD);
         assert_eq!(response.exchange.and_then(|e| e.sent), Some(t));
         assert_eq!(log.exchange().sent, Some(t + Duration::from_millis(5)));
     }

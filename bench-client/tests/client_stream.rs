@@ -143,6 +143,80 @@ async fn stamps_scripted_instants_exactly() {
     assert!((m.prefill_tok_s.unwrap() - 16.0).abs() < 1e-9);
 }
 
+/// Serves `/generate` on the real clock, keeping connections alive: E1 250 ms after the request,
+/// E2, E3 and `[DONE]` after it; records the instant each E1 is handed to the connection.
+async fn serve_keep_alive(
+    first_chunks: std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
+) -> String {
+    let app = Router::new().route(
+        "/generate",
+        post(move || {
+            let first_chunks = first_chunks.clone();
+            async move {
+                let s = futures::stream::unfold(0usize, move |k| {
+                    let first_chunks = first_chunks.clone();
+                    async move {
+                        let (wait, data) = match k {
+                            0 => (250, E1),
+                            1 => (40, E2),
+                            2 => (60, E3),
+                            3 => (0, DONE),
+                            _ => return None,
+                        };
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                        if k == 0 {
+                            first_chunks.lock().unwrap().push(std::time::Instant::now());
+                        }
+                        Some((
+                            Ok::<_, Infallible>(Bytes::from_static(data.as_bytes())),
+                            k + 1,
+                        ))
+                    }
+                });
+                Response::new(Body::from_stream(s))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    format!("http://{addr}")
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn requests_one_after_another_on_one_client_each_get_their_own_exchange() {
+    // Real clock: on the paused clock a second request on one client hangs in this harness (with
+    // reqwest too). Kernel stamps: each request's first chunk lies against the server's hand-off
+    // of it, and an exchange that is not the request's own leaves its trace `mixed`.
+    let _warm = warm_kernel_stamps().await;
+    let first_chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let url = serve_keep_alive(first_chunks.clone()).await;
+    let http = client::http_client_with(&Timeouts::default(), Stamping::Kernel).unwrap();
+    let mut delays = Vec::new();
+    for round in 0..3 {
+        let (trace, origin) =
+            client::send_traced(&http, &target(url.clone()), &spec(6), &Timeouts::default()).await;
+        assert_eq!(trace.end, StreamEnd::Done, "round {round}: {trace:?}");
+        assert_eq!(trace.stamps, Stamps::Kernel, "round {round}");
+        let first = origin.into_std() + Duration::from_nanos(trace.chunks[0].at_ns);
+        let handed = first_chunks.lock().unwrap()[round];
+        let off = if first > handed {
+            first - handed
+        } else {
+            handed - first
+        };
+        assert!(
+            off < Duration::from_millis(50),
+            "round {round}: first chunk {off:?} from the server's hand-off"
+        );
+        delays.push(trace.send_delay_ns);
+    }
+    assert!(delays.iter().all(Option::is_some), "{delays:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn cut_without_done_is_stream_cut() {
     let url = serve(
@@ -398,6 +472,20 @@ fn serve_while_client_blocked(
     (url, server)
 }
 
+/// Linux turns receive timestamps on in a deferred job after the first socket asks for them: holds
+/// a stamped connection open a while, so that a test's segments are stamped even when it is the
+/// first in its process. Keep the result alive for the test.
+async fn warm_kernel_stamps() -> (std::net::TcpListener, impl Sized) {
+    let warm = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut connector = StampedConnector::new(Duration::from_secs(5), Stamping::Kernel);
+    let uri = format!("http://{}", warm.local_addr().unwrap())
+        .parse()
+        .unwrap();
+    let conn = tower::Service::call(&mut connector, uri).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (warm, conn)
+}
+
 /// Sends one request on a current-thread runtime on the real clock, and blocks that thread for
 /// 300 ms from the moment the server has the request: the first event arrives while the client
 /// cannot read. Returns the trace, the instant its times count from, and what the server did.
@@ -412,16 +500,7 @@ fn send_while_blocked(stamping: Stamping) -> (RequestTrace, std::time::Instant, 
         .build()
         .unwrap();
     let (trace, origin) = rt.block_on(async move {
-        // Linux turns receive timestamps on in a deferred job after the first socket asks for
-        // them: hold a stamped connection open a while first, so that this test's segments are
-        // stamped even when it is the first in its process.
-        let warm = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut connector = StampedConnector::new(Duration::from_secs(5), Stamping::Kernel);
-        let uri = format!("http://{}", warm.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let _warm_conn = tower::Service::call(&mut connector, uri).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _warm = warm_kernel_stamps().await;
 
         let blocker = tokio::spawn(async move {
             while !requested.load(Ordering::SeqCst) {

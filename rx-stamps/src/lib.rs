@@ -90,14 +90,33 @@ impl StampedReads {
             }
         }
         #[cfg(not(target_os = "linux"))]
-        {
-            let mut tcp = tcp;
-            std::task::ready!(tokio::io::AsyncRead::poll_read(
-                std::pin::Pin::new(&mut tcp),
-                cx,
-                buf
-            ))?;
-            Poll::Ready(Ok(None))
+        poll_read_untimed(tcp, cx, buf).map_ok(|()| None)
+    }
+}
+
+/// One read of `tcp` into `buf`, without a stamp (what [`StampedReads::poll_read`] does where
+/// the system has no receive timestamps).
+pub fn poll_read_untimed(
+    tcp: &TcpStream,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    loop {
+        std::task::ready!(tcp.poll_read_ready(cx))?;
+        match tcp.try_read(buf.initialize_unfilled()) {
+            Ok(n) => {
+                buf.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Poll::Ready(Err(e)),
         }
     }
 }
@@ -125,11 +144,29 @@ fn recv_stamped(
     Ok((msg.bytes, stamp))
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
+    #[tokio::test]
+    async fn an_untimed_read_reads() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(b"abc").await.unwrap();
+        let mut storage = [0u8; 8];
+        let mut buf = ReadBuf::new(&mut storage);
+        buf.put_slice(b"x");
+        std::future::poll_fn(|cx| poll_read_untimed(&server, cx, &mut buf))
+            .await
+            .unwrap();
+        assert_eq!(buf.filled(), b"xabc");
+    }
+
+    #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_read_carries_the_kernels_stamp_of_its_segment() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
