@@ -379,14 +379,8 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> (String, bool, bool) {
     let mut text = e.to_string();
     while let Some(s) = src {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::ConnectionRefused {
-                refused = true;
-            }
-        }
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::TimedOut {
-                timed_out = true;
-            }
+            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+            timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
         }
         let st = s.to_string();
         if !text.contains(&st) {
