@@ -76,15 +76,7 @@ impl StampedReads {
                         buf.advance(n);
                         return Poll::Ready(Ok(stamp.filter(|_| n > 0)));
                     }
-                    // Readiness was stale (`try_io` cleared it), or a signal interrupted the call.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                        ) =>
-                    {
-                        continue
-                    }
+                    Err(e) if retry(&e) => continue,
                     Err(e) => return Poll::Ready(Err(e)),
                 }
             }
@@ -92,6 +84,14 @@ impl StampedReads {
         #[cfg(not(target_os = "linux"))]
         poll_read_untimed(tcp, cx, buf).map_ok(|()| None)
     }
+}
+
+/// Readiness was stale (the read cleared it), or a signal interrupted the call: read again.
+fn retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 /// One read of `tcp` into `buf`, without a stamp (what [`StampedReads::poll_read`] does where
@@ -108,14 +108,7 @@ pub fn poll_read_untimed(
                 buf.advance(n);
                 return Poll::Ready(Ok(()));
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
+            Err(e) if retry(&e) => continue,
             Err(e) => return Poll::Ready(Err(e)),
         }
     }
