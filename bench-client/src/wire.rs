@@ -274,26 +274,17 @@ fn from_kernel(unix_ns: u64) -> Option<Instant> {
 pub struct StampedConn {
     tcp: TcpStream,
     log: ConnLog,
+    /// Kernel-stamped with [`Stamping::Kernel`] where the socket takes it; untimed otherwise.
     reads: rx_stamps::StampedReads,
-    /// Reads take the kernel's stamps.
-    kernel: bool,
 }
 
 impl StampedConn {
     fn new(tcp: TcpStream, rx: Stamping) -> Self {
-        let kernel = rx == Stamping::Kernel
-            && match rx_stamps::enable(&tcp) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::debug!("no receive timestamps on this connection: {e}");
-                    false
-                }
-            };
+        let reads = rx_stamps::StampedReads::on(&tcp, MAX_READ, rx == Stamping::Kernel);
         StampedConn {
             tcp,
             log: ConnLog::new(),
-            reads: rx_stamps::StampedReads::new(MAX_READ),
-            kernel,
+            reads,
         }
     }
 }
@@ -306,12 +297,7 @@ impl AsyncRead for StampedConn {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        let stamp = if this.kernel {
-            std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))?
-        } else {
-            std::task::ready!(Pin::new(&mut this.tcp).poll_read(cx, buf))?;
-            None
-        };
+        let stamp = std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))?;
         let new = &buf.filled()[before..];
         if !new.is_empty() {
             // No stamp: the kernel turns timestamps on in a deferred job, so the first segments

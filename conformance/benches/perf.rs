@@ -677,7 +677,7 @@ async fn lags(mock: &Mock, http: &reqwest::Client, traces: &[RequestTrace]) -> R
         stamps: Default::default(),
     };
     for tr in traces {
-        *l.stamps.entry(stamps_name(tr.stamps)).or_default() += 1;
+        *l.stamps.entry(tr.stamps.as_str().to_string()).or_default() += 1;
         let truth = mock.truth(http, &tr.rid).await?;
         l.per_request_max_pacing_ms
             .push(ns_to_ms(truth.max_pacing_error_ns));
@@ -800,10 +800,6 @@ fn intake_ms(truth: &mock_server::RequestTruth) -> Option<f64> {
 
 /// Where the client stamps its streams: `PERF_CLIENT_STAMPING` = kernel (the default), socket or
 /// task.
-fn stamps_name(s: bench_client::trace::Stamps) -> String {
-    s.as_str().to_string()
-}
-
 fn fmt_counts(m: &std::collections::BTreeMap<String, usize>) -> String {
     m.iter()
         .map(|(k, v)| format!("{k} {v}"))
@@ -1645,7 +1641,7 @@ fn load_2000(external: bool) -> Result<Report> {
         let mut failed = 0usize;
         for rec in &recs {
             if let Some(t) = &rec.trace {
-                *stamps.entry(stamps_name(t.stamps)).or_default() += 1;
+                *stamps.entry(t.stamps.as_str().to_string()).or_default() += 1;
             }
             let (Some(ttft), Some(load)) = (rec.ttft_ms, rec.load.as_ref()) else {
                 failed += 1;

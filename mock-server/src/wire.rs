@@ -87,25 +87,17 @@ const MAX_READ: usize = 64 * 1024;
 pub struct StampedStream {
     tcp: TcpStream,
     stamp: RxStamp,
+    /// Untimed, as tokio reads, when the socket refused timestamps.
     reads: rx_stamps::StampedReads,
-    /// False when the socket refused timestamps: reads then go through tokio as usual.
-    stamped: bool,
 }
 
 impl StampedStream {
     fn new(tcp: TcpStream) -> Self {
-        let stamped = match rx_stamps::enable(&tcp) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!("no receive timestamps on this connection: {e}");
-                false
-            }
-        };
+        let reads = rx_stamps::StampedReads::on(&tcp, MAX_READ, true);
         StampedStream {
             tcp,
             stamp: RxStamp::default(),
-            reads: rx_stamps::StampedReads::new(MAX_READ),
-            stamped,
+            reads,
         }
     }
 }
@@ -117,9 +109,6 @@ impl AsyncRead for StampedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.stamped {
-            return Pin::new(&mut this.tcp).poll_read(cx, buf);
-        }
         if let Some(ns) = std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))? {
             this.stamp.0.store(ns, Ordering::Relaxed);
         }

@@ -39,27 +39,48 @@ pub struct StampedReads {
     /// initialised bytes, so a read zeroes at most this much of it.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     max_read: usize,
+    /// The socket takes receive timestamps: reads go through `recvmsg`.
+    stamped: bool,
 }
 
 impl StampedReads {
-    /// Reads of at most `max_read` bytes each.
-    pub fn new(max_read: usize) -> Self {
+    /// Reads of `tcp` of at most `max_read` bytes each, stamped when `want` and the socket takes
+    /// receive timestamps ([`enable`]); untimed otherwise.
+    pub fn on(tcp: &TcpStream, max_read: usize, want: bool) -> Self {
+        let stamped = want
+            && match enable(tcp) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!("no receive timestamps on this connection: {e}");
+                    false
+                }
+            };
         StampedReads {
             #[cfg(target_os = "linux")]
             cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
             max_read: max_read.max(1),
+            stamped,
         }
     }
 
-    /// One read of `tcp` into `buf` (at most `max_read` bytes), as `AsyncRead::poll_read` does:
-    /// returns the kernel's stamp of the last segment read, in ns since the Unix epoch, when it gave
-    /// one. A read that returns no bytes (end of stream) has no stamp.
+    /// Whether reads take the kernel's stamps.
+    pub fn stamped(&self) -> bool {
+        self.stamped
+    }
+
+    /// One read of `tcp` (the socket this was made `on`) into `buf`, at most `max_read` bytes
+    /// when stamped, as `AsyncRead::poll_read` does: returns the kernel's stamp of the last segment
+    /// read, in ns since the Unix epoch, when it gave one. A read that returns no bytes (end of
+    /// stream) has no stamp.
     pub fn poll_read(
         &mut self,
         tcp: &TcpStream,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<Option<u64>>> {
+        if !self.stamped {
+            return poll_read_untimed(tcp, cx, buf).map_ok(|()| None);
+        }
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
@@ -94,8 +115,8 @@ fn retry(e: &io::Error) -> bool {
     )
 }
 
-/// One read of `tcp` into `buf`, without a stamp (what [`StampedReads::poll_read`] does where
-/// the system has no receive timestamps).
+/// One read of `tcp` into `buf`, without a stamp (what [`StampedReads::poll_read`] does on a
+/// socket without receive timestamps).
 pub fn poll_read_untimed(
     tcp: &TcpStream,
     cx: &mut Context<'_>,
@@ -181,7 +202,8 @@ mod tests {
         let after_write = unix_ns();
         // Read well after the segment arrived: the stamp is its arrival, not the read.
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-        let mut reads = StampedReads::new(1024);
+        let mut reads = StampedReads::on(&server, 1024, true);
+        assert!(reads.stamped());
         let mut storage = [0u8; 64];
         let mut buf = ReadBuf::new(&mut storage);
         let stamp = std::future::poll_fn(|cx| reads.poll_read(&server, cx, &mut buf))
