@@ -2,8 +2,9 @@
 //! and 7. Run `cargo bench -p conformance --bench perf -- [SCENARIO ...] [--external]` (no scenario:
 //! all). Scenarios: `mock-streams`, `kimi-sweep-paused`, `client-overhead`, `sse-decode`,
 //! `long-prompt`, `load-2000`. `--external` runs the mock as a separate process (the `mock-server`
-//! release binary, built with `cargo build --release -p mock-server` into the same target directory)
-//! for `mock-streams`, `client-overhead` and `load-2000`; its ground truth then comes from
+//! release binary, built with `cargo build --release -p mock-server` into the same target directory,
+//! or the binary `PERF_MOCK_BIN` names) for `mock-streams`, `client-overhead` and `load-2000`; its
+//! ground truth then comes from
 //! `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the mock's output spread in
 //! `mock-streams`; `PERF_MOCK_WORKER_THREADS` sizes the external mock's runtime and
 //! `PERF_MOCK_CPUS` pins it with `taskset -c` (run the bench itself under `taskset -c` to pin the
@@ -394,7 +395,11 @@ impl Mock {
             }
             return Ok(Mock::InProcess(MockServer::start(c).await?));
         }
-        let bin = target_dir()?.join("release").join("mock-server");
+        // PERF_MOCK_BIN runs another build of the mock (for A/B runs against one client build).
+        let bin = match std::env::var_os("PERF_MOCK_BIN") {
+            Some(p) => std::path::PathBuf::from(p),
+            None => target_dir()?.join("release").join("mock-server"),
+        };
         if !bin.exists() {
             bail!(
                 "{} not found: build it first with `cargo build --release -p mock-server` \

@@ -90,12 +90,21 @@ pub struct Config {
     /// work): the j-th stream event of a pass leaves `j x output_per_request_s` after the pass.
     #[serde(default)]
     pub output_per_request_s: f64,
+    /// Real seconds, not model time: the shortest time between two wake-ups of the output
+    /// stage on the real clock. Events due within it leave together, up to this late (the ground
+    /// truth records when each left); 0 wakes up for every event. The paused test clock ignores it.
+    #[serde(default = "default_output_tick_s")]
+    pub output_tick_s: f64,
     // --- speculative decoding ---
     /// "none", "EAGLE" or "DFLASH".
     pub speculative_algorithm: String,
     pub speculative_num_draft_tokens: usize,
     /// Probability that draft position i is accepted given that positions before it were.
     pub spec_accept_rates: Vec<f64>,
+}
+
+fn default_output_tick_s() -> f64 {
+    0.00025
 }
 
 const PRESETS: &[(&str, &str)] = &[
@@ -219,6 +228,7 @@ impl Config {
             self.decode_per_context_token_s,
             self.decode_per_request_s,
             self.output_per_request_s,
+            self.output_tick_s,
             self.activation_bytes_per_extend_token,
             self.activation_bytes_per_context_token,
             self.fragmentation_bytes_per_context_token,
