@@ -117,6 +117,36 @@ impl Default for Stats {
     }
 }
 
+/// What one pass adds to [`Stats`], applied under one lock when the pass ends.
+#[derive(Default)]
+struct PassStats {
+    generation_tokens: u64,
+    verify_steps: u64,
+    ttft: Vec<f64>,
+    /// (gap since the previous chunk, tokens in the chunk)
+    itl: Vec<(f64, u64)>,
+    e2e: Vec<f64>,
+}
+
+impl PassStats {
+    fn apply(self, shared: &Shared) {
+        if let Ok(mut s) = shared.stats.lock() {
+            s.generation_tokens_total += self.generation_tokens;
+            s.spec_verify_total += self.verify_steps;
+            s.spec_tokens_total += self.generation_tokens;
+            for t in self.ttft {
+                s.ttft.observe(t);
+            }
+            for (gap, tokens) in self.itl {
+                s.itl.observe_tokens(gap, tokens);
+            }
+            for t in self.e2e {
+                s.e2e.observe(t);
+            }
+        }
+    }
+}
+
 /// State shared between the engine and the HTTP layer.
 pub struct Shared {
     pub config: Config,
@@ -450,6 +480,11 @@ impl Engine {
             .map(|r| r.target_len() - r.kv_len)
             .sum::<usize>()
             + per_step * (self.running.len() + self.prefilling.len());
+        // Admitting a request changes no KV use (it holds only cached, locked tokens until its
+        // first pass), so the use is read once and again only after eviction: thousands of
+        // requests can arrive at once.
+        let mut used = self.kv_used();
+        let pool = self.shared.budget.kv_pool_tokens;
         while self.running.len() + self.prefilling.len() < self.cfg.max_running_requests {
             let Some(mut r) = self.waiting.pop_front() else {
                 break;
@@ -468,10 +503,13 @@ impl Engine {
             r.locked_len = matched;
             r.kv_len = matched;
             let need = target.len() - matched + per_step;
-            if !self.reserve(committed + need) {
-                self.release(&mut r);
-                self.waiting.push_front(r);
-                break;
+            if used + committed + need > pool {
+                if !self.reserve(committed + need) {
+                    self.release(&mut r);
+                    self.waiting.push_front(r);
+                    break;
+                }
+                used = self.kv_used();
             }
             committed += need;
             if r.output.is_empty() {
@@ -574,10 +612,11 @@ impl Engine {
             }
         }
         let mut completed = Vec::new();
+        let mut stats = PassStats::default();
         for mut r in finished.into_iter().rev() {
             if !r.emitted_first {
                 r.emitted_first = true;
-                let (stop, ev) = self.step_tokens(&mut r, deadline);
+                let (stop, ev) = self.step_tokens(&mut r, deadline, &mut stats);
                 if let Some(o) = ev {
                     let _ = self.out_tx.send(o);
                 }
@@ -588,6 +627,7 @@ impl Engine {
             }
             self.running.push(r);
         }
+        stats.apply(&self.shared);
         for r in completed {
             self.complete(r);
         }
@@ -621,32 +661,44 @@ impl Engine {
             + c.decode_per_context_token_s * ctx as f64
             + c.decode_per_request_s * self.running.len() as f64;
         let deadline = start + self.scaled(secs);
-        self.clock.sleep_until(deadline).await;
-        let since = self.last_wake.replace(deadline).unwrap_or(start);
+        // The batch is fixed when the pass starts, so its tokens can be drawn before it ends. They
+        // are drawn once the previous pass's output has left (or at the end, if that is later),
+        // outside the window in which the output stage sends events; the events wait in the
+        // stage's queue for their instants. Counters, the cache and the running set change only
+        // at the pass's end, as they would on the server.
+        let draw_at = self
+            .output_free
+            .map_or(start, |f| f.max(start))
+            .min(deadline);
+        self.clock.sleep_until(draw_at).await;
         let running = std::mem::take(&mut self.running);
         let mut step_tokens = 0usize;
-        let mut completed = Vec::new();
+        let mut stats = PassStats::default();
+        let mut drawn = Vec::with_capacity(running.len());
         for (i, mut r) in running.into_iter().enumerate() {
             // Let the output stage send the events already drawn while a large batch is drawn.
             if i % 32 == 31 {
                 tokio::task::yield_now().await;
             }
             let before = r.output.len();
-            let (stop, ev) = self.step_tokens(&mut r, deadline);
+            let (stop, ev) = self.step_tokens(&mut r, deadline, &mut stats);
             r.kv_len += r.output.len() - before;
             step_tokens += r.output.len() - before;
             if let Some(o) = ev {
                 let _ = self.out_tx.send(o);
             }
+            drawn.push((r, stop));
+        }
+        self.clock.sleep_until(deadline).await;
+        let since = self.last_wake.replace(deadline).unwrap_or(start);
+        stats.apply(&self.shared);
+        // Finished requests go into the cache after the pass's events are drawn.
+        for (r, stop) in drawn {
             if stop {
-                completed.push(r);
+                self.complete(r);
             } else {
                 self.running.push(r);
             }
-        }
-        // Finished requests go into the cache after the pass's events are out.
-        for r in completed {
-            self.complete(r);
         }
         // Like SGLang, tokens over the clock time they took (here: since the previous pass ended).
         let dt = deadline.saturating_duration_since(since).as_secs_f64();
@@ -664,7 +716,12 @@ impl Engine {
     /// when one is due. The pass ended at `pass_end`. Output processing is one queue in pass order
     /// that takes `output_per_request_s` per event (SGLang's detokenizer and tokenizer manager):
     /// an event leaves when the pass has ended and the events before it have left.
-    fn step_tokens(&mut self, r: &mut Req, pass_end: Instant) -> (bool, Option<Outgoing>) {
+    fn step_tokens(
+        &mut self,
+        r: &mut Req,
+        pass_end: Instant,
+        pass: &mut PassStats,
+    ) -> (bool, Option<Outgoing>) {
         let n = if self.cfg.speculative() {
             let mut accepted = 0;
             for k in 0..self.cfg.speculative_num_draft_tokens {
@@ -731,11 +788,8 @@ impl Engine {
             r.hist[emitted - 1] += 1;
         }
         if emitted > 0 {
-            if let Ok(mut s) = self.shared.stats.lock() {
-                s.generation_tokens_total += emitted as u64;
-                s.spec_verify_total += 1;
-                s.spec_tokens_total += emitted as u64;
-            }
+            pass.generation_tokens += emitted as u64;
+            pass.verify_steps += 1;
         }
         let due = finish.is_some()
             || r.pending.len() >= self.cfg.stream_interval
@@ -785,20 +839,18 @@ impl Engine {
                 rid: r.g.rid.clone(),
                 received: r.g.received,
             });
-            if let Ok(mut s) = self.shared.stats.lock() {
-                let t = model_at
-                    .saturating_duration_since(r.g.received)
-                    .as_secs_f64();
-                match r.last_chunk_at {
-                    None => s.ttft.observe(t),
-                    Some(prev) => s.itl.observe_tokens(
-                        model_at.saturating_duration_since(prev).as_secs_f64(),
-                        tokens as u64,
-                    ),
-                }
-                if finish.is_some() {
-                    s.e2e.observe(t);
-                }
+            let t = model_at
+                .saturating_duration_since(r.g.received)
+                .as_secs_f64();
+            match r.last_chunk_at {
+                None => pass.ttft.push(t),
+                Some(prev) => pass.itl.push((
+                    model_at.saturating_duration_since(prev).as_secs_f64(),
+                    tokens as u64,
+                )),
+            }
+            if finish.is_some() {
+                pass.e2e.push(t);
             }
             r.last_chunk_at = Some(model_at);
         }
