@@ -365,6 +365,61 @@ impl RssSampler {
     }
 }
 
+/// A thread that only sleeps, 1 ms at a time, and records how late it wakes up: a wake-up more
+/// than 2 ms late means the machine itself stalled (the hypervisor took the virtual CPU away, or
+/// every core was taken for that long). A thread that barely runs is woken first by Linux's
+/// scheduler, so the processes under test rarely delay it; their own stalls do not show here.
+struct HiccupMeter {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Vec<f64>>>,
+}
+
+impl HiccupMeter {
+    const PERIOD: Duration = Duration::from_millis(1);
+
+    fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let handle = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut late_ms = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = std::time::Instant::now();
+                    std::thread::sleep(Self::PERIOD);
+                    let over = t.elapsed().saturating_sub(Self::PERIOD);
+                    if over > Duration::from_millis(2) {
+                        late_ms.push(over.as_secs_f64() * 1e3);
+                    }
+                }
+                late_ms
+            })
+        };
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// The wake-ups more than 2 ms late, in ms.
+    fn finish(mut self) -> Vec<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// "N over 2 ms (M over 5 ms), largest X ms" for a hiccup meter's late wake-ups.
+fn fmt_hiccups(late_ms: &[f64]) -> String {
+    let over5 = late_ms.iter().filter(|m| **m > 5.0).count();
+    let max = late_ms.iter().copied().fold(0.0, f64::max);
+    format!(
+        "{} over 2 ms ({over5} over 5 ms), largest {max:.1} ms",
+        late_ms.len()
+    )
+}
+
 fn mib(kb: Option<u64>) -> String {
     kb.map_or("unavailable".into(), |k| {
         format!("{:.1} MiB", k as f64 / 1024.0)
@@ -879,10 +934,12 @@ fn mock_streams(external: bool) -> Result<Report> {
         let cpu0_self = cpu_seconds(None);
         let cpu0_mock = mock.pid().and_then(|p| cpu_seconds(Some(p)));
         let sampler = RssSampler::start(mock.pid());
+        let hiccups = HiccupMeter::start();
         let started = Instant::now();
         let traces = wave(&http, &t, "streams", STREAMS, STREAM_PROMPT, STREAM_OUTPUT).await?;
         let wall = started.elapsed().as_secs_f64();
         let (rss_median, rss_max) = sampler.finish();
+        let hiccups = hiccups.finish();
         let hwm = status_field(&proc_path(mock.pid(), "status"), "VmHWM");
         let cpu_self = cpu_seconds(None).zip(cpu0_self).map(|(a, b)| a - b);
         let cpu_mock = mock
@@ -970,6 +1027,11 @@ fn mock_streams(external: bool) -> Result<Report> {
                 format!("{c:.2} s ({:.0}% of one core)", 100.0 * c / wall),
             );
         }
+        r.row(
+            "machine stalls during the run (wake-ups of a thread sleeping 1 ms at a time, late by)",
+            "-",
+            fmt_hiccups(&hiccups),
+        );
         if l.mismatched > 0 {
             r.note(format!(
                 "{} streams had a different number of output chunks at the client than in ground truth",
@@ -989,6 +1051,7 @@ fn mock_streams(external: bool) -> Result<Report> {
         r.set("rss_max_mib", json!(rss_max));
         r.set("cpu_self_s", json!(cpu_self));
         r.set("cpu_mock_s", json!(cpu_mock));
+        r.set("machine_stalls_ms", json!(hiccups));
         r.set("failed", json!(l.failed));
         r.set("external", json!(external));
         mock.stop().await;
