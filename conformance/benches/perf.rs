@@ -4,11 +4,10 @@
 //! `long-prompt`, `load-2000`. `--external` runs the mock as a separate process (the `mock-server`
 //! release binary, built with `cargo build --release -p mock-server` into the same target directory,
 //! or the binary `PERF_MOCK_BIN` names) for `mock-streams`, `client-overhead` and `load-2000`; its
-//! ground truth then comes from
-//! `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the mock's output spread in
-//! `mock-streams`; `PERF_MOCK_WORKER_THREADS` sizes the external mock's runtime and
-//! `PERF_MOCK_CPUS` pins it with `taskset -c` (run the bench itself under `taskset -c` to pin the
-//! client apart). `PERF_CLIENT_STAMPING` (kernel, socket or task; default kernel) says where the
+//! ground truth then comes from `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the
+//! mock's output spread in `mock-streams`; `PERF_MOCK_WORKER_THREADS` sizes the external mock's
+//! runtime and `PERF_MOCK_CPUS` pins it with `taskset -c` (run the bench itself under `taskset -c`
+//! to pin the client apart). `PERF_CLIENT_STAMPING` (kernel, socket or task; default kernel) says where the
 //! client stamps its streams (`bench-client --stamping`). `PERF_DUMP_PACING=FILE` writes every
 //! chunk of `mock-streams` as CSV (modelled instant, output stage, connection; unix ns; request id).
 //!
