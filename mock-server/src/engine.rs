@@ -613,13 +613,12 @@ impl Engine {
         }
         let mut completed = Vec::new();
         let mut stats = PassStats::default();
+        let mut events = Vec::new();
         for mut r in finished.into_iter().rev() {
             if !r.emitted_first {
                 r.emitted_first = true;
                 let (stop, ev) = self.step_tokens(&mut r, deadline, &mut stats);
-                if let Some(o) = ev {
-                    let _ = self.out_tx.send(o);
-                }
+                events.extend(ev);
                 if stop {
                     completed.push(r);
                     continue;
@@ -628,6 +627,9 @@ impl Engine {
             self.running.push(r);
         }
         stats.apply(&self.shared);
+        for o in events {
+            let _ = self.out_tx.send(o);
+        }
         for r in completed {
             self.complete(r);
         }
@@ -663,9 +665,8 @@ impl Engine {
         let deadline = start + self.scaled(secs);
         // The batch is fixed when the pass starts, so its tokens can be drawn before it ends. They
         // are drawn once the previous pass's output has left (or at the end, if that is later),
-        // outside the window in which the output stage sends events; the events wait in the
-        // stage's queue for their instants. Counters, the cache and the running set change only
-        // at the pass's end, as they would on the server.
+        // outside the window in which the output stage sends events. Counters, the events, the
+        // cache and the running set change only at the pass's end, as they would on the server.
         let draw_at = self
             .output_free
             .map_or(start, |f| f.max(start))
@@ -675,8 +676,9 @@ impl Engine {
         let mut step_tokens = 0usize;
         let mut stats = PassStats::default();
         let mut drawn = Vec::with_capacity(running.len());
+        let mut events = Vec::with_capacity(running.len());
         for (i, mut r) in running.into_iter().enumerate() {
-            // Let the output stage send the events already drawn while a large batch is drawn.
+            // Let the output stage and the connections run while a large batch is drawn.
             if i % 32 == 31 {
                 tokio::task::yield_now().await;
             }
@@ -684,14 +686,17 @@ impl Engine {
             let (stop, ev) = self.step_tokens(&mut r, deadline, &mut stats);
             r.kv_len += r.output.len() - before;
             step_tokens += r.output.len() - before;
-            if let Some(o) = ev {
-                let _ = self.out_tx.send(o);
-            }
+            events.extend(ev);
             drawn.push((r, stop));
         }
         self.clock.sleep_until(deadline).await;
         let since = self.last_wake.replace(deadline).unwrap_or(start);
+        // Counted before any of the pass's events can reach a client; handing them to the output
+        // stage is cheap (the drawing was the cost).
         stats.apply(&self.shared);
+        for o in events {
+            let _ = self.out_tx.send(o);
+        }
         // Finished requests go into the cache after the pass's events are drawn.
         for (r, stop) in drawn {
             if stop {
@@ -908,13 +913,14 @@ impl Engine {
             .chain(self.prefilling.drain(..))
             .chain(self.running.drain(..))
             .collect();
+        // Dead first, so that the output stage sends no event after a stream's crash.
+        self.shared
+            .dead
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         for r in all {
             self.finish_truth(&r, FinishTruth::OomCrash);
             let _ = r.tx.send(StreamEvent::Crash(reason.clone()));
         }
-        self.shared
-            .dead
-            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.shared.crashed.send_replace(Some(reason));
     }
 
@@ -973,7 +979,8 @@ async fn output_stage(
 /// Hands one event to its stream now (unless the server died) and records its chunk.
 fn emit(mut o: Outgoing, shared: &Shared) {
     if shared.dead.load(std::sync::atomic::Ordering::SeqCst) {
-        // The server died before this event's instant: it never leaves.
+        // The server died before this event left: it never does. That includes events due up to a
+        // tick (or the stage's backlog) before the crash; the ground truth has only what left.
         return;
     }
     let now = Instant::now()
