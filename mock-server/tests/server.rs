@@ -231,6 +231,64 @@ async fn openai_streams_match_sglang_shapes() {
     assert_eq!(fin["choices"][0]["finish_reason"], "length");
 }
 
+/// Every malformed `input_ids` gets a 400 that names the problem, and `null` counts as absent.
+#[tokio::test(start_paused = true)]
+async fn native_input_ids_errors_name_the_problem() {
+    let s = start(Config::default()).await;
+    let cl = reqwest::Client::new();
+    let cases = [
+        (
+            r#"{"input_ids": [1, -2]}"#,
+            "non-negative integer token ids, got -2",
+        ),
+        (
+            r#"{"input_ids": [1, "a"]}"#,
+            r#"non-negative integer token ids, got "a""#,
+        ),
+        (
+            r#"{"input_ids": [1, 2.5]}"#,
+            "non-negative integer token ids, got 2.5",
+        ),
+        (
+            r#"{"input_ids": [1, 40000]}"#,
+            "token id 40000 is outside the vocabulary (size 32000)",
+        ),
+        (
+            r#"{"input_ids": [5000000000]}"#,
+            "token id 5000000000 is outside the vocabulary",
+        ),
+        (
+            r#"{"input_ids": "1 2"}"#,
+            "input_ids must be a list of token ids",
+        ),
+        (r#"{"text": "a", "input_ids": [1]}"#, "not both"),
+        (r#"[1, 2]"#, "must be a JSON object"),
+        (r#"{"input_ids": [1, 2]"#, "malformed JSON body"),
+    ];
+    for (body, want) in cases {
+        let r = cl
+            .post(format!("{}/generate", s.url()))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        let v: Value = r.json().await.unwrap();
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(want), "{body}: {msg}");
+    }
+    let r = cl
+        .post(format!("{}/generate", s.url()))
+        .json(&json!({"text": "a b", "input_ids": null, "sampling_params": {"max_new_tokens": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["meta_info"]["prompt_tokens"], 2, "{v}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn bad_inputs_get_4xx_and_server_keeps_serving() {
     let mut c = Config::default();
