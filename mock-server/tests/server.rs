@@ -1853,3 +1853,68 @@ async fn on_the_real_clock_events_due_within_a_tick_leave_together() {
         "{gaps} separate departures after the first: {chunks:?}"
     );
 }
+
+/// At an OOM crash a decoding stream is cut without `[DONE]`, and what its client received agrees
+/// with the rest of the server: the ground truth lists exactly the tokens the client got, and so
+/// does `/metrics` (every token counted before the crash was delivered). Request `a` decodes alone
+/// when `b`'s 32k prefill kills the server.
+#[tokio::test(start_paused = true)]
+async fn an_oom_crash_cuts_a_decoding_stream_after_every_counted_token() {
+    let s = start(Config::preset(KIMI).unwrap()).await;
+    let url = s.url();
+    let a = json!({"rid": "a", "input_ids": ids(1000, 7), "stream": true,
+        "sampling_params": {"max_new_tokens": 5000, "ignore_eos": true}});
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/generate"))
+        .json(&a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let reader = tokio::spawn(async move {
+        let mut resp = resp;
+        let mut body = Vec::new();
+        let cut = loop {
+            match resp.chunk().await {
+                Ok(Some(b)) => body.extend_from_slice(&b),
+                Ok(None) => break false,
+                Err(_) => break true,
+            }
+        };
+        (String::from_utf8_lossy(&body).into_owned(), cut)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let b = json!({"rid": "b", "input_ids": ids(32_000, 5), "stream": true,
+        "sampling_params": {"max_new_tokens": 4, "ignore_eos": true}});
+    let rb = reqwest::Client::new()
+        .post(format!("{url}/generate"))
+        .json(&b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rb.status(), 200);
+    // Polled on the paused clock, which moves while this task sleeps.
+    while s.crashed().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (text, cut) = reader.await.unwrap();
+    assert!(cut, "the stream must be cut");
+    assert!(!text.contains("[DONE]"), "{text:.200}");
+    let last: Value = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .last()
+        .expect("a's events before the crash");
+    let received = last["meta_info"]["completion_tokens"].as_u64().unwrap();
+    assert!(received > 0);
+    let t = s.truth().request("a").unwrap();
+    assert_eq!(t.finish, FinishTruth::OomCrash);
+    let in_truth: usize = t.chunks.iter().map(|c| c.tokens).sum();
+    assert_eq!(received as usize, in_truth);
+    let counted = s.state().engine().stats().generation_tokens_total;
+    assert_eq!(
+        received, counted,
+        "tokens counted by /metrics but never delivered"
+    );
+}
