@@ -697,7 +697,7 @@ impl Engine {
         for o in events {
             let _ = self.out_tx.send(o);
         }
-        // Finished requests go into the cache after the pass's events are drawn.
+        // Finished requests go into the cache once the pass's events are with the output stage.
         for (r, stop) in drawn {
             if stop {
                 self.complete(r);
