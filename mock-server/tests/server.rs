@@ -16,6 +16,16 @@ fn ids(n: usize, salt: u32) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 7 + salt) % 30000).collect()
 }
 
+/// Posts `body` to `/generate` and returns the response as soon as its head arrives.
+async fn send_generate(url: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/generate"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Sends a streaming request and returns the `data:` payloads (without `[DONE]`) and whether it ended with `[DONE]`.
 async fn stream(url: &str, path: &str, body: Value) -> (Vec<Value>, bool) {
     let resp = reqwest::Client::new()
@@ -144,17 +154,9 @@ async fn kimi_fixed_config_serves_long_prompts_back_to_back() {
 async fn kimi_094_dies_of_oom_on_32k_prefill() {
     let s = start(Config::preset(KIMI).unwrap()).await;
     let url = s.url();
-    let small = json!({"rid": "ok16k", "input_ids": ids(16_384, 4), "stream": true,
-        "sampling_params": {"max_new_tokens": 2, "ignore_eos": true}});
+    let small = gen_body("ok16k", 16_384, 4, 2);
     assert!(stream(&url, "/generate", small).await.1);
-    let body = json!({"rid": "big", "input_ids": ids(32_000, 5), "stream": true,
-        "sampling_params": {"max_new_tokens": 4, "ignore_eos": true}});
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/generate"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = send_generate(&url, &gen_body("big", 32_000, 5, 4)).await;
     assert_eq!(resp.status(), 200);
     assert!(
         resp.text().await.is_err(),
@@ -1046,12 +1048,7 @@ async fn restart_on_oom_crashes_restarts_and_serves_with_an_empty_cache() {
     tokio::time::sleep(std::time::Duration::from_secs(31)).await;
     let warm = gen_body("warm", 16_384, 4, 2);
     assert!(stream(&url, "/generate", warm).await.1);
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/generate"))
-        .json(&gen_body("boom", 32_000, 5, 4))
-        .send()
-        .await
-        .unwrap();
+    let resp = send_generate(&url, &gen_body("boom", 32_000, 5, 4)).await;
     assert!(resp.text().await.is_err(), "the open stream is cut");
     let reason = s.wait_crashed().await;
     assert!(reason.contains("CUDA out of memory"), "{reason}");
@@ -1862,14 +1859,7 @@ async fn on_the_real_clock_events_due_within_a_tick_leave_together() {
 async fn an_oom_crash_cuts_a_decoding_stream_after_every_counted_token() {
     let s = start(Config::preset(KIMI).unwrap()).await;
     let url = s.url();
-    let a = json!({"rid": "a", "input_ids": ids(1000, 7), "stream": true,
-        "sampling_params": {"max_new_tokens": 5000, "ignore_eos": true}});
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/generate"))
-        .json(&a)
-        .send()
-        .await
-        .unwrap();
+    let resp = send_generate(&url, &gen_body("a", 1000, 7, 5000)).await;
     assert_eq!(resp.status(), 200);
     let reader = tokio::spawn(async move {
         let mut resp = resp;
@@ -1884,14 +1874,7 @@ async fn an_oom_crash_cuts_a_decoding_stream_after_every_counted_token() {
         (String::from_utf8_lossy(&body).into_owned(), cut)
     });
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let b = json!({"rid": "b", "input_ids": ids(32_000, 5), "stream": true,
-        "sampling_params": {"max_new_tokens": 4, "ignore_eos": true}});
-    let rb = reqwest::Client::new()
-        .post(format!("{url}/generate"))
-        .json(&b)
-        .send()
-        .await
-        .unwrap();
+    let rb = send_generate(&url, &gen_body("b", 32_000, 5, 4)).await;
     assert_eq!(rb.status(), 200);
     // Polled on the paused clock, which moves while this task sleeps.
     while s.crashed().is_none() {
