@@ -38,6 +38,15 @@ pub enum Finish {
     Stop(u32),
 }
 
+impl From<&Finish> for FinishTruth {
+    fn from(f: &Finish) -> Self {
+        match f {
+            Finish::Length(_) => FinishTruth::Length,
+            Finish::Stop(_) => FinishTruth::Stop,
+        }
+    }
+}
+
 /// Speculative-decoding statistics reported on the final event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpecStats {
@@ -627,13 +636,26 @@ impl Engine {
             self.running.push(r);
         }
         stats.apply(&self.shared);
-        for o in events {
-            let _ = self.out_tx.send(o);
-        }
+        self.hand_over(events).await;
         for r in completed {
             self.complete(r);
         }
         Some(deadline)
+    }
+
+    /// Hands a pass's events to the output stage, then yields once if there were any. Sending
+    /// wakes the stage on this worker, in tokio's LIFO slot, which no other worker can take a
+    /// task from: until the engine yields, the events due now would wait behind the rest of the
+    /// pass's bookkeeping and the next scheduling step (0.3-2 ms with 2,000 running requests,
+    /// BENCHMARKS.md).
+    async fn hand_over(&self, events: Vec<Outgoing>) {
+        if events.is_empty() {
+            return;
+        }
+        for o in events {
+            let _ = self.out_tx.send(o);
+        }
+        tokio::task::yield_now().await;
     }
 
     /// KV tokens one decode step can add to a request (a verify step's draft plus one).
@@ -694,13 +716,16 @@ impl Engine {
         // Counted before any of the pass's events can reach a client; handing them to the output
         // stage is cheap (the drawing was the cost).
         stats.apply(&self.shared);
-        for o in events {
-            let _ = self.out_tx.send(o);
-        }
+        self.hand_over(events).await;
         // Finished requests go into the cache once the pass's events are with the output stage.
+        let mut completed = 0usize;
         for (r, stop) in drawn {
             if stop {
                 self.complete(r);
+                completed += 1;
+                if completed % 32 == 0 {
+                    tokio::task::yield_now().await;
+                }
             } else {
                 self.running.push(r);
             }
@@ -718,9 +743,10 @@ impl Engine {
     }
 
     /// Draws one verify step's tokens for `r`; returns whether it finished and the event to send,
-    /// when one is due. The pass ended at `pass_end`. Output processing is one queue in pass order
-    /// that takes `output_per_request_s` per event (SGLang's detokenizer and tokenizer manager):
-    /// an event leaves when the pass has ended and the events before it have left.
+    /// when one is due (always when it finished). The pass ended at `pass_end`. Output processing
+    /// is one queue in pass order that takes `output_per_request_s` per event (SGLang's
+    /// detokenizer and tokenizer manager): an event leaves when the pass has ended and the events
+    /// before it have left.
     fn step_tokens(
         &mut self,
         r: &mut Req,
@@ -862,13 +888,9 @@ impl Engine {
         (finish.is_some(), event)
     }
 
+    /// Puts a finished request away: counters, cache, KV. Its finish goes into the ground truth
+    /// with its final chunk, when the output stage sends it (`emit`).
     fn complete(&mut self, mut r: Req) {
-        let f = match r.output.last() {
-            Some(t) if *t == self.cfg.eos_token_id && !r.g.ignore_eos => FinishTruth::Stop,
-            _ if r.output.len() < r.g.max_new_tokens => FinishTruth::Stop,
-            _ => FinishTruth::Length,
-        };
-        self.finish_truth(&r, f);
         if let Ok(mut s) = self.shared.stats.lock() {
             s.requests_total += 1;
             s.prompt_tokens_total += r.g.input_ids.len() as u64;
@@ -981,6 +1003,21 @@ fn emit(mut o: Outgoing, shared: &Shared) {
     if shared.dead.load(std::sync::atomic::Ordering::SeqCst) {
         // The server died before this event left: it never does. That includes events due up to a
         // tick (or the stage's backlog) before the crash; the ground truth has only what left.
+        // A request whose final event this was is no longer in the engine's sets, so the crash
+        // did not mark it.
+        if matches!(
+            o.event,
+            StreamEvent::Tokens {
+                finish: Some(_),
+                ..
+            }
+        ) {
+            shared.truth.update(&o.rid, |t| {
+                if t.finish == FinishTruth::Pending {
+                    t.finish = FinishTruth::OomCrash;
+                }
+            });
+        }
         return;
     }
     let now = Instant::now()
@@ -996,11 +1033,21 @@ fn emit(mut o: Outgoing, shared: &Shared) {
         sent_ns: None,
     };
     let (completion, verify_ct, hist) = (o.completion, o.verify_ct, o.hist);
+    // The finish is recorded with the final chunk, so whoever has the chunk can read it.
+    let finish = match &o.event {
+        StreamEvent::Tokens {
+            finish: Some(f), ..
+        } => Some(FinishTruth::from(f)),
+        _ => None,
+    };
     shared.truth.update(&o.rid, |t| {
         t.chunks.push(chunk);
         t.completion_tokens = completion;
         t.spec_verify_ct = verify_ct;
         t.spec_accept_histogram = hist;
+        if let Some(f) = finish {
+            t.finish = f;
+        }
     });
     let _ = o.tx.send(o.event);
 }

@@ -1591,6 +1591,64 @@ async fn admission_budgets_the_prompts_of_all_admitted_requests_together() {
     assert_eq!(engine.stats().retracted_total, 0);
 }
 
+/// The ground truth has each chunk, and the request's finish, by the time its event reaches the
+/// stream: a client that reads its final chunk and then asks `/debug/requests/{rid}` sees the
+/// request finished, even when many requests finish in one pass and the engine puts them away
+/// after their events have gone out.
+#[tokio::test(start_paused = true)]
+async fn the_ground_truth_has_a_chunk_and_its_finish_when_the_chunk_arrives() {
+    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    let mut c = Config::default();
+    c.speculative_algorithm = "none".into();
+    let truth = mock_server::GroundTruth::default();
+    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
+    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
+    let received = tokio::time::Instant::now();
+    // 80 requests finish in the same pass, more than the engine puts away between yields.
+    let mut rxs = Vec::new();
+    for i in 0..80u32 {
+        let rx = engine
+            .submit(GenRequest {
+                rid: format!("f{i}"),
+                input_ids: ids(20, 2000 + i),
+                max_new_tokens: 3,
+                min_new_tokens: 0,
+                ignore_eos: true,
+                stop_token_ids: Vec::new(),
+                received,
+                arrived_unix_ns: None,
+            })
+            .unwrap();
+        rxs.push((format!("f{i}"), rx));
+    }
+    let mut finished = 0;
+    for (rid, rx) in &mut rxs {
+        let mut seen = 0;
+        while let Some(ev) = rx.recv().await {
+            let StreamEvent::Tokens { finish, .. } = ev else {
+                panic!("{rid}: {ev:?}");
+            };
+            seen += 1;
+            // Other streams' events may have left since, so the truth can be ahead of this one.
+            let t = truth.request(rid).unwrap();
+            assert!(t.chunks.len() >= seen, "{rid}: {} < {seen}", t.chunks.len());
+            assert_eq!(
+                t.finish != FinishTruth::Pending,
+                t.completion_tokens == 3,
+                "{rid}: {:?} after {} tokens",
+                t.finish,
+                t.completion_tokens
+            );
+            if finish.is_some() {
+                assert_eq!(t.finish, FinishTruth::Length, "{rid}");
+                finished += 1;
+                break;
+            }
+        }
+    }
+    assert_eq!(finished, 80);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_retracted_request_comes_back_after_the_other_finishes() {
     let c = tiny_pool();
@@ -1653,6 +1711,8 @@ async fn events_queued_for_output_die_with_the_server() {
     };
     let t0 = tokio::time::Instant::now();
     let mut rx = engine.submit(gen("decoding", 100, 5000)).unwrap();
+    // Finishes in the engine well before the crash, but its final event is still queued then.
+    let _short = engine.submit(gen("short", 100, 100)).unwrap();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let big_at = tokio::time::Instant::now();
     let _big = engine.submit(gen("big", 32_000, 4)).unwrap();
@@ -1680,6 +1740,10 @@ async fn events_queued_for_output_die_with_the_server() {
     );
     // Far more tokens were drawn than left: the rest died in the queue.
     assert!(d.completion_tokens < 100, "{}", d.completion_tokens);
+    // The short request's end never reached its client, so it did not finish by length.
+    let short = truth.request("short").unwrap();
+    assert_eq!(short.finish, FinishTruth::OomCrash);
+    assert!(short.completion_tokens < 100, "{}", short.completion_tokens);
 }
 
 /// Reads a number from a `/proc` file, or the `Max open files` soft limit from `/proc/self/limits`.
