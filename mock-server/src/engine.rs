@@ -800,14 +800,16 @@ impl Engine {
             r.output.push(tok);
             r.pending.push(tok);
             emitted += 1;
+            // The length first, as SGLang's `Req.check_finished` does: a stop token that is also
+            // the last token allowed ends the request by length.
+            if r.output.len() >= r.g.max_new_tokens {
+                finish = Some(Finish::Length(r.output.len()));
+                break;
+            }
             let stop_id = tok == self.cfg.eos_token_id
                 || (r.output.len() > r.g.min_new_tokens && r.g.stop_token_ids.contains(&tok));
             if stop_id && !r.g.ignore_eos {
                 finish = Some(Finish::Stop(tok));
-                break;
-            }
-            if r.output.len() >= r.g.max_new_tokens {
-                finish = Some(Finish::Length(r.output.len()));
                 break;
             }
         }

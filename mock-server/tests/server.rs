@@ -1272,6 +1272,45 @@ async fn non_streaming_generate_and_completions() {
     );
 }
 
+/// SGLang checks a request's length before its stop tokens: an EOS drawn as the last token allowed
+/// ends the request by length; one token earlier, by the stop.
+#[tokio::test(start_paused = true)]
+async fn an_eos_at_max_new_tokens_finishes_by_length() {
+    let mut c = Config::default();
+    c.speculative_algorithm = "none".into();
+    // Every token from the 5th on is EOS.
+    c.eos_probability = 1.0;
+    let eos = c.eos_token_id;
+    let s = start(c).await;
+    for (max_new, finish, truth) in [
+        (
+            5,
+            json!({"type": "length", "length": 5}),
+            FinishTruth::Length,
+        ),
+        (
+            6,
+            json!({"type": "stop", "matched": eos}),
+            FinishTruth::Stop,
+        ),
+    ] {
+        let rid = format!("eos-at-{max_new}");
+        let (st, v) = post_json(
+            &s.url(),
+            "/generate",
+            json!({"rid": rid, "input_ids": [5, 6, 7],
+            "sampling_params": {"max_new_tokens": max_new, "min_new_tokens": 4}}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        let out: Vec<u32> = serde_json::from_value(v["output_ids"].clone()).unwrap();
+        assert_eq!(out.len(), 5, "{rid}: {out:?}");
+        assert_eq!(out[4], eos, "{rid}");
+        assert_eq!(v["meta_info"]["finish_reason"], finish, "{rid}");
+        assert_eq!(s.truth().request(&rid).unwrap().finish, truth, "{rid}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn min_new_tokens_and_eos_without_ignore_eos() {
     let mut c = Config::default();
