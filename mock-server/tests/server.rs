@@ -1487,32 +1487,54 @@ async fn max_new_tokens_zero_finishes_after_prefill() {
     );
 }
 
+/// An engine on its own (no HTTP), with its ground truth and crash signal.
+fn spawn_engine(
+    c: Config,
+) -> (
+    mock_server::GroundTruth,
+    mock_server::engine::EngineHandle,
+    std::sync::Arc<tokio::sync::watch::Sender<Option<String>>>,
+) {
+    let truth = mock_server::GroundTruth::default();
+    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
+    let engine = mock_server::engine::EngineHandle::spawn(c, truth.clone(), crashed.clone());
+    (truth, engine, crashed)
+}
+
+/// An engine request for `max_new` tokens with EOS ignored, received at `received`.
+fn engine_request(
+    rid: &str,
+    input_ids: Vec<u32>,
+    max_new: usize,
+    received: tokio::time::Instant,
+) -> mock_server::engine::GenRequest {
+    mock_server::engine::GenRequest {
+        rid: rid.into(),
+        input_ids,
+        max_new_tokens: max_new,
+        min_new_tokens: 0,
+        ignore_eos: true,
+        stop_token_ids: Vec::new(),
+        received,
+        arrived_unix_ns: None,
+    }
+}
+
 /// The events of one pass leave one output-processing slot apart, in batch order, and every
 /// stream sees them in that order; nothing leaves before its modelled instant.
 #[tokio::test(start_paused = true)]
 async fn a_pass_emits_its_events_one_output_slot_apart() {
-    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    use mock_server::engine::StreamEvent;
     let mut c = Config::default();
     c.output_per_request_s = 0.0005;
     c.speculative_algorithm = "none".into();
-    let truth = mock_server::GroundTruth::default();
-    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
-    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
+    let (truth, engine, _crashed) = spawn_engine(c);
     let received = tokio::time::Instant::now();
     let mut rxs = Vec::new();
     for i in 0..4u32 {
         rxs.push(
             engine
-                .submit(GenRequest {
-                    rid: format!("o{i}"),
-                    input_ids: ids(100, i),
-                    max_new_tokens: 3,
-                    min_new_tokens: 0,
-                    ignore_eos: true,
-                    stop_token_ids: Vec::new(),
-                    received,
-                    arrived_unix_ns: None,
-                })
+                .submit(engine_request(&format!("o{i}"), ids(100, i), 3, received))
                 .unwrap(),
         );
     }
@@ -1566,24 +1588,14 @@ async fn run_engine(
     c: Config,
     reqs: &[(&str, usize, usize)],
 ) -> (mock_server::GroundTruth, mock_server::engine::EngineHandle) {
-    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
-    let truth = mock_server::GroundTruth::default();
-    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
-    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
+    use mock_server::engine::StreamEvent;
+    let (truth, engine, _crashed) = spawn_engine(c);
     let received = tokio::time::Instant::now();
     let mut rxs = Vec::new();
     for (i, (rid, prompt, max_new)) in reqs.iter().enumerate() {
+        let input_ids = ids(*prompt, 1000 + i as u32);
         let rx = engine
-            .submit(GenRequest {
-                rid: rid.to_string(),
-                input_ids: ids(*prompt, 1000 + i as u32),
-                max_new_tokens: *max_new,
-                min_new_tokens: 0,
-                ignore_eos: true,
-                stop_token_ids: Vec::new(),
-                received,
-                arrived_unix_ns: None,
-            })
+            .submit(engine_request(rid, input_ids, *max_new, received))
             .unwrap();
         rxs.push(rx);
     }
@@ -1636,29 +1648,19 @@ async fn admission_budgets_the_prompts_of_all_admitted_requests_together() {
 /// after their events have gone out.
 #[tokio::test(start_paused = true)]
 async fn the_ground_truth_has_a_chunk_and_its_finish_when_the_chunk_arrives() {
-    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    use mock_server::engine::StreamEvent;
     let mut c = Config::default();
     c.speculative_algorithm = "none".into();
-    let truth = mock_server::GroundTruth::default();
-    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
-    let engine = EngineHandle::spawn(c, truth.clone(), crashed);
+    let (truth, engine, _crashed) = spawn_engine(c);
     let received = tokio::time::Instant::now();
     // 80 requests finish in the same pass, more than the engine puts away between yields.
     let mut rxs = Vec::new();
     for i in 0..80u32 {
+        let rid = format!("f{i}");
         let rx = engine
-            .submit(GenRequest {
-                rid: format!("f{i}"),
-                input_ids: ids(20, 2000 + i),
-                max_new_tokens: 3,
-                min_new_tokens: 0,
-                ignore_eos: true,
-                stop_token_ids: Vec::new(),
-                received,
-                arrived_unix_ns: None,
-            })
+            .submit(engine_request(&rid, ids(20, 2000 + i), 3, received))
             .unwrap();
-        rxs.push((format!("f{i}"), rx));
+        rxs.push((rid, rx));
     }
     let mut finished = 0;
     for (rid, rx) in &mut rxs {
@@ -1731,22 +1733,13 @@ async fn output_processing_is_one_queue_across_passes() {
 /// truth holds no chunk modelled after the crash, and the stream ends with the crash.
 #[tokio::test(start_paused = true)]
 async fn events_queued_for_output_die_with_the_server() {
-    use mock_server::engine::{EngineHandle, GenRequest, StreamEvent};
+    use mock_server::engine::StreamEvent;
     let mut c = Config::preset(KIMI).unwrap();
     // A slow output stage, so that many of the decoding request's events wait in its queue.
     c.output_per_request_s = 0.2;
-    let truth = mock_server::GroundTruth::default();
-    let crashed = std::sync::Arc::new(tokio::sync::watch::channel(None::<String>).0);
-    let engine = EngineHandle::spawn(c, truth.clone(), crashed.clone());
-    let gen = |rid: &str, n: usize, max_new: usize| GenRequest {
-        rid: rid.into(),
-        input_ids: ids(n, 3),
-        max_new_tokens: max_new,
-        min_new_tokens: 0,
-        ignore_eos: true,
-        stop_token_ids: Vec::new(),
-        received: tokio::time::Instant::now(),
-        arrived_unix_ns: None,
+    let (truth, engine, crashed) = spawn_engine(c);
+    let gen = |rid: &str, n: usize, max_new: usize| {
+        engine_request(rid, ids(n, 3), max_new, tokio::time::Instant::now())
     };
     let t0 = tokio::time::Instant::now();
     let mut rx = engine.submit(gen("decoding", 100, 5000)).unwrap();
