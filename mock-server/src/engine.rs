@@ -1002,18 +1002,19 @@ async fn output_stage(
 
 /// Hands one event to its stream now (unless the server died) and records its chunk.
 fn emit(mut o: Outgoing, shared: &Shared) {
+    // The finish is recorded with the final chunk, so whoever has the chunk can read it.
+    let finish = match &o.event {
+        StreamEvent::Tokens {
+            finish: Some(f), ..
+        } => Some(FinishTruth::from(f)),
+        _ => None,
+    };
     if shared.dead.load(std::sync::atomic::Ordering::SeqCst) {
         // The server died before this event left: it never does. That includes events due up to a
         // tick (or the stage's backlog) before the crash; the ground truth has only what left.
         // A request whose final event this was is no longer in the engine's sets, so the crash
         // did not mark it.
-        if matches!(
-            o.event,
-            StreamEvent::Tokens {
-                finish: Some(_),
-                ..
-            }
-        ) {
+        if finish.is_some() {
             shared.truth.update(&o.rid, |t| {
                 if t.finish == FinishTruth::Pending {
                     t.finish = FinishTruth::OomCrash;
@@ -1035,13 +1036,6 @@ fn emit(mut o: Outgoing, shared: &Shared) {
         sent_ns: None,
     };
     let (completion, verify_ct, hist) = (o.completion, o.verify_ct, o.hist);
-    // The finish is recorded with the final chunk, so whoever has the chunk can read it.
-    let finish = match &o.event {
-        StreamEvent::Tokens {
-            finish: Some(f), ..
-        } => Some(FinishTruth::from(f)),
-        _ => None,
-    };
     shared.truth.update(&o.rid, |t| {
         t.chunks.push(chunk);
         t.completion_tokens = completion;
