@@ -7,8 +7,8 @@
 //! ground truth then comes from `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the
 //! mock's output spread in `mock-streams`; `PERF_MOCK_WORKER_THREADS` sizes the external mock's
 //! runtime and `PERF_MOCK_CPUS` pins it with `taskset -c` (run the bench itself under `taskset -c`
-//! to pin the client apart). `PERF_CLIENT_STAMPING` (kernel, socket or task; default kernel) says where the
-//! client stamps its streams (`bench-client --stamping`). `PERF_DUMP_PACING=FILE` writes every
+//! to pin the client apart). `PERF_CLIENT_STAMPING` (kernel, socket or task; default kernel) says
+//! where the client stamps its streams (`bench-client --stamping`). `PERF_DUMP_PACING=FILE` writes every
 //! chunk of `mock-streams` as CSV (modelled instant, output stage, connection; unix ns; request id).
 //!
 //! Each scenario prints a Markdown table (metric, target, measured) and writes its numbers as JSON to

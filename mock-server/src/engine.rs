@@ -629,18 +629,35 @@ impl Engine {
                 let (stop, ev) = self.step_tokens(&mut r, deadline, &mut stats);
                 events.extend(ev);
                 if stop {
-                    completed.push(r);
+                    completed.push((r, true));
                     continue;
                 }
             }
             self.running.push(r);
         }
+        self.end_pass(stats, events, completed).await;
+        Some(deadline)
+    }
+
+    /// Ends a pass: its counters first (so no client reads a chunk `/metrics` has not counted),
+    /// then its events to the output stage, and only then the requests it drew (`true`: finished)
+    /// into the cache or back into the running set, yielding every 32 finished requests so that
+    /// the events due meanwhile are not held up.
+    async fn end_pass(&mut self, stats: PassStats, events: Vec<Outgoing>, reqs: Vec<(Req, bool)>) {
         stats.apply(&self.shared);
         self.hand_over(events).await;
-        for r in completed {
+        let mut completed = 0usize;
+        for (r, finished) in reqs {
+            if !finished {
+                self.running.push(r);
+                continue;
+            }
+            if completed > 0 && completed % 32 == 0 {
+                tokio::task::yield_now().await;
+            }
             self.complete(r);
+            completed += 1;
         }
-        Some(deadline)
     }
 
     /// Hands a pass's events to the output stage, then yields once if there were any. Sending
@@ -713,23 +730,7 @@ impl Engine {
         }
         self.clock.sleep_until(deadline).await;
         let since = self.last_wake.replace(deadline).unwrap_or(start);
-        // Counted before any of the pass's events can reach a client; handing them to the output
-        // stage is cheap (the drawing was the cost).
-        stats.apply(&self.shared);
-        self.hand_over(events).await;
-        // Finished requests go into the cache once the pass's events are with the output stage.
-        let mut completed = 0usize;
-        for (r, stop) in drawn {
-            if stop {
-                self.complete(r);
-                completed += 1;
-                if completed % 32 == 0 {
-                    tokio::task::yield_now().await;
-                }
-            } else {
-                self.running.push(r);
-            }
-        }
+        self.end_pass(stats, events, drawn).await;
         // Like SGLang, tokens over the clock time they took (here: since the previous pass ended).
         let dt = deadline.saturating_duration_since(since).as_secs_f64();
         if let Ok(mut s) = self.shared.stats.lock() {
