@@ -1,28 +1,24 @@
 //! Streaming LLM-serving benchmark client: one streaming request per measurement, TTFT and prefill
 //! rate from the first output chunk, decode rate from the chunks after it, per context length.
 //!
-//! Pipeline: `prompt` -> `client` (the only network stage) -> `trace` -> `measure` (pure) ->
-//! `record` (JSONL) -> `report`. `replay` feeds recorded or constructed byte streams through the
-//! same decoding as a live run.
+//! The modules are the pipeline's stages, in order:
+//! `plan` (what to send, when) -> `api` (wire dialects) -> `net` (the only I/O) -> `stream`
+//! (SSE, assembling a trace, replay) -> `trace` (plain data) -> `measure` (the only arithmetic)
+//! -> `results` (the JSONL file) -> `report` (statistics and exporters) -> `drive` (sweep and
+//! load runs) -> `cli` (flags into configs). A stage imports only the stages before it, and
+//! `trace` imports none.
 
 pub mod api;
-pub mod client;
-#[cfg(feature = "embedded-mock")]
-pub mod embedded;
-pub mod load;
+pub mod cli;
+pub mod drive;
 pub mod measure;
-pub mod prompt;
-pub mod record;
-pub mod replay;
+pub mod net;
+pub mod plan;
 pub mod report;
-pub mod sse;
-pub mod sweep;
-#[cfg(feature = "tokenizer")]
-pub mod tokenizer;
+pub mod results;
+pub mod stream;
 pub mod trace;
-pub mod wire;
 
-pub use api::Dialect;
-pub use client::{RequestSpec, Target, Timeouts};
-pub use prompt::Prompt;
-pub use trace::{Chunk, RequestTrace, StreamEnd};
+pub use net::Target;
+pub use plan::{Prompt, RequestSpec, Timeouts};
+pub use trace::{Chunk, Dialect, RequestTrace, StreamEnd};

@@ -5,7 +5,33 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::Dialect;
+/// The API a server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Dialect {
+    /// SGLang native `POST /generate` with `input_ids`.
+    #[serde(rename = "sglang")]
+    #[value(name = "sglang")]
+    Sglang,
+    /// OpenAI `POST /v1/completions` with a token-id prompt.
+    #[serde(rename = "openai")]
+    #[value(name = "openai")]
+    OpenAi,
+    /// OpenAI `POST /v1/chat/completions` (text prompts only).
+    #[serde(rename = "openai-chat")]
+    #[value(name = "openai-chat")]
+    OpenAiChat,
+}
+
+impl Dialect {
+    /// Wire name, as on the command line.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Sglang => "sglang",
+            Self::OpenAi => "openai",
+            Self::OpenAiChat => "openai-chat",
+        }
+    }
+}
 
 /// Token counts a server reported in an event (cumulative for the request so far).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,7 +153,7 @@ pub enum StreamEnd {
     Invalid { message: String },
 }
 
-/// Where a trace's instants were taken ([`crate::wire`]).
+/// Where a trace's instants were taken (the network stage's `stamped` module).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stamps {

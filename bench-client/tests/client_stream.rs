@@ -10,15 +10,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use bench_client::client::{self, RequestSpec, Target, Timeouts};
 use bench_client::measure::measure;
+use bench_client::net::stamped::{StampedConnector, Stamping};
+use bench_client::net::{self, Target};
+use bench_client::plan::{RequestSpec, Timeouts};
 use bench_client::trace::{FailureKind, RequestTrace, Stamps, StreamEnd, TimeoutPhase};
-use bench_client::wire::{StampedConnector, Stamping};
 use bench_client::{Dialect, Prompt};
 
 /// The client as the paused-clock tests use it: reads stamped on the runtime's clock, at the socket.
-fn http() -> client::Http {
-    client::http_client_with(&Timeouts::default(), Stamping::Socket).unwrap()
+fn http() -> net::Http {
+    net::http_client_with(&Timeouts::default(), Stamping::Socket).unwrap()
 }
 
 /// One scripted piece of the body: wait `after_ms` (from the previous piece), then send `data`.
@@ -128,7 +129,7 @@ async fn stamps_scripted_instants_exactly() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.end, StreamEnd::Done, "{trace:?}");
     assert_eq!(trace.stamps, Stamps::Socket);
     let at: Vec<u64> = trace.chunks.iter().map(|c| c.at_ns).collect();
@@ -194,11 +195,11 @@ async fn requests_one_after_another_on_one_client_each_get_their_own_exchange() 
     let _warm = warm_kernel_stamps().await;
     let first_chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let url = serve_keep_alive(first_chunks.clone()).await;
-    let http = client::http_client_with(&Timeouts::default(), Stamping::Kernel).unwrap();
+    let http = net::http_client_with(&Timeouts::default(), Stamping::Kernel).unwrap();
     let mut delays = Vec::new();
     for round in 0..3 {
         let (trace, origin) =
-            client::send_traced(&http, &target(url.clone()), &spec(6), &Timeouts::default()).await;
+            net::send_traced(&http, &target(url.clone()), &spec(6), &Timeouts::default()).await;
         assert_eq!(trace.end, StreamEnd::Done, "round {round}: {trace:?}");
         assert_eq!(trace.stamps, Stamps::Kernel, "round {round}");
         let first = origin.into_std() + Duration::from_nanos(trace.chunks[0].at_ns);
@@ -234,7 +235,7 @@ async fn cut_without_done_is_stream_cut() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.end, StreamEnd::Eof);
     assert_eq!(trace.failure().unwrap().kind, FailureKind::StreamCut);
 }
@@ -260,7 +261,7 @@ async fn in_band_error_is_typed() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     let f = trace.failure().unwrap();
     assert_eq!(f.kind, FailureKind::InBandError);
     assert!(f.message.contains("CUDA out of memory"));
@@ -283,7 +284,7 @@ async fn fewer_tokens_than_asked_is_typed() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.failure().unwrap().kind, FailureKind::ShortOutput);
 }
 
@@ -298,7 +299,7 @@ async fn http_status_carries_body() {
         Ending::Close,
     )
     .await;
-    let trace = client::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
     match &trace.end {
         StreamEnd::HttpStatus { status, body } => {
             assert_eq!(*status, 400);
@@ -323,7 +324,7 @@ async fn idle_gap_timeout_fires_at_its_deadline() {
         idle: Duration::from_secs(5),
         ..Timeouts::default()
     };
-    let trace = client::send(&http(), &target(url), &spec(6), &timeouts).await;
+    let trace = net::send(&http(), &target(url), &spec(6), &timeouts).await;
     assert_eq!(
         trace.end,
         StreamEnd::Timeout {
@@ -351,7 +352,7 @@ async fn first_token_timeout_scales_with_prompt() {
         ..Timeouts::default()
     };
     // 4 prompt tokens: 1 s + 4 s.
-    let trace = client::send(&http(), &target(url), &spec(6), &timeouts).await;
+    let trace = net::send(&http(), &target(url), &spec(6), &timeouts).await;
     assert_eq!(
         trace.end,
         StreamEnd::Timeout {
@@ -366,7 +367,7 @@ async fn connection_refused_is_typed() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let trace = client::send(
+    let trace = net::send(
         &http(),
         &target(format!("http://{addr}")),
         &spec(6),
@@ -385,8 +386,8 @@ async fn connection_refused_is_typed_through_reqwest_too() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let http = client::http_client_with(&Timeouts::default(), Stamping::Task).unwrap();
-    let trace = client::send(
+    let http = net::http_client_with(&Timeouts::default(), Stamping::Task).unwrap();
+    let trace = net::send(
         &http,
         &target(format!("http://{addr}")),
         &spec(6),
@@ -510,8 +511,8 @@ fn send_while_blocked(stamping: Stamping) -> (RequestTrace, std::time::Instant, 
             // Blocks the runtime's only thread: nothing of the client runs.
             std::thread::sleep(Duration::from_millis(300));
         });
-        let http = client::http_client_with(&Timeouts::default(), stamping).unwrap();
-        let sent = client::send_traced(&http, &target(url), &spec(6), &Timeouts::default()).await;
+        let http = net::http_client_with(&Timeouts::default(), stamping).unwrap();
+        let sent = net::send_traced(&http, &target(url), &spec(6), &Timeouts::default()).await;
         blocker.await.unwrap();
         sent
     });

@@ -8,18 +8,19 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use bench_client::client::{Target, Timeouts};
-use bench_client::load::metrics::by_name;
-use bench_client::load::run::load_record;
-use bench_client::load::summary::{render_table, to_json};
-use bench_client::load::{
-    run_load, ArrivalKind, Arrivals, LenDist, LoadConfig, LoadInfo, LoadSummary, Schedule, Shard,
-    Slo, Stop, Workload,
-};
-use bench_client::record::{read_records, Record};
+use bench_client::drive::{run_load, LoadConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::Timeouts;
+use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Shard, Stop, Workload};
+use bench_client::report::export::{json, table};
+use bench_client::report::server_metrics::by_name;
+use bench_client::report::{LoadSummary, Slo};
+use bench_client::results::load_record;
+use bench_client::results::LoadInfo;
+use bench_client::results::{read_records, Record};
 use bench_client::trace::{Chunk, RequestTrace, StreamEnd, TokenAttribution, Usage};
-use bench_client::wire::Stamping;
 use bench_client::Dialect;
+use bench_client::Target;
 use mock_server::{Config, MockServer};
 use proptest::prelude::*;
 
@@ -138,7 +139,7 @@ fn closed_loop_at_concurrency_64_writes_jsonl_and_a_summary() {
             "achieved concurrency {conc}"
         );
         assert_eq!(sum, &LoadSummary::from_records(&recs, cfg.slo));
-        let table = render_table(sum);
+        let table = table::load(sum);
         for needle in [
             "request throughput",
             "ttft",
@@ -190,7 +191,7 @@ fn open_loop_poisson_starts_requests_on_schedule() {
                 Some((l.client_queue_ns + ttft_ns) as f64 / 1e6)
             );
         }
-        let json = to_json(&o.summary);
+        let json = json::load(&o.summary);
         assert_eq!(json["requests"], slots.len() as u64);
         assert!(json["metrics"]["client_queue"]["max_ms"].as_f64().unwrap() < 1.0);
         server.shutdown().await;
@@ -234,7 +235,8 @@ fn two_shards_merged_match_one_unsharded_run() {
     });
     let slo = Slo::default();
     let one = LoadSummary::from_records(&read_records(&whole).unwrap(), slo);
-    let (merged, ignored) = bench_client::load::merge_files(&[a.clone(), b.clone()], slo).unwrap();
+    let (merged, ignored) =
+        bench_client::report::merge_files(&[a.clone(), b.clone()], slo).unwrap();
     assert_eq!(ignored, 0);
     assert_eq!(merged.requests, one.requests);
     assert_eq!(merged.succeeded, one.succeeded);
@@ -262,7 +264,7 @@ fn two_shards_merged_match_one_unsharded_run() {
     }
     // The shards scraped one server over overlapping windows: the merged /metrics count the run's
     // traffic once, not once per shard.
-    let server_metrics = bench_client::load::metrics::merge_files(&[a, b]).unwrap();
+    let server_metrics = bench_client::report::server_metrics::merge_files(&[a, b]).unwrap();
     assert!(server_metrics.missing.is_empty());
     assert_eq!(server_metrics.per_shard.len(), 2);
     assert_eq!(server_metrics.servers.len(), 1);
@@ -473,8 +475,8 @@ proptest! {
         let whole = LoadSummary::from_records(&recs, slo);
         let merged = LoadSummary::from_records(a, slo).merge(&LoadSummary::from_records(b, slo));
         prop_assert_eq!(&merged, &whole);
-        prop_assert_eq!(to_json(&merged), to_json(&whole));
-        prop_assert_eq!(render_table(&merged), render_table(&whole));
+        prop_assert_eq!(json::load(&merged), json::load(&whole));
+        prop_assert_eq!(table::load(&merged), table::load(&whole));
     }
 }
 

@@ -13,12 +13,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bench_client::client::{Target, Timeouts};
-use bench_client::record::{read_records, Method};
-use bench_client::report::{render_table, Report};
-use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
-use bench_client::wire::Stamping;
+use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::Timeouts;
+use bench_client::report::export::table;
+use bench_client::report::Report;
+use bench_client::results::{read_records, Method};
 use bench_client::Dialect;
+use bench_client::Target;
 use serde_json::{json, Value};
 
 /// Prefill costs 1 ms per uncached token (tokio timers have 1 ms resolution; prompts stay small because
@@ -174,7 +176,7 @@ async fn sweep_records_match_schema_and_ground_truth() {
         assert_eq!(r.tokens_per_chunk, vec![2, 2, 2, 2, 1]);
         assert!(r.rid.starts_with("bc-"));
     }
-    let table = render_table(&Report::from_records(&read_records(&out).unwrap()));
+    let table = table::sweep(&Report::from_records(&read_records(&out).unwrap()));
     assert!(table.contains("40"), "{table}");
     // Existing results without --resume are refused, not overwritten.
     assert!(run_sweep(&config(start(Sim::default()).await, out.clone()))
@@ -249,7 +251,7 @@ async fn two_point_names_the_cache_hit_while_streaming_is_clean() {
             }
         }
     }
-    let table = render_table(&Report::from_records(&recs));
+    let table = table::sweep(&Report::from_records(&recs));
     assert!(table.contains("cache-hit"), "{table}");
 }
 
@@ -277,8 +279,8 @@ async fn server_gone_stops_with_a_resume_hint() {
 #[cfg(feature = "tokenizer")]
 mod tokenizer_prompts {
     use super::*;
-    use bench_client::sweep::{run_sweep_with, PromptSource};
-    use bench_client::tokenizer::TextPrompts;
+    use bench_client::drive::sweep::{run_sweep_with, PromptSource};
+    use bench_client::plan::tokenizer::TextPrompts;
     use std::path::{Path, PathBuf};
 
     /// A word-level tokenizer of 300 words `w0`..`w299`, split on whitespace.

@@ -24,15 +24,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use bench_client::api::sse::SseDecoder;
 use bench_client::api::Dialect;
-use bench_client::client::{self, RequestSpec, StreamAssembler, Target, Timeouts};
+use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
 use bench_client::measure::{measure, percentile};
-use bench_client::prompt::{Prompt, PromptGen};
-use bench_client::record::Method;
-use bench_client::sse::SseDecoder;
-use bench_client::sweep::{parse_contexts, run_sweep, OnCrash, SweepConfig, DEFAULT_CONTEXTS};
+use bench_client::net::stamped::Stamping;
+use bench_client::net::{self, Target};
+use bench_client::plan::prompt::{Prompt, PromptGen};
+use bench_client::plan::{parse_contexts, DEFAULT_CONTEXTS};
+use bench_client::plan::{RequestSpec, Timeouts};
+use bench_client::results::Method;
+use bench_client::stream::StreamAssembler;
 use bench_client::trace::RequestTrace;
-use bench_client::wire::Stamping;
 use mock_server::{Config, MockServer, RequestTruth};
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -502,7 +505,7 @@ impl Mock {
         };
         let http = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !client::health(&http, &mock.url(), None).await {
+        while !net::health(&http, &mock.url(), None).await {
             if Instant::now() > deadline {
                 mock.stop().await;
                 bail!("the mock-server process did not become healthy within 30 s");
@@ -575,9 +578,9 @@ fn target(url: String) -> Target {
     }
 }
 
-/// `n` streams at once through `client::send`, each with its own prompt.
+/// `n` streams at once through `net::send`, each with its own prompt.
 async fn wave(
-    http: &client::Http,
+    http: &net::Http,
     target: &Target,
     tag: &str,
     n: usize,
@@ -592,7 +595,7 @@ async fn wave(
         let prompt = Prompt::TokenIds(gen.token_ids(prompt_tokens, hash_index(tag, i)));
         let spec = RequestSpec::new(format!("{tag}-{i}"), prompt, max_tokens);
         tasks.push(tokio::spawn(async move {
-            let (tr, sent) = client::send_traced(&http, &target, &spec, &Timeouts::default()).await;
+            let (tr, sent) = net::send_traced(&http, &target, &spec, &Timeouts::default()).await;
             stamp_sent(&tr, sent);
             tr
         }));
@@ -608,7 +611,7 @@ async fn wave(
 /// Output lengths vary from `max_tokens / 2` to `max_tokens * 3 / 2` by request, so the workers
 /// drift apart after the first round instead of finishing and restarting in lockstep.
 async fn closed_loop(
-    http: &client::Http,
+    http: &net::Http,
     target: &Target,
     tag: &str,
     workers: usize,
@@ -630,7 +633,7 @@ async fn closed_loop(
                 let tokens = max_tokens / 2 + (h % u64::from(max_tokens + 1)) as u32;
                 let spec = RequestSpec::new(format!("{tag}-{i}"), prompt, tokens);
                 let (tr, sent) =
-                    client::send_traced(&http, &target, &spec, &Timeouts::default()).await;
+                    net::send_traced(&http, &target, &spec, &Timeouts::default()).await;
                 stamp_sent(&tr, sent);
                 out.push((k, tr));
             }
@@ -660,7 +663,7 @@ fn unix_now_ns() -> u64 {
 }
 
 /// Records, on the real-time clock, the instant the trace's times count from (its send, as
-/// `client::send_traced` returns it): the real-time clock now, less the time since.
+/// `net::send_traced` returns it): the real-time clock now, less the time since.
 fn stamp_sent(tr: &RequestTrace, sent: Instant) {
     let started = unix_now_ns().saturating_sub(sent.elapsed().as_nanos() as u64);
     if let Ok(mut m) = sent_unix().lock() {
@@ -922,13 +925,13 @@ fn mock_streams(external: bool) -> Result<Report> {
         });
         r.note(format!(
             "mock: {}; preset {DEMO} with max_running_requests = {STREAMS}; {STREAMS} streams sent \
-             at once through bench_client::client::send (SGLang native, cumulative output), prompt \
+             at once through bench_client::net::send (SGLang native, cumulative output), prompt \
              {STREAM_PROMPT} tokens, {STREAM_OUTPUT} output tokens; multi-thread tokio runtime with \
              {} worker threads; release build",
             mock.label(),
             nproc()
         ));
-        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
+        let http = net::http_client_with(&Timeouts::default(), bench_stamping())?;
         let t = target(mock.url());
         let cpu0_self = cpu_seconds(None);
         let cpu0_mock = mock.pid().and_then(|p| cpu_seconds(Some(p)));
@@ -1070,7 +1073,7 @@ fn kimi_sweep_paused() -> Result<Report> {
     r.note(format!(
         "preset {KIMI} with mem_fraction_static 0.93, chunked_prefill_size 4096, expandable_segments; \
          contexts {DEFAULT_CONTEXTS}; runs 1, warm-up 1 (the CLI default), 64 output tokens; \
-         bench_client::sweep::run_sweep (client::send over loopback HTTP, JSONL records) on a \
+         bench_client::drive::sweep::run_sweep (net::send over loopback HTTP, JSONL records) on a \
          current-thread runtime with a paused clock; wall time includes mock start-up; {SWEEP_REPEATS} repeats"
     ));
     let mut walls = Vec::new();
@@ -1109,7 +1112,7 @@ fn kimi_sweep_paused() -> Result<Report> {
                 out: out.clone(),
                 resume: false,
                 seed: 7,
-                token_id_range: bench_client::prompt::DEFAULT_ID_RANGE,
+                token_id_range: bench_client::plan::prompt::DEFAULT_ID_RANGE,
                 return_token_ids: false,
                 timeouts: Timeouts::default(),
                 on_crash: OnCrash::Stop,
@@ -1214,7 +1217,7 @@ fn client_overhead(external: bool) -> Result<Report> {
         } else {
             "client-overhead"
         });
-        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
+        let http = net::http_client_with(&Timeouts::default(), bench_stamping())?;
 
         // One stream at a time.
         let mock = Mock::start(DEMO, &[], external).await?;
@@ -1239,7 +1242,7 @@ fn client_overhead(external: bool) -> Result<Report> {
                 Prompt::TokenIds(gen.token_ids(256, i as u64)),
                 8,
             );
-            let (tr, sent) = client::send_traced(&http, &t, &spec, &Timeouts::default()).await;
+            let (tr, sent) = net::send_traced(&http, &t, &spec, &Timeouts::default()).await;
             stamp_sent(&tr, sent);
             // The first ten requests warm the connection and are not measured.
             if i >= 10 {
@@ -1507,7 +1510,7 @@ fn long_prompt() -> Result<Report> {
     let mut r = Report::new("long-prompt");
     r.note(format!(
         "{LONG}-token token-id prompts (unique per request), preset {DEMO}, 16 output tokens. \
-         Serialisation = Dialect::build_body + serde_json::to_vec, the work client::send does before \
+         Serialisation = Dialect::build_body + serde_json::to_vec, the work net::send does before \
          it starts the clock"
     ));
     // Serialisation cost.
@@ -1551,13 +1554,13 @@ fn long_prompt() -> Result<Report> {
     let paused_diff = rt.block_on(async {
         let mock = Mock::start(DEMO, &[], false).await?;
         // The paused clock: the kernel's real-time stamps mean nothing on it.
-        let http = client::http_client_with(&Timeouts::default(), Stamping::Socket)?;
+        let http = net::http_client_with(&Timeouts::default(), Stamping::Socket)?;
         let spec = RequestSpec::new(
             "long-paused",
             Prompt::TokenIds(gen.token_ids(LONG, 999)),
             16,
         );
-        let tr = client::send(&http, &target(mock.url()), &spec, &Timeouts::default()).await;
+        let tr = net::send(&http, &target(mock.url()), &spec, &Timeouts::default()).await;
         let l = lags(&mock, &http, &[tr]).await?;
         mock.stop().await;
         anyhow::Ok(l.first)
@@ -1575,7 +1578,7 @@ fn long_prompt() -> Result<Report> {
     let rt = multi_thread_runtime()?;
     let (long, short, ttft) = rt.block_on(async {
         let mock = Mock::start(DEMO, &[], false).await?;
-        let http = client::http_client_with(&Timeouts::default(), bench_stamping())?;
+        let http = net::http_client_with(&Timeouts::default(), bench_stamping())?;
         let t = target(mock.url());
         let mut long = Vec::new();
         let mut short = Vec::new();
@@ -1590,8 +1593,8 @@ fn long_prompt() -> Result<Report> {
                 Prompt::TokenIds(gen.token_ids(1000, 2000 + i as u64)),
                 16,
             );
-            let ta = client::send(&http, &t, &a, &Timeouts::default()).await;
-            let tb = client::send(&http, &t, &b, &Timeouts::default()).await;
+            let ta = net::send(&http, &t, &a, &Timeouts::default()).await;
+            let tb = net::send(&http, &t, &b, &Timeouts::default()).await;
             // The first pair warms the connection.
             if i > 0 {
                 long.push(ta);
@@ -1642,18 +1645,20 @@ fn long_prompt() -> Result<Report> {
 const LOAD_CONCURRENCY: u32 = 2000;
 const LOAD_REQUESTS: u64 = 8000;
 
-/// `bench_client::load::run_load`, closed loop at 2,000 concurrent streams, against the mock; each
+/// `bench_client::drive::run_load`, closed loop at 2,000 concurrent streams, against the mock; each
 /// record's TTFT against the mock's ground truth (from the request's arrival at the mock's socket to
 /// the instant its HTTP layer sent the first chunk).
 fn load_2000(external: bool) -> Result<Report> {
-    use bench_client::load::{Arrivals, LenDist, LoadConfig, Schedule, Shard, Slo, Stop, Workload};
+    use bench_client::drive::LoadConfig;
+    use bench_client::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
+    use bench_client::report::Slo;
     let rt = multi_thread_runtime()?;
     rt.block_on(async {
         let sets = [("max_running_requests", "2048".to_string())];
         let mock = Mock::start(DEMO, &sets, external).await?;
         let mut r = Report::new(if external { "load-2000-external" } else { "load-2000" });
         r.note(format!(
-            "mock: {}; preset {DEMO} with max_running_requests = 2048; bench_client::load::run_load, \
+            "mock: {}; preset {DEMO} with max_running_requests = 2048; bench_client::drive::run_load, \
              closed loop at concurrency {LOAD_CONCURRENCY}, {LOAD_REQUESTS} requests, input 256 \
              tokens, output uniform 32..96 tokens (so the workers drift apart after the first round); \
              client stamping: {} (PERF_CLIENT_STAMPING); overhead = the record's TTFT (from its \
@@ -1695,10 +1700,10 @@ fn load_2000(external: bool) -> Result<Report> {
         };
         let cpu0 = cpu_seconds(None);
         let started = Instant::now();
-        let outcome = bench_client::load::run_load(&cfg).await?;
+        let outcome = bench_client::drive::run_load(&cfg).await?;
         let wall = started.elapsed().as_secs_f64();
         let cpu = cpu_seconds(None).zip(cpu0).map(|(a, b)| a - b);
-        let recs = bench_client::record::read_records(&out)?;
+        let recs = bench_client::results::read_records(&out)?;
         let http = reqwest::Client::new();
         let (mut all, mut steady, mut queue) = (Vec::new(), Vec::new(), Vec::new());
         let mut steady_queue = Vec::new();

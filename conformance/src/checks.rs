@@ -1,16 +1,17 @@
 //! Live protocol checks: what the mock assumes about an LLM server, checked against any server.
 //!
 //! Each check sends real requests through the benchmark client's own request path
-//! ([`bench_client::client::send`]) and states what it saw as evidence, so a failing check tells the
+//! ([`bench_client::net::send`]) and states what it saw as evidence, so a failing check tells the
 //! user what the server did. The same checks run against the mock in `cargo test`
 //! (`tests/live_checks.rs`), so the mock passes exactly what a real server passes.
 
 use std::time::Duration;
 
 use bench_client::api::Dialect;
-use bench_client::client::{self, RequestSpec, Target, Timeouts};
 use bench_client::measure;
-use bench_client::prompt::{Prompt, PromptGen};
+use bench_client::net::{self, Target};
+use bench_client::plan::prompt::{Prompt, PromptGen};
+use bench_client::plan::{RequestSpec, Timeouts};
 use bench_client::trace::{RequestTrace, StreamEnd};
 
 /// Verdict of one check.
@@ -117,7 +118,7 @@ fn result(
 }
 
 struct Ctx {
-    http: client::Http,
+    http: net::Http,
     target: Target,
     opts: CheckOptions,
     prompts: PromptGen,
@@ -144,7 +145,7 @@ impl Ctx {
     }
 
     async fn send(&self, spec: &RequestSpec) -> RequestTrace {
-        client::send(&self.http, &self.target, spec, &self.opts.timeouts).await
+        net::send(&self.http, &self.target, spec, &self.opts.timeouts).await
     }
 }
 
@@ -157,7 +158,7 @@ fn describe_end(t: &RequestTrace) -> String {
 
 /// Run every check against `opts.url`, in a fixed order.
 pub async fn run_checks(opts: CheckOptions) -> Vec<CheckResult> {
-    let http = match client::http_client(&opts.timeouts) {
+    let http = match net::http_client(&opts.timeouts) {
         Ok(h) => h,
         Err(e) => {
             return vec![result(
@@ -173,7 +174,7 @@ pub async fn run_checks(opts: CheckOptions) -> Vec<CheckResult> {
     let mut out = Vec::new();
 
     // /health
-    let healthy = client::health(&http, &base, key.as_deref()).await;
+    let healthy = net::health(&http, &base, key.as_deref()).await;
     out.push(result(
         "health",
         "GET /health answers 200 while serving",
@@ -191,11 +192,11 @@ pub async fn run_checks(opts: CheckOptions) -> Vec<CheckResult> {
 
     let dialect = match opts.dialect {
         Some(d) => d,
-        None => client::probe_dialect(&http, &base, key.as_deref()).await,
+        None => net::probe_dialect(&http, &base, key.as_deref()).await,
     };
     let model = match &opts.model {
         Some(m) => Some(m.clone()),
-        None => client::first_model(&http, &base, key.as_deref()).await,
+        None => net::first_model(&http, &base, key.as_deref()).await,
     };
     out.push(result(
         "models",
@@ -508,7 +509,7 @@ async fn flush_checks(ctx: &mut Ctx, out: &mut Vec<CheckResult>) {
     let http = ctx.http.clone();
     let target = ctx.target.clone();
     let timeouts = ctx.opts.timeouts.clone();
-    let long = tokio::spawn(async move { client::send(&http, &target, &spec, &timeouts).await });
+    let long = tokio::spawn(async move { net::send(&http, &target, &spec, &timeouts).await });
     let mut statuses = Vec::new();
     for _ in 0..200 {
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -6,40 +6,15 @@ pub mod openai_chat;
 #[cfg(test)]
 mod reference;
 pub mod sglang;
+pub mod sse;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::client::RequestSpec;
+use crate::plan::RequestSpec;
+pub use crate::trace::Dialect;
 use crate::trace::{Chunk, TokenAttribution};
 
-/// The API a server speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-pub enum Dialect {
-    /// SGLang native `POST /generate` with `input_ids`.
-    #[serde(rename = "sglang")]
-    #[value(name = "sglang")]
-    Sglang,
-    /// OpenAI `POST /v1/completions` with a token-id prompt.
-    #[serde(rename = "openai")]
-    #[value(name = "openai")]
-    OpenAi,
-    /// OpenAI `POST /v1/chat/completions` (text prompts only).
-    #[serde(rename = "openai-chat")]
-    #[value(name = "openai-chat")]
-    OpenAiChat,
-}
-
 impl Dialect {
-    /// Wire name, as on the command line.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Sglang => "sglang",
-            Self::OpenAi => "openai",
-            Self::OpenAiChat => "openai-chat",
-        }
-    }
-
     /// Request path.
     pub fn path(&self) -> &'static str {
         match self {
@@ -244,7 +219,7 @@ mod tests {
         assert!(files.len() >= 10, "fixtures not found in {}", dir.display());
         for f in files {
             let v: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
-            let mut sse = crate::sse::SseDecoder::new();
+            let mut sse = crate::api::sse::SseDecoder::new();
             let mut events = vec![];
             for r in v["reads"].as_array().unwrap() {
                 let data = r["data"].as_str().unwrap();

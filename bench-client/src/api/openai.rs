@@ -5,8 +5,8 @@ use serde_json::{json, Value};
 
 use super::event::Event;
 use super::DecoderState;
-use crate::client::RequestSpec;
-use crate::prompt::Prompt;
+use crate::plan::prompt::Prompt;
+use crate::plan::RequestSpec;
 use crate::trace::{Chunk, TokenAttribution};
 
 /// Fields every OpenAI-style streaming body carries.

@@ -4,8 +4,8 @@
 use serde_json::{json, Value};
 
 use super::openai::common_fields;
-use crate::client::RequestSpec;
-use crate::prompt::Prompt;
+use crate::plan::prompt::Prompt;
+use crate::plan::RequestSpec;
 
 /// Build the `/v1/chat/completions` body; token-id prompts cannot be sent as chat messages.
 pub fn build_body(spec: &RequestSpec, model: Option<&str>) -> Result<Value, String> {

@@ -1,10 +1,11 @@
 //! Helpers shared by the conformance tests: a paused-clock runtime, an in-process mock, a client target.
 
 use bench_client::api::Dialect;
-use bench_client::client::{self, RequestSpec, Target, Timeouts};
-use bench_client::prompt::{Prompt, PromptGen};
+use bench_client::net::stamped::Stamping;
+use bench_client::net::{self, Target};
+use bench_client::plan::prompt::{Prompt, PromptGen};
+use bench_client::plan::{RequestSpec, Timeouts};
 use bench_client::trace::RequestTrace;
-use bench_client::wire::Stamping;
 use mock_server::{Config, MockServer};
 
 /// A single-threaded runtime whose clock is paused: the mock's pacing and the client's stamps read the
@@ -39,8 +40,8 @@ pub fn target(server: &MockServer, dialect: Dialect) -> Target {
 }
 
 /// The client as it runs on the paused clock: stamped at the socket, on the runtime's clock.
-pub fn http() -> client::Http {
-    client::http_client_with(&Timeouts::default(), Stamping::Socket).expect("http client")
+pub fn http() -> net::Http {
+    net::http_client_with(&Timeouts::default(), Stamping::Socket).expect("http client")
 }
 
 /// A token-id prompt of exactly `n` tokens with a unique prefix for `index`.
@@ -56,7 +57,7 @@ pub async fn send(
     max_tokens: u32,
 ) -> RequestTrace {
     let spec = RequestSpec::new(rid, p, max_tokens);
-    client::send(
+    net::send(
         &http(),
         &target(server, dialect),
         &spec,

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use bench_client::measure::measure;
-use bench_client::replay::{self, Read, Transcript};
+use bench_client::stream::replay::{self, Read, Transcript};
 use proptest::prelude::*;
 
 fn transcripts() -> Vec<(String, PathBuf)> {
@@ -109,7 +109,7 @@ fn fixture_semantics() {
     }
     let hit = load("sglang-native-cache-hit.json");
     assert_eq!(hit.cached_tokens(), Some(31));
-    let rec = bench_client::record::Record::streaming(hit, 32, 0);
+    let rec = bench_client::results::Record::streaming(hit, 32, 0);
     assert!(rec.contaminated);
 }
 

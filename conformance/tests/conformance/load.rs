@@ -4,19 +4,19 @@
 
 use std::time::Duration;
 
-use bench_client::client::Timeouts;
-use bench_client::load::{
-    run_load, Arrivals, LenDist, LoadConfig, Schedule, Shard, Slo, Stop, Workload,
-};
-use bench_client::record::read_records;
-use bench_client::wire::Stamping;
+use bench_client::drive::{run_load, LoadConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::Timeouts;
+use bench_client::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
+use bench_client::report::Slo;
+use bench_client::results::read_records;
 
 use crate::common;
 
 fn cfg(url: String, out: &std::path::Path, schedule: Schedule, workload: Workload) -> LoadConfig {
     LoadConfig {
         stamping: Stamping::Socket,
-        target: bench_client::client::Target {
+        target: bench_client::Target {
             base_url: url,
             dialect: bench_client::Dialect::Sglang,
             model: None,
@@ -67,7 +67,7 @@ fn shared_prefix_cache_hit_rate_matches_ground_truth() {
         // The server's /metrics agree over the run.
         let d = o.metrics.unwrap().deltas();
         assert_eq!(
-            bench_client::load::metrics::by_name(&d, "sglang:cached_tokens_total"),
+            bench_client::report::server_metrics::by_name(&d, "sglang:cached_tokens_total"),
             Some(cached as f64)
         );
         // Each record's group is the one whose prefix it carried.
@@ -86,7 +86,7 @@ fn ttft_is_measured_from_the_scheduled_start_with_queue_time_apart() {
         let server = common::start(common::preset("small-cpu-demo")).await;
         let arr = Arrivals::Open {
             rate: 50.0,
-            kind: bench_client::load::ArrivalKind::Poisson,
+            kind: bench_client::plan::ArrivalKind::Poisson,
             burstiness: 1.0,
         };
         let s = Schedule::new(arr, Stop::Requests(20), 21).unwrap();

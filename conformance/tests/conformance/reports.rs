@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use bench_client::api::Dialect;
-use bench_client::client::Timeouts;
-use bench_client::record::{read_records, Method, Record};
-use bench_client::report::{render_table, to_csv, to_json, Report};
-use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
-use bench_client::wire::Stamping;
+use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::Timeouts;
+use bench_client::report::export::{csv, json, table};
+use bench_client::report::Report;
+use bench_client::results::{read_records, Method, Record};
 use proptest::prelude::*;
 
 use crate::common;
@@ -55,12 +56,12 @@ fn seeded_run_reports_are_stable() {
         "3 contexts x 3 runs x (streaming + two-point)"
     );
     let report = Report::from_records(&recs);
-    insta::assert_snapshot!("seeded_table", render_table(&report));
-    insta::assert_snapshot!("seeded_json", to_json(&report));
-    insta::assert_snapshot!("seeded_csv", to_csv(&report).unwrap());
+    insta::assert_snapshot!("seeded_table", table::sweep(&report));
+    insta::assert_snapshot!("seeded_json", json::sweep(&report));
+    insta::assert_snapshot!("seeded_csv", csv::sweep(&report).unwrap());
     // The same seeded run twice gives the same report.
     let again = Report::from_records(&seeded_records());
-    assert_eq!(render_table(&again), render_table(&report));
+    assert_eq!(table::sweep(&again), table::sweep(&report));
 }
 
 proptest! {
@@ -76,8 +77,8 @@ proptest! {
         let (a, b) = recs.split_at(cut);
         let merged = Report::from_records(a).merge(Report::from_records(b));
         let whole = Report::from_records(&recs);
-        prop_assert_eq!(to_json(&merged), to_json(&whole));
-        prop_assert_eq!(render_table(&merged), render_table(&whole));
+        prop_assert_eq!(json::sweep(&merged), json::sweep(&whole));
+        prop_assert_eq!(table::sweep(&merged), table::sweep(&whole));
     }
 }
 

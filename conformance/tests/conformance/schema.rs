@@ -2,10 +2,11 @@
 
 use crate::common::{paused_runtime, preset, start};
 use bench_client::api::Dialect;
-use bench_client::client::{Target, Timeouts};
-use bench_client::record::Method;
-use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
-use bench_client::wire::Stamping;
+use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::Timeouts;
+use bench_client::results::Method;
+use bench_client::Target;
 use std::time::Duration;
 
 #[test]

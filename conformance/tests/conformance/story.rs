@@ -6,11 +6,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use bench_client::api::Dialect;
-use bench_client::client::Timeouts;
+use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
 use bench_client::measure::measure;
-use bench_client::record::{read_records, Method, Record};
-use bench_client::sweep::{run_sweep, OnCrash, SweepConfig};
-use bench_client::wire::Stamping;
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::Timeouts;
+use bench_client::results::{read_records, Method, Record};
 use mock_server::{MockServer, RequestTruth};
 
 use crate::common::{self, ms};

@@ -3,8 +3,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::api::Dialect;
-use crate::client::{StreamAssembler, TraceHead};
+use crate::stream::{StreamAssembler, TraceHead};
+use crate::trace::Dialect;
 use crate::trace::{RequestTrace, StreamEnd};
 
 /// The request recorded in a transcript.
@@ -138,61 +138,4 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<Transcript> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing transcript {}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::measure::measure;
-
-    fn transcript(reads: Vec<(f64, &str)>, end: &str) -> Transcript {
-        let reads: Vec<Value> = reads
-            .into_iter()
-            .map(|(at, d)| serde_json::json!({"at_ms": at, "data": d}))
-            .collect();
-        serde_json::from_value(serde_json::json!({
-            "description": "test", "source": "constructed", "recorded": false, "dialect": "sglang",
-            "request": {"path": "/generate", "body": {"rid": "t1", "input_ids": [1,2,3,4], "sampling_params": {"max_new_tokens": 3}, "stream": true}},
-            "status": 200, "headers_at_ms": 0.5, "reads": reads, "end": end
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn replay_split_events_crlf_and_keepalive() {
-        let t = transcript(
-            vec![
-                (10.0, ": keep-alive\r\n\r\ndata: {\"text\":\"a\",\"meta_info\":{\"prompt_tokens\":4,\"completion_tokens\":2,\"cached_tokens\":0}}\r\n"),
-                (12.0, "\r\n"),
-                (20.0, "data: {\"text\":\"ab\",\"meta_info\":{\"prompt_tokens\":4,\"completion_tokens\":3,\"cached_tokens\":0}}\n\ndata: [DO"),
-                (21.0, "NE]\n\n"),
-            ],
-            "eof",
-        );
-        let tr = replay(&t);
-        assert_eq!(tr.end, StreamEnd::Done);
-        assert_eq!(tr.rid, "t1");
-        assert_eq!(tr.chunks[0].at_ns, 12_000_000);
-        assert_eq!(tr.end_ns, 21_000_000);
-        let m = measure(&tr).unwrap();
-        assert_eq!(m.ttft_ms, 12.0);
-        assert_eq!(m.tokens_per_chunk, vec![2, 1]);
-        assert!((m.decode_tok_s.unwrap() - 1.0 / 0.008).abs() < 1e-6);
-    }
-
-    #[test]
-    fn replay_reset_is_stream_cut() {
-        let t = transcript(
-            vec![(
-                5.0,
-                "data: {\"text\":\"a\",\"meta_info\":{\"completion_tokens\":1}}\n\n",
-            )],
-            "reset",
-        );
-        let tr = replay(&t);
-        assert_eq!(
-            tr.failure().unwrap().kind,
-            crate::trace::FailureKind::StreamCut
-        );
-    }
 }

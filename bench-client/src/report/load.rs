@@ -6,55 +6,14 @@
 //! significant digits) at or below which the given fraction of samples lie. `max` is exact.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
-use crate::measure::measure;
-use crate::record::Record;
+pub use crate::measure::Slo;
+use crate::measure::{load_numbers, measure};
+use crate::results::Record;
 use crate::trace::TokenAttribution;
-
-/// Service-level objective for goodput.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Slo {
-    /// TTFT from the scheduled start, ms.
-    pub ttft_ms: Option<f64>,
-    /// TPOT (our definition), ms.
-    pub tpot_ms: Option<f64>,
-}
-
-impl Slo {
-    /// Parse `ttft=MS,tpot=MS` (either may be left out).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let mut slo = Slo::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| format!("--slo expects ttft=MS,tpot=MS, got {part:?}"))?;
-            let v: f64 = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|v: &f64| v.is_finite() && *v > 0.0)
-                .ok_or_else(|| format!("--slo {k}: {v:?} is not a positive number of ms"))?;
-            match k.trim() {
-                "ttft" => slo.ttft_ms = Some(v),
-                "tpot" => slo.tpot_ms = Some(v),
-                other => return Err(format!("--slo: unknown objective {other:?} (ttft, tpot)")),
-            }
-        }
-        if slo.ttft_ms.is_none() && slo.tpot_ms.is_none() {
-            return Err("--slo needs ttft=MS and/or tpot=MS".into());
-        }
-        Ok(slo)
-    }
-
-    fn is_set(&self) -> bool {
-        self.ttft_ms.is_some() || self.tpot_ms.is_some()
-    }
-}
 
 /// A histogram with its exact maximum.
 #[derive(Clone, Debug, PartialEq)]
@@ -225,24 +184,6 @@ pub struct LoadSummary {
     pub shards: BTreeSet<String>,
 }
 
-fn slo_met(slo: &Slo, ttft_ns: u64, tpot_ns: Option<u64>, single_token: bool) -> bool {
-    let ttft_ok = slo.ttft_ms.is_none_or(|t| ttft_ns as f64 / 1e6 <= t);
-    let tpot_ok = match (slo.tpot_ms, tpot_ns) {
-        (None, _) => true,
-        (Some(t), Some(v)) => v as f64 / 1e6 <= t,
-        (Some(_), None) => single_token,
-    };
-    ttft_ok && tpot_ok
-}
-
-fn ns_of_ms(ms: f64) -> u64 {
-    if ms.is_finite() && ms > 0.0 {
-        (ms * 1e6).round() as u64
-    } else {
-        0
-    }
-}
-
 impl LoadSummary {
     /// An empty summary with an SLO.
     pub fn new(slo: Slo) -> Self {
@@ -296,9 +237,7 @@ impl LoadSummary {
             }
         };
         self.succeeded += 1;
-        let out: Vec<_> = trace.chunks.iter().filter(|c| c.carries_output()).collect();
-        let first_ns = out.first().map_or(0, |c| c.at_ns);
-        let last_ns = out.last().map_or(0, |c| c.at_ns);
+        let n = load_numbers(trace, &m, load.client_queue_ns);
         let output = u64::from(m.completion_tokens.unwrap_or(0));
         self.output_tokens += output;
         if let Some(p) = m.prompt_tokens {
@@ -311,48 +250,34 @@ impl LoadSummary {
         let sec = self.timeline.entry(end / 1_000_000_000).or_default();
         sec.completed += 1;
         sec.output_tokens += output;
-        let ttft_sched = load.client_queue_ns.saturating_add(first_ns);
-        self.metric("ttft").record(ttft_sched);
-        self.metric("ttft_server").record(first_ns);
-        self.metric("sglang_vllm_ttft").record(first_ns);
-        self.metric("e2e").record(trace.end_ns);
-        self.metric("sglang_vllm_e2e").record(trace.end_ns);
-        for w in out.windows(2) {
-            let gap = w[1].at_ns.saturating_sub(w[0].at_ns);
+        self.metric("ttft").record(n.ttft_from_schedule_ns);
+        self.metric("ttft_server").record(n.ttft_ns);
+        self.metric("sglang_vllm_ttft").record(n.ttft_ns);
+        self.metric("e2e").record(n.e2e_ns);
+        self.metric("sglang_vllm_e2e").record(n.e2e_ns);
+        for &gap in &n.inter_chunk_ns {
             self.metric("inter_chunk").record(gap);
             self.metric("sglang_vllm_itl").record(gap);
         }
-        let known = m.token_attribution != TokenAttribution::Unknown;
-        let mut tpot_ns = None;
-        if known {
+        if m.token_attribution != TokenAttribution::Unknown {
             for &t in &m.tokens_per_chunk {
                 self.tokens_per_chunk.record(u64::from(t));
                 self.chunks_counted += 1;
                 self.chunk_tokens += u64::from(t);
             }
-            for v in &m.per_token_ms {
-                self.metric("per_token").record(ns_of_ms(*v));
+            for &v in &n.per_token_ns {
+                self.metric("per_token").record(v);
             }
-            let after: u64 = m
-                .tokens_per_chunk
-                .iter()
-                .skip(1)
-                .map(|&t| u64::from(t))
-                .sum();
-            if m.decode_tok_s.is_some() && after > 0 {
-                let v = (last_ns.saturating_sub(first_ns) as f64 / after as f64).round() as u64;
+            if let Some(v) = n.tpot_ns {
                 self.metric("tpot").record(v);
-                tpot_ns = Some(v);
             }
         } else {
             self.counts_unknown += 1;
         }
-        if output >= 2 {
-            let v =
-                (trace.end_ns.saturating_sub(first_ns) as f64 / (output - 1) as f64).round() as u64;
+        if let Some(v) = n.naive_tpot_ns {
             self.metric("sglang_vllm_tpot").record(v);
         }
-        if slo_met(&self.slo, ttft_sched, tpot_ns, output <= 1) {
+        if self.slo.met(&n, output) {
             self.good += 1;
         }
     }
@@ -459,181 +384,16 @@ pub struct Derived {
     pub tokens_per_chunk_mean: Option<f64>,
 }
 
-const PCTS: [(&str, f64); 4] = [("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0)];
-
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
-
-/// The summary as JSON (all latencies in ms).
-pub fn to_json(s: &LoadSummary) -> Value {
-    let mut metrics = serde_json::Map::new();
-    for (name, def) in METRICS {
-        let Some(m) = s.metrics.get(name) else {
-            continue;
-        };
-        let mut o = serde_json::Map::new();
-        o.insert("definition".into(), json!(def));
-        o.insert("count".into(), json!(m.count()));
-        for (label, p) in PCTS {
-            o.insert(format!("{label}_ms"), json!(m.percentile(p).map(ms)));
-        }
-        o.insert("max_ms".into(), json!(m.max().map(ms)));
-        o.insert("mean_ms".into(), json!(m.mean().map(|v| v / 1e6)));
-        metrics.insert(name.into(), Value::Object(o));
+/// Read load records from several results files and summarise them as one run.
+pub fn merge_files(files: &[std::path::PathBuf], slo: Slo) -> anyhow::Result<(LoadSummary, usize)> {
+    let mut summary = LoadSummary::new(slo);
+    let mut ignored = 0usize;
+    for f in files {
+        let recs = crate::results::read_records(f)?;
+        ignored += recs.iter().filter(|r| r.load.is_none()).count();
+        summary = summary.merge(&LoadSummary::from_records(&recs, slo));
     }
-    let tpc = &s.tokens_per_chunk;
-    let t0 = s.timeline.keys().next().copied().unwrap_or(0);
-    json!({
-        "requests": s.requests,
-        "succeeded": s.succeeded,
-        "failures": s.failures,
-        "shards": s.shards,
-        "slo": s.slo,
-        "good": s.good,
-        "prompt_tokens": s.prompt_tokens,
-        "cached_tokens": s.cached_tokens,
-        "output_tokens": s.output_tokens,
-        "per_chunk_counts_unknown": s.counts_unknown,
-        "derived": s.derived(),
-        "tokens_per_chunk": {
-            "p50": tpc.percentile(50.0), "p90": tpc.percentile(90.0), "p99": tpc.percentile(99.0),
-            "max": tpc.max(),
-        },
-        "metrics": metrics,
-        "timeline": s.timeline.iter().map(|(k, v)| json!({
-            "second": k - t0, "unix_s": k, "sent": v.sent, "completed": v.completed,
-            "failed": v.failed, "output_tokens": v.output_tokens,
-        })).collect::<Vec<_>>(),
-    })
-}
-
-fn opt(v: Option<f64>, prec: usize) -> String {
-    v.map_or_else(|| "-".to_string(), |v| format!("{v:.prec$}"))
-}
-
-/// The summary as a text table.
-pub fn render_table(s: &LoadSummary) -> String {
-    let d = s.derived();
-    let mut o = String::new();
-    let shards: Vec<&str> = s.shards.iter().map(String::as_str).collect();
-    let _ = writeln!(o, "load summary (shards {})", shards.join(", "));
-    let _ = writeln!(
-        o,
-        "  requests              {} measured, {} ok, {} failed",
-        s.requests,
-        s.succeeded,
-        s.requests - s.succeeded
-    );
-    let rows: [(&str, String, &str); 9] = [
-        (
-            "duration",
-            opt(d.duration_s, 3),
-            "s, first scheduled start to last stream end",
-        ),
-        (
-            "request throughput",
-            opt(d.request_throughput, 2),
-            "req/s, successful requests / duration",
-        ),
-        (
-            "output throughput",
-            opt(d.output_throughput, 1),
-            "tok/s, output tokens / duration",
-        ),
-        (
-            "input throughput",
-            opt(d.input_throughput, 1),
-            "tok/s, prompt tokens / duration",
-        ),
-        (
-            "arrival rate",
-            opt(d.arrival_rate, 2),
-            "req/s, (sends - 1) / (last send - first send)",
-        ),
-        (
-            "achieved concurrency",
-            opt(d.achieved_concurrency, 2),
-            "mean in flight, sum(send-to-end) / duration",
-        ),
-        (
-            "cache hit rate",
-            opt(d.cache_hit_rate, 4),
-            "cached / prompt tokens, as the server reported",
-        ),
-        (
-            "tokens per chunk",
-            opt(d.tokens_per_chunk_mean, 3),
-            "mean output tokens per output chunk",
-        ),
-        ("goodput", opt(d.goodput, 2), "req/s meeting the SLO"),
-    ];
-    for (k, v, def) in rows {
-        let _ = writeln!(o, "  {k:<21} {v:<12} {def}");
-    }
-    if s.slo.is_set() {
-        let _ = writeln!(
-            o,
-            "  slo                   ttft <= {} ms, tpot <= {} ms: {} of {} requests",
-            opt(s.slo.ttft_ms, 1),
-            opt(s.slo.tpot_ms, 1),
-            s.good,
-            s.requests
-        );
-    }
-    if s.counts_unknown > 0 {
-        let _ = writeln!(
-            o,
-            "  note: {} requests had no per-chunk token counts; TPOT and per-token latency exclude them",
-            s.counts_unknown
-        );
-    }
-    let _ = writeln!(
-        o,
-        "\n  {:<18} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "latency (ms)", "n", "p50", "p90", "p95", "p99", "max", "mean"
-    );
-    for (name, _) in METRICS {
-        let Some(m) = s.metrics.get(name) else {
-            continue;
-        };
-        let mut line = format!("  {name:<18} {:>7}", m.count());
-        for (_, p) in PCTS {
-            let _ = write!(line, " {:>10}", opt(m.percentile(p).map(ms), 3));
-        }
-        let _ = write!(
-            line,
-            " {:>10} {:>10}",
-            opt(m.max().map(ms), 3),
-            opt(m.mean().map(|v| v / 1e6), 3)
-        );
-        let _ = writeln!(o, "{line}");
-    }
-    let _ = writeln!(o, "\n  definitions:");
-    for (name, def) in METRICS {
-        let _ = writeln!(o, "    {name:<18} {def}");
-    }
-    if !s.failures.is_empty() {
-        let _ = writeln!(o, "\n  failures by cause:");
-        for (k, v) in &s.failures {
-            let _ = writeln!(o, "    {k:<24} {v}");
-        }
-    }
-    if let Some(&t0) = s.timeline.keys().next() {
-        let _ = writeln!(o, "\n  timeline (s: sent, completed, failed, output tok)");
-        for (k, v) in &s.timeline {
-            let _ = writeln!(
-                o,
-                "    {:>5} {:>7} {:>9} {:>6} {:>10}",
-                k - t0,
-                v.sent,
-                v.completed,
-                v.failed,
-                v.output_tokens
-            );
-        }
-    }
-    o
+    Ok((summary, ignored))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::measure::percentile;
-use crate::record::{Method, Record};
+use crate::results::{Method, Record};
 
 /// Raw values of one context length; merging concatenates, so merged reports are exact.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -88,6 +88,15 @@ impl PointData {
 }
 
 impl Report {
+    /// Requests by where their instants were stamped, over all points.
+    pub fn stamps(&self) -> BTreeMap<String, u64> {
+        let mut stamps = BTreeMap::new();
+        for p in self.points.values() {
+            add_map(&mut stamps, p.stamps.clone());
+        }
+        stamps
+    }
+
     /// Build from records.
     pub fn from_records(records: &[Record]) -> Report {
         let mut r = Report::default();
@@ -228,231 +237,4 @@ pub struct Summary {
     pub two_point_decode_tok_s_p50: Option<f64>,
     /// Two-point errors by kind.
     pub two_point_errors: BTreeMap<String, u64>,
-}
-
-fn f(x: Option<f64>, prec: usize) -> String {
-    x.map_or_else(|| "-".to_string(), |v| format!("{v:.prec$}"))
-}
-
-fn counts(m: &BTreeMap<String, u64>) -> String {
-    if m.is_empty() {
-        return "0".into();
-    }
-    m.iter()
-        .map(|(k, v)| format!("{v} {k}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// A plain-text table, one row per context length.
-pub fn render_table(report: &Report) -> String {
-    let tp = report.has_two_point();
-    let mut header = vec![
-        "context",
-        "ok/n",
-        "TTFT p50 ms",
-        "TTFT p90 ms",
-        "prefill tok/s",
-        "decode tok/s p50",
-        "decode p10",
-        "naive decode",
-        "tok/chunk",
-        "cached",
-        "contam",
-        "failures",
-        "attribution",
-    ];
-    if tp {
-        header.extend(["2pt prefill", "2pt decode", "2pt errors"]);
-    }
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    for s in report.summary() {
-        let mut row = vec![
-            s.context_tokens.to_string(),
-            format!("{}/{}", s.ok, s.requests),
-            f(s.ttft_ms_p50, 1),
-            f(s.ttft_ms_p90, 1),
-            f(s.prefill_tok_s_p50, 0),
-            f(s.decode_tok_s_p50, 1),
-            f(s.decode_tok_s_p10, 1),
-            f(s.naive_decode_tok_s_p50, 1),
-            f(s.tokens_per_chunk_mean, 2),
-            s.cached_tokens_max.map_or("-".into(), |c| c.to_string()),
-            s.contaminated.to_string(),
-            counts(&s.failures),
-            if s.token_attribution.is_empty() {
-                "-".into()
-            } else {
-                s.token_attribution.clone()
-            },
-        ];
-        if tp {
-            row.push(f(s.two_point_prefill_tok_s_p50, 0));
-            row.push(f(s.two_point_decode_tok_s_p50, 1));
-            row.push(counts(&s.two_point_errors));
-        }
-        rows.push(row);
-    }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let mut out = line(header.iter().map(|h| h.to_string()).collect());
-    out.push('\n');
-    for r in rows {
-        out.push_str(&line(r));
-        out.push('\n');
-    }
-    let notes: Vec<String> = report
-        .summary()
-        .iter()
-        .flat_map(|s| {
-            s.decode_unavailable.iter().map(move |(k, v)| {
-                format!(
-                    "{} tokens: decode not measured for {v} request(s): {k}",
-                    s.context_tokens
-                )
-            })
-        })
-        .collect();
-    for n in notes {
-        out.push_str(&n);
-        out.push('\n');
-    }
-    out.push_str("decode = tokens after the first chunk / (t_last - t_first); naive = (completion_tokens - 1) / (t_last - t_first).\n");
-    let mut stamps = BTreeMap::<String, u64>::new();
-    for p in report.points.values() {
-        add_map(&mut stamps, p.stamps.clone());
-    }
-    if !stamps.is_empty() {
-        let counts: Vec<String> = stamps.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        out.push_str(&format!(
-            "instants stamped (requests): {} (kernel: kernel receive timestamps; socket: at the connection's reads; task: by the request's task).\n",
-            counts.join(", ")
-        ));
-    }
-    out
-}
-
-/// JSON: the summaries.
-pub fn to_json(report: &Report) -> String {
-    serde_json::to_string_pretty(&report.summary())
-        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-}
-
-/// CSV: one row per context length; maps are written as `kind=count;...`.
-pub fn to_csv(report: &Report) -> anyhow::Result<String> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record([
-        "context_tokens",
-        "requests",
-        "ok",
-        "ttft_ms_p50",
-        "ttft_ms_p90",
-        "prefill_tok_s_p50",
-        "decode_tok_s_p50",
-        "decode_tok_s_p10",
-        "naive_decode_tok_s_p50",
-        "tokens_per_chunk_mean",
-        "cached_tokens_max",
-        "contaminated",
-        "failures",
-        "token_attribution",
-        "two_point_pairs",
-        "two_point_prefill_tok_s_p50",
-        "two_point_decode_tok_s_p50",
-        "two_point_errors",
-    ])?;
-    let o = |x: Option<f64>| x.map_or(String::new(), |v| v.to_string());
-    let m = |m: &BTreeMap<String, u64>| {
-        m.iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(";")
-    };
-    for s in report.summary() {
-        w.write_record([
-            s.context_tokens.to_string(),
-            s.requests.to_string(),
-            s.ok.to_string(),
-            o(s.ttft_ms_p50),
-            o(s.ttft_ms_p90),
-            o(s.prefill_tok_s_p50),
-            o(s.decode_tok_s_p50),
-            o(s.decode_tok_s_p10),
-            o(s.naive_decode_tok_s_p50),
-            o(s.tokens_per_chunk_mean),
-            s.cached_tokens_max.map_or(String::new(), |c| c.to_string()),
-            s.contaminated.to_string(),
-            m(&s.failures),
-            s.token_attribution.clone(),
-            s.two_point_pairs.to_string(),
-            o(s.two_point_prefill_tok_s_p50),
-            o(s.two_point_decode_tok_s_p50),
-            m(&s.two_point_errors),
-        ])?;
-    }
-    Ok(String::from_utf8(
-        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
-    )?)
-}
-
-/// SVG with two panels: median TTFT and median decode rate against context length.
-pub fn plot_svg(report: &Report, path: &std::path::Path) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let s = report.summary();
-    let ttft: Vec<(f64, f64)> = s
-        .iter()
-        .filter_map(|r| r.ttft_ms_p50.map(|t| (f64::from(r.context_tokens), t)))
-        .collect();
-    let dec: Vec<(f64, f64)> = s
-        .iter()
-        .filter_map(|r| r.decode_tok_s_p50.map(|d| (f64::from(r.context_tokens), d)))
-        .collect();
-    let root = SVGBackend::new(path, (900, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let panels = root.split_evenly((1, 2));
-    for (area, (name, pts)) in panels
-        .iter()
-        .zip([("median TTFT (ms)", &ttft), ("median decode (tok/s)", &dec)])
-    {
-        let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05;
-        let ymax = pts.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption(name, ("sans-serif", 18))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .x_desc("context tokens")
-            .draw()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), &BLUE))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, BLUE.filled())))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    root.present()
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-    Ok(())
 }

@@ -10,16 +10,14 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use crate::client::{self, RequestSpec, Target, Timeouts};
-use crate::measure::{two_point, TwoPointError};
-use crate::prompt::{Prompt, PromptGen};
-use crate::record::{read_records, Method, Record, RecordWriter, TwoPointDetail};
+use crate::measure::{basics, two_point, TwoPointError};
+use crate::net::stamped::Stamping;
+use crate::net::{self, Target};
+use crate::plan::prompt::{Prompt, PromptGen};
+use crate::plan::{RequestSpec, Timeouts};
+use crate::results::{read_records, Method, Record, RecordWriter, TwoPointDetail};
+use crate::trace::Dialect;
 use crate::trace::FailureKind;
-use crate::wire::Stamping;
-use crate::Dialect;
-
-/// Default context ladder.
-pub const DEFAULT_CONTEXTS: &str = "1k,2k,4k,8k,16k,32k,64k,128k,185k";
 
 /// What to do when the server goes down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -73,6 +71,36 @@ pub struct SweepConfig {
     pub command: String,
 }
 
+impl SweepConfig {
+    /// A streaming sweep of `target` into `out` with the command line's defaults: the default
+    /// contexts, 64 output tokens, 3 runs and 1 warm-up per context, seed 0x5eed, kernel stamps,
+    /// default deadlines, stop on a crash, no progress bar.
+    pub fn new(target: Target, out: PathBuf) -> Self {
+        Self {
+            target,
+            contexts: crate::plan::parse_contexts(crate::plan::DEFAULT_CONTEXTS)
+                .unwrap_or_default(),
+            output_tokens: 64,
+            runs: 3,
+            warmup: 1,
+            method: Method::Streaming,
+            flush_cache: false,
+            two_point_tokens: (1, 17),
+            out,
+            resume: false,
+            seed: 0x5eed,
+            token_id_range: crate::plan::DEFAULT_ID_RANGE,
+            return_token_ids: false,
+            timeouts: Timeouts::default(),
+            stamping: Stamping::Kernel,
+            on_crash: OnCrash::Stop,
+            crash_wait: Duration::from_secs(600),
+            progress: false,
+            command: String::new(),
+        }
+    }
+}
+
 /// Where a sweep's prompts come from.
 #[derive(Clone, Debug, Default)]
 pub enum PromptSource {
@@ -82,7 +110,7 @@ pub enum PromptSource {
     Default,
     /// Text of exactly N tokens under a local tokenizer, for every dialect.
     #[cfg(feature = "tokenizer")]
-    Tokenizer(std::sync::Arc<crate::tokenizer::TextPrompts>),
+    Tokenizer(std::sync::Arc<crate::plan::tokenizer::TextPrompts>),
 }
 
 impl PromptSource {
@@ -123,32 +151,9 @@ pub struct SweepOutcome {
     pub out: PathBuf,
 }
 
-/// Parse a context list such as `1k,2k,185k` or `512,1024` (k = 1,000 tokens).
-pub fn parse_contexts(s: &str) -> Result<Vec<u32>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (num, mult) = match part.strip_suffix(['k', 'K']) {
-            Some(n) => (n, 1000.0),
-            None => (part, 1.0),
-        };
-        let v: f64 = num.parse().map_err(|_| {
-            format!("context length {part:?} is not a number (examples: 1k, 512, 185k)")
-        })?;
-        let tokens = v * mult;
-        if !tokens.is_finite() || tokens < 1.0 || tokens > f64::from(u32::MAX) {
-            return Err(format!("context length {part:?} is out of range"));
-        }
-        out.push(tokens.round() as u32);
-    }
-    if out.is_empty() {
-        return Err("no context lengths given".into());
-    }
-    Ok(out)
-}
-
 struct Runner<'a> {
     cfg: &'a SweepConfig,
-    http: client::Http,
+    http: net::Http,
     prompts: PromptGen,
     source: PromptSource,
     nonce: u64,
@@ -189,7 +194,7 @@ impl Runner<'_> {
     }
 
     async fn flush(&self) -> Result<(), String> {
-        client::flush_cache(&self.http, &self.cfg.target.base_url, self.key()).await
+        net::flush_cache(&self.http, &self.cfg.target.base_url, self.key()).await
     }
 
     async fn streaming(&mut self, context: u32, run: u32) -> anyhow::Result<Record> {
@@ -199,7 +204,7 @@ impl Runner<'_> {
                 tracing::warn!("{e}");
             }
         }
-        let trace = client::send(&self.http, &self.cfg.target, &spec, &self.cfg.timeouts).await;
+        let trace = net::send(&self.http, &self.cfg.target, &spec, &self.cfg.timeouts).await;
         Ok(Record::streaming(trace, context, run))
     }
 
@@ -214,11 +219,11 @@ impl Runner<'_> {
         let mut spec_b = spec_a.clone();
         spec_b.max_tokens = nb;
         spec_b.rid = format!("{}-b", spec_a.rid);
-        let a = client::send(&self.http, &self.cfg.target, &spec_a, &self.cfg.timeouts).await;
+        let a = net::send(&self.http, &self.cfg.target, &spec_a, &self.cfg.timeouts).await;
         let mut detail = TwoPointDetail {
             a_tokens: na,
             b_tokens: nb,
-            t_a_ms: Some(a.end_ns as f64 / 1e6),
+            t_a_ms: Some(basics(&a).e2e_ms),
             t_b_ms: None,
             cached_tokens_b: None,
             flushed: false,
@@ -237,9 +242,9 @@ impl Runner<'_> {
             }
             detail.flushed = true;
         }
-        let b = client::send(&self.http, &self.cfg.target, &spec_b, &self.cfg.timeouts).await;
+        let b = net::send(&self.http, &self.cfg.target, &spec_b, &self.cfg.timeouts).await;
         let result = two_point(&a, &b);
-        detail.t_b_ms = Some(b.end_ns as f64 / 1e6);
+        detail.t_b_ms = Some(basics(&b).e2e_ms);
         detail.cached_tokens_b = b.cached_tokens();
         detail.trace_a = Some(a);
         detail.trace_b = Some(b);
@@ -249,7 +254,7 @@ impl Runner<'_> {
     /// After a failure that suggests a crash: is the server back (possibly after waiting)?
     async fn server_is_up(&self, bar: &ProgressBar) -> bool {
         let base = &self.cfg.target.base_url;
-        if client::health(&self.http, base, self.key()).await {
+        if net::health(&self.http, base, self.key()).await {
             return true;
         }
         if self.cfg.on_crash == OnCrash::Stop {
@@ -262,7 +267,7 @@ impl Runner<'_> {
         let deadline = tokio::time::Instant::now() + self.cfg.crash_wait;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            if client::health(&self.http, base, self.key()).await {
+            if net::health(&self.http, base, self.key()).await {
                 return true;
             }
         }
@@ -274,7 +279,7 @@ fn is_down(rec: &Record) -> bool {
     let kind = rec
         .error
         .as_ref()
-        .and_then(|e| crate::record::failure_kind(&e.kind));
+        .and_then(|e| crate::results::failure_kind(&e.kind));
     let tp_kind = rec
         .two_point
         .as_ref()
@@ -305,15 +310,15 @@ pub async fn run_sweep_with(
     let prompts = PromptGen::with_range(cfg.seed, cfg.token_id_range.0, cfg.token_id_range.1)
         .map_err(anyhow::Error::msg)?;
     let mut done: HashSet<(Method, u32, u32)> = HashSet::new();
-    if crate::record::existing_results(&cfg.out, cfg.resume, "")? {
+    if crate::results::existing_results(&cfg.out, cfg.resume, "")? {
         for r in read_records(&cfg.out)? {
             if !r.failed() {
                 done.insert(r.point_key());
             }
         }
     }
-    let http = client::http_client_with(&cfg.timeouts, cfg.stamping)
-        .context("building the HTTP client")?;
+    let http =
+        net::http_client_with(&cfg.timeouts, cfg.stamping).context("building the HTTP client")?;
     // A fresh random salt per invocation (recorded in the manifest): prompts stay unique across
     // invocations against a server whose prefix cache is still warm from an earlier run with the
     // same seed. 24 bits, because the request counter takes the low 40 bits of the prompt stream.
@@ -326,7 +331,7 @@ pub async fn run_sweep_with(
         "url": cfg.target.base_url,
         "dialect": cfg.target.dialect,
         "model": cfg.target.model,
-        "server_info": client::server_info(&http, &cfg.target.base_url, key).await,
+        "server_info": net::server_info(&http, &cfg.target.base_url, key).await,
         "seed": cfg.seed,
         "invocation": nonce,
         "settings": {
@@ -347,7 +352,7 @@ pub async fn run_sweep_with(
     });
     // The results file (and its folder) first: the manifest lives beside it.
     let mut writer = RecordWriter::open(&cfg.out)?;
-    crate::record::append_manifest(&cfg.out, &manifest)?;
+    crate::results::append_manifest(&cfg.out, &manifest)?;
     let mut runner = Runner {
         cfg,
         http,
@@ -403,7 +408,7 @@ pub async fn run_sweep_with(
                 _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
             };
             let trace = tokio::select! {
-                t = client::send(&runner.http, &cfg.target, &spec, &cfg.timeouts) => t,
+                t = net::send(&runner.http, &cfg.target, &spec, &cfg.timeouts) => t,
                 _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
             };
             if let Some(f) = trace.failure() {
@@ -460,22 +465,4 @@ pub async fn run_sweep_with(
     }
     bar.finish_and_clear();
     Ok(outcome)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn contexts_parse() {
-        assert_eq!(
-            parse_contexts("1k, 2K,512,185k").unwrap(),
-            vec![1000, 2000, 512, 185_000]
-        );
-        assert_eq!(parse_contexts(DEFAULT_CONTEXTS).unwrap().len(), 9);
-        assert!(parse_contexts("abc").is_err());
-        assert!(parse_contexts("").is_err());
-        assert!(parse_contexts("0").is_err());
-        assert!(parse_contexts("1e20").is_err());
-    }
 }

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal, Uniform};
 use serde::{Deserialize, Serialize};
 
-use crate::prompt::PromptGen;
+use crate::plan::prompt::PromptGen;
 
 /// A length distribution in tokens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

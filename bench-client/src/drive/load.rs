@@ -1,6 +1,6 @@
 //! The load driver: warm-up (not recorded), then the shard's requests at their scheduled instants
 //! (open loop, optionally at most `--max-concurrency` in flight) or by N workers (closed loop); every
-//! request goes through `client::send`, is timed from its scheduled start with the client-side wait
+//! request goes through `net::send`, is timed from its scheduled start with the client-side wait
 //! recorded apart, and its record is appended and flushed at once. `/metrics` is scraped before and
 //! after and the pair kept in the manifest for `merge`. Ctrl-C stops cleanly; `--resume` skips the
 //! indices already in the results file.
@@ -13,21 +13,23 @@ use std::time::Duration;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::client::{self, RequestSpec, Target, Timeouts};
-use crate::prompt::Prompt;
-use crate::record::{read_records, Record, RecordWriter};
-use crate::wire::Stamping;
-use crate::Dialect;
+use crate::net::stamped::Stamping;
+use crate::net::{self, Target};
+use crate::plan::prompt::Prompt;
+use crate::plan::{RequestSpec, Timeouts};
+use crate::results::{load_record, read_records, LoadInfo, Record, RecordWriter};
+use crate::trace::Dialect;
 
-use super::metrics::{self, MetricsDelta, ShardMetrics};
-use super::schedule::{Schedule, Shard, Stop};
-use super::summary::{LoadSummary, Slo};
-use super::workload::{Planner, Workload};
-use super::LoadInfo;
+use super::pacer::{clock_is_paused, wait_until, Pacer, OPEN_LOOP_LEAD};
+use crate::net::scrape;
+use crate::plan::schedule::{Schedule, Shard, Stop};
+use crate::plan::workload::{Planner, Workload};
+use crate::report::load::{LoadSummary, Slo};
+use crate::report::server_metrics::{self as metrics, MetricsDelta, ShardMetrics};
 
 /// A validated load run.
 #[derive(Clone, Debug)]
@@ -72,6 +74,38 @@ pub struct LoadConfig {
     pub command: String,
 }
 
+impl LoadConfig {
+    /// A load run of `workload` on `schedule` against `target` into `out`, with the command line's
+    /// defaults: a 600 s first-token deadline that does not scale with the prompt, no warm-up, one
+    /// shard, seed 0x5eed, no SLO, `/metrics` scraped, kernel stamps, no progress bar.
+    pub fn new(target: Target, schedule: Schedule, workload: Workload, out: PathBuf) -> Self {
+        Self {
+            target,
+            timeouts: Timeouts {
+                first_token_base: Duration::from_secs(600),
+                first_token_per_1k: Duration::ZERO,
+                ..Timeouts::default()
+            },
+            stamping: Stamping::Kernel,
+            schedule,
+            workload,
+            warmup: 0,
+            max_concurrency: None,
+            shard: Shard::default(),
+            start_at_unix_ms: None,
+            prompt_salt: None,
+            out,
+            resume: false,
+            seed: 0x5eed,
+            token_id_range: crate::plan::DEFAULT_ID_RANGE,
+            slo: Slo::default(),
+            scrape_metrics: true,
+            progress: false,
+            command: String::new(),
+        }
+    }
+}
+
 /// What a load run did.
 #[derive(Debug)]
 pub struct LoadOutcome {
@@ -90,7 +124,7 @@ pub struct LoadOutcome {
 }
 
 struct Ctx {
-    http: client::Http,
+    http: net::Http,
     target: Target,
     timeouts: Timeouts,
     planner: Planner,
@@ -102,35 +136,6 @@ struct Ctx {
 
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Build the record of one finished request: TTFT from its scheduled start is the client's queue
-/// time (scheduled start to the trace's send) plus the trace's TTFT.
-pub fn load_record(
-    trace: crate::trace::RequestTrace,
-    prompt_tokens: u32,
-    info: LoadInfo,
-) -> Record {
-    let mut rec = Record::streaming(
-        trace,
-        prompt_tokens,
-        u32::try_from(info.index).unwrap_or(u32::MAX),
-    );
-    let ttft = rec
-        .trace
-        .as_ref()
-        .and_then(|t| {
-            t.chunks
-                .iter()
-                .find(|c| c.carries_output())
-                .map(|c| c.at_ns)
-        })
-        .filter(|_| rec.error.is_none());
-    rec.load = Some(LoadInfo {
-        ttft_from_schedule_ms: ttft.map(|t| info.client_queue_ns.saturating_add(t) as f64 / 1e6),
-        ..info
-    });
-    rec
 }
 
 /// A request ready to go: its prompt built and its id chosen.
@@ -152,7 +157,7 @@ fn prepare(ctx: &Ctx, index: u64, warm: bool) -> Option<Prepared> {
             "ld-{:x}-{}-w{}",
             ctx.seed,
             ctx.start_unix_ms,
-            index - super::workload::WARMUP_INDEX_BASE
+            index - crate::plan::workload::WARMUP_INDEX_BASE
         )
     } else {
         format!("ld-{:x}-{}-{index}", ctx.seed, ctx.start_unix_ms)
@@ -171,7 +176,7 @@ async fn fire(ctx: &Ctx, p: Prepared, scheduled: Instant) -> Record {
     // The trace's times count from its send: the write of the request's first byte when the
     // connection stamped it, else the instant the request was handed to the HTTP client. Everything
     // before it is the client's (`client_queue_time`).
-    let (trace, sent) = client::send_traced(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
+    let (trace, sent) = net::send_traced(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
     let sent = sent.max(scheduled);
     let info = LoadInfo {
         index: p.index,
@@ -191,88 +196,19 @@ async fn warm_up(ctx: Arc<Ctx>, index: u64) {
     let Some(p) = prepare(&ctx, index, true) else {
         return;
     };
-    let trace = client::send(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
+    let trace = net::send(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
     if let Some(f) = trace.failure() {
         tracing::warn!("warm-up request failed: {}", f.message);
     }
 }
 
-/// How long before its slot an open-loop request's task starts: it builds its prompt, then waits
-/// for the slot itself (woken by the `Pacer`) and sends at once, with no hand-off to another task
-/// at the slot.
-pub const OPEN_LOOP_LEAD: Duration = Duration::from_millis(10);
-
-/// Wakes open-loop requests at their slots from a thread of its own. tokio's timer rounds a deadline
-/// up to the next millisecond and its driver can park up to another millisecond past that (measured:
-/// p50 0.95 ms, p99 2.4 ms late at 200 req/s), so a sleep on it cannot send within 1 ms of the
-/// slot; the OS sleep of a thread is precise to tens of microseconds. Slots are registered in
-/// schedule order, so the thread handles them one after the other. The instants it sleeps to are
-/// tokio instants converted to the OS clock; every time stamp stays on tokio's clock.
-struct Pacer {
-    tx: std::sync::mpsc::Sender<(std::time::Instant, oneshot::Sender<()>)>,
-}
-
-impl Pacer {
-    /// `None` when the thread cannot be started (the caller falls back to tokio's timer).
-    fn start() -> Option<Self> {
-        let (tx, rx) = std::sync::mpsc::channel::<(std::time::Instant, oneshot::Sender<()>)>();
-        std::thread::Builder::new()
-            .name("load-pacer".into())
-            .spawn(move || {
-                for (at, wake) in rx {
-                    let now = std::time::Instant::now();
-                    if at > now {
-                        std::thread::sleep(at - now);
-                    }
-                    let _ = wake.send(());
-                }
-            })
-            .ok()?;
-        Some(Self { tx })
-    }
-
-    /// A receiver that completes [`PACER_EARLY`] before `at` (registered in schedule order).
-    fn wake_at(&self, at: Instant) -> oneshot::Receiver<()> {
-        let (wake, woken) = oneshot::channel();
-        let early = at.checked_sub(PACER_EARLY).unwrap_or(at);
-        // If the thread is gone the receiver errors and the caller waits on the timer.
-        let _ = self.tx.send((early.into_std(), wake));
-        woken
-    }
-}
-
-/// How early the pacer wakes a request: a thread's sleep overshoots by up to ~50 us and waking a
-/// task on a runtime worker takes tens more, so the task is woken this early and yields on its
-/// worker until the slot (a short spin: at 200 req/s, 6% of a core).
-const PACER_EARLY: Duration = Duration::from_micros(300);
-
-/// Whether tokio's clock is paused (tests): it does not move across a yield.
-async fn clock_is_paused() -> bool {
-    let a = Instant::now();
-    tokio::task::yield_now().await;
-    Instant::now() == a
-}
-
-/// How long before `at` [`wait_until`] stops sleeping on tokio's timer and yields instead: a sleep
-/// on the timer fires up to ~2 ms late (see [`Pacer`]).
-const PRECISE_WAIT: Duration = Duration::from_millis(2);
-
-/// Wait until `at` on tokio's clock, without the pacer thread: sleep to [`PRECISE_WAIT`] before
-/// `at`, then yield until the clock passes `at`. If the clock does not move across a yield (tokio's
-/// paused clock, in tests), the timer finishes the wait instead.
-async fn wait_until(at: Instant) {
-    let coarse = at.checked_sub(PRECISE_WAIT).unwrap_or(at);
-    tokio::time::sleep_until(coarse).await;
-    let mut last = Instant::now();
-    while last < at {
-        tokio::task::yield_now().await;
-        let now = Instant::now();
-        if now == last {
-            tokio::time::sleep_until(at).await;
-            return;
-        }
-        last = now;
-    }
+/// The server's `/metrics` samples and the unix ms they arrived at, when it has any.
+async fn scrape_samples(
+    http: &reqwest::Client,
+    target: &Target,
+) -> Option<(std::collections::BTreeMap<String, f64>, u64)> {
+    let (text, at) = scrape::scrape(http, target).await?;
+    metrics::samples(&text).map(|m| (m, at))
 }
 
 /// Run a load test, appending each record to `cfg.out` as it finishes.
@@ -288,7 +224,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                 .unwrap_or_else(rand::random),
         );
     let mut done: HashSet<u64> = HashSet::new();
-    if crate::record::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
+    if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
         for r in read_records(&cfg.out)? {
             let Some(l) = r.load else { continue };
             if l.seed != cfg.seed || l.shard != cfg.shard {
@@ -300,8 +236,8 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             done.insert(l.index);
         }
     }
-    let http = client::http_client_with(&cfg.timeouts, cfg.stamping)
-        .context("building the HTTP client")?;
+    let http =
+        net::http_client_with(&cfg.timeouts, cfg.stamping).context("building the HTTP client")?;
     let mut writer = RecordWriter::open(&cfg.out)?;
 
     // Warm-up: all at once up to the shard's concurrency share (closed loop) or together (open loop).
@@ -313,25 +249,25 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             planner: planner.clone(),
             shard: cfg.shard,
             seed: cfg.seed,
-            start_unix_ms: metrics::unix_ms_now(),
+            start_unix_ms: scrape::unix_ms_now(),
             base: Instant::now(),
         });
         let mut set = JoinSet::new();
         for k in 0..u64::from(cfg.warmup) {
-            let index = super::workload::WARMUP_INDEX_BASE + k;
+            let index = crate::plan::workload::WARMUP_INDEX_BASE + k;
             set.spawn(warm_up(ctx.clone(), index));
         }
         while set.join_next().await.is_some() {}
     }
 
     let before = if cfg.scrape_metrics {
-        metrics::scrape(&http, &cfg.target).await
+        scrape_samples(&http, &cfg.target).await
     } else {
         None
     };
 
     // The shared start: unix ms -> an instant on tokio's clock.
-    let now_ms = metrics::unix_ms_now();
+    let now_ms = scrape::unix_ms_now();
     let now = Instant::now();
     let start_unix_ms = cfg.start_at_unix_ms.unwrap_or(now_ms);
     let base = if start_unix_ms >= now_ms {
@@ -361,7 +297,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             "slo": cfg.slo,
             "stamping": cfg.stamping,
         });
-        crate::record::append_manifest(&cfg.out, &manifest)?;
+        crate::results::append_manifest(&cfg.out, &manifest)?;
     }
 
     let ctx = Arc::new(Ctx {
@@ -468,7 +404,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                 while set.join_next().await.is_some() {}
             } else {
                 let concurrency = match schedule.arrivals {
-                    super::Arrivals::Closed { concurrency } => shard.concurrency(concurrency),
+                    crate::plan::Arrivals::Closed { concurrency } => shard.concurrency(concurrency),
                     _ => 1,
                 };
                 tokio::time::sleep_until(ctx.base).await;
@@ -556,7 +492,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         Err(_) => anyhow::bail!("the results writer thread panicked"),
     }
     let metrics = if cfg.scrape_metrics && !interrupted {
-        match (before, metrics::scrape(&http, &cfg.target).await) {
+        match (before, scrape_samples(&http, &cfg.target).await) {
             (Some((before, before_unix_ms)), Some((after, after_unix_ms))) => {
                 let delta = MetricsDelta {
                     before,

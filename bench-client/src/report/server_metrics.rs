@@ -12,14 +12,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::client::Target;
-pub use crate::record::manifest_path;
+pub use crate::results::manifest_path;
 
 /// Manifest line kind of a stored scrape pair.
 pub const MANIFEST_KIND: &str = "load-metrics";
@@ -121,34 +119,11 @@ pub fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-pub(crate) fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// Scrape `/metrics`: the samples (histogram buckets left out) and the unix ms they arrived at;
-/// `None` when the server has no metrics endpoint.
-pub(crate) async fn scrape(
-    http: &reqwest::Client,
-    target: &Target,
-) -> Option<(BTreeMap<String, f64>, u64)> {
-    let mut r = http
-        .get(target.url("/metrics"))
-        .timeout(Duration::from_secs(10));
-    if let Some(k) = &target.api_key {
-        r = r.bearer_auth(k);
-    }
-    let resp = r.send().await.ok()?;
-    if !resp.status().is_success() {
-        return None;
-    }
-    let text = resp.text().await.ok()?;
-    let at = unix_ms_now();
-    let mut m = parse_prometheus(&text);
+/// The samples of a scrape, histogram buckets left out; `None` when there are none.
+pub fn samples(text: &str) -> Option<BTreeMap<String, f64>> {
+    let mut m = parse_prometheus(text);
     m.retain(|k, _| !k.contains("_bucket"));
-    (!m.is_empty()).then_some((m, at))
+    (!m.is_empty()).then_some(m)
 }
 
 /// One shard invocation's scrape pair, as stored in the manifest.
@@ -171,7 +146,7 @@ pub struct ShardMetrics {
 
 /// Append a scrape pair to the manifest of `out`.
 pub fn store(out: &Path, m: &ShardMetrics) -> anyhow::Result<()> {
-    crate::record::append_manifest(out, m)
+    crate::results::append_manifest(out, m)
 }
 
 /// The scrape pairs stored in the manifest of `out` (none when there is no manifest).

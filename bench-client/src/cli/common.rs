@@ -1,0 +1,188 @@
+//! What every subcommand shares: the server flags and connecting to it (or to the embedded mock),
+//! output formats, and the small flag parsers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::net::{self, stamped::Stamping, Target};
+use crate::plan::Timeouts;
+use crate::trace::Dialect;
+
+/// Where to send requests: a server, or the embedded mock when no `--url` is given.
+#[derive(Args, Debug)]
+pub(super) struct ServerArgs {
+    /// Server base URL; without it, an embedded mock server is started.
+    #[arg(long)]
+    pub(super) url: Option<String>,
+    /// API dialect (default: probe the server); load runs need sglang or openai (token-id prompts).
+    #[arg(long, value_enum)]
+    pub(super) api: Option<Dialect>,
+    /// Model name (default: the server's first model from /v1/models).
+    #[arg(long)]
+    pub(super) model: Option<String>,
+    /// API key (else env OPENAI_API_KEY or SGLANG_API_KEY); sent as a Bearer token, never recorded.
+    #[arg(long)]
+    pub(super) api_key: Option<String>,
+    /// Embedded mock preset.
+    #[arg(long, default_value = "small-cpu-demo")]
+    pub(super) preset: String,
+    /// Embedded mock setting, KEY=VALUE (repeatable), e.g. mem_fraction_static=0.94.
+    #[arg(long = "mock-set", value_parser = parse_kv)]
+    pub(super) mock_set: Vec<(String, String)>,
+    /// Where streams to plain-HTTP servers are stamped: at the socket, each read by the kernel's
+    /// receive timestamp (Linux) or by the connection's read; or by the request's task (reqwest).
+    #[arg(long, value_enum, default_value = "kernel")]
+    pub(super) stamping: Stamping,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(super) enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct Output {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub(super) format: Format,
+    /// Write an SVG plot of TTFT and decode rate against context length.
+    #[arg(long)]
+    pub(super) plot: Option<PathBuf>,
+}
+
+pub(super) fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
+}
+
+pub(super) fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
+    if v.is_finite() && v > 0.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        anyhow::bail!("--{name} must be a positive number of seconds, got {v}")
+    }
+}
+
+#[cfg(feature = "embedded-mock")]
+pub(super) type Mock = crate::drive::embedded::EmbeddedMock;
+
+/// Without the embedded mock there is never one to shut down.
+#[cfg(not(feature = "embedded-mock"))]
+pub(super) enum Mock {}
+
+#[cfg(not(feature = "embedded-mock"))]
+impl Mock {
+    async fn shutdown(self) {
+        match self {}
+    }
+}
+
+/// Resolve the target: the given URL, or an embedded mock started here (returned, so the caller shuts
+/// it down after the run); the API key from the flag or `OPENAI_API_KEY` / `SGLANG_API_KEY`; the
+/// dialect and the model probed from the server when not given.
+pub(super) async fn connect(
+    s: &ServerArgs,
+    timeouts: &Timeouts,
+) -> anyhow::Result<(Target, Option<Mock>)> {
+    let api_key = s
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("OPENAI_API_KEY").ok())
+        .or_else(|| std::env::var("SGLANG_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    let (base_url, mock) = match &s.url {
+        Some(u) => (u.clone(), None),
+        None => start_mock(&s.preset, &s.mock_set).await?,
+    };
+    let http = net::http_client(timeouts)?;
+    let dialect = match s.api {
+        Some(d) => d,
+        None => net::probe_dialect(&http, &base_url, api_key.as_deref()).await,
+    };
+    let model = match &s.model {
+        Some(m) => Some(m.clone()),
+        None if dialect == Dialect::Sglang => None,
+        None => net::first_model(&http, &base_url, api_key.as_deref()).await,
+    };
+    let target = Target {
+        base_url,
+        dialect,
+        model,
+        api_key,
+    };
+    Ok((target, mock))
+}
+
+#[cfg(feature = "embedded-mock")]
+pub(super) async fn start_mock(
+    preset: &str,
+    sets: &[(String, String)],
+) -> anyhow::Result<(String, Option<Mock>)> {
+    let m = crate::drive::embedded::EmbeddedMock::start(preset, sets).await?;
+    let url = m.url();
+    eprintln!("started the embedded mock server (preset {preset}) at {url}");
+    Ok((url, Some(m)))
+}
+
+#[cfg(not(feature = "embedded-mock"))]
+pub(super) async fn start_mock(
+    _preset: &str,
+    _sets: &[(String, String)],
+) -> anyhow::Result<(String, Option<Mock>)> {
+    anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
+}
+
+/// The command line for the manifest, with any `--api-key` value removed.
+pub(super) fn redact_args(args: impl Iterator<Item = String>) -> String {
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    for a in args {
+        if hide_next {
+            out.push("<redacted>".to_string());
+            hide_next = false;
+        } else if a == "--api-key" {
+            out.push(a);
+            hide_next = true;
+        } else if a.starts_with("--api-key=") {
+            out.push("--api-key=<redacted>".to_string());
+        } else {
+            out.push(a);
+        }
+    }
+    out.join(" ")
+}
+
+pub(super) fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--duration {s:?}: expected e.g. 60s, 5m, 500ms"))?;
+    secs("duration", v * mult)
+}
+
+/// The default results file of a `kind` run: `results/KIND-<unix seconds>.jsonl`.
+pub(super) fn default_out(kind: &str) -> PathBuf {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    PathBuf::from(format!("results/{kind}-{t}.jsonl"))
+}

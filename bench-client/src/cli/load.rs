@@ -1,0 +1,244 @@
+//! `bench-client load`: the flags of a load run and its run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::common::{connect, default_out, parse_duration, redact_args, secs, Format, ServerArgs};
+use crate::drive::{self, LoadConfig};
+use crate::plan::Timeouts;
+
+#[derive(Args, Debug)]
+pub(super) struct LoadArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Closed loop: keep N requests in flight (over all shards together).
+    #[arg(long, conflicts_with_all = ["request_rate", "trace"])]
+    concurrency: Option<u32>,
+    /// Open loop: requests per second (over all shards together).
+    #[arg(long, conflicts_with = "trace")]
+    request_rate: Option<f64>,
+    /// Open loop (rate or trace): at most N requests in flight (over all shards together); an arrival
+    /// that finds N in flight waits, and the wait is its client_queue_time.
+    #[arg(long, conflicts_with = "concurrency", value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrency: Option<u32>,
+    /// Open-loop arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    arrival: crate::plan::ArrivalKind,
+    /// Gamma shape (1 = Poisson; below 1 burstier, above 1 more regular); needs --arrival gamma.
+    #[arg(long, default_value_t = 1.0)]
+    burstiness: f64,
+    /// Measured requests (over all shards together).
+    #[arg(long, conflicts_with = "duration")]
+    num_requests: Option<u64>,
+    /// Run length, e.g. 60s, 5m, 500ms (no request is started or scheduled after it).
+    #[arg(long)]
+    duration: Option<String>,
+    /// Warm-up requests before the run (not recorded).
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
+    /// Prompt length distribution: 512, uniform:256:1024 or normal:1000:200 (k = 1,000).
+    #[arg(long, default_value = "512")]
+    input_len: String,
+    /// Output length distribution, same forms.
+    #[arg(long, default_value = "128")]
+    output_len: String,
+    /// Shared-prefix workload: this many groups, each sharing a --prefix-len prefix.
+    #[arg(long)]
+    prefix_groups: Option<u32>,
+    /// Prefix length of the shared-prefix and replay workloads; --input-len is added after it.
+    #[arg(long, default_value_t = 0)]
+    prefix_len: u32,
+    /// Replay a JSONL trace of {"offset_ms", "input_len", "output_len"[, "prefix_group"]}.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Run the I-th of N slices of the same schedule (0-based), e.g. 0/4.
+    #[arg(long, default_value = "0/1")]
+    shard: String,
+    /// Shared start time, unix ms; every shard of a run gets the same value.
+    #[arg(long)]
+    start_at: Option<u64>,
+    /// Goodput objective, e.g. ttft=500,tpot=50 (ms).
+    #[arg(long)]
+    slo: Option<String>,
+    /// Results file (JSONL); default results/load-<unix time>.jsonl.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Skip request indices already in --out (same --seed and --shard).
+    #[arg(long)]
+    resume: bool,
+    /// Seed of the schedule and the prompts.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Smallest prompt token id.
+    #[arg(long, default_value_t = 100)]
+    token_id_min: u32,
+    /// Prompt token ids are below this.
+    #[arg(long, default_value_t = 4000)]
+    token_id_max: u32,
+    /// Do not scrape /metrics before and after.
+    #[arg(long)]
+    no_metrics: bool,
+    /// Time-to-first-token timeout, seconds, fixed part.
+    #[arg(long, default_value_t = 600.0)]
+    ttft_timeout_s: f64,
+    /// Longest gap between chunks, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    idle_timeout_s: f64,
+    /// Whole-request timeout, seconds.
+    #[arg(long, default_value_t = 3600.0)]
+    total_timeout_s: f64,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Summary format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+pub(super) fn print_load(
+    summary: &crate::report::LoadSummary,
+    format: Format,
+) -> anyhow::Result<()> {
+    match format {
+        Format::Table => print!("{}", crate::report::export::table::load(summary)),
+        Format::Json => println!("{}", crate::report::export::json::load(summary)),
+        Format::Csv => anyhow::bail!("load summaries are printed as table or json"),
+    }
+    Ok(())
+}
+
+pub(super) async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
+    use crate::plan::{workload, Arrivals, LenDist, Schedule, Shard, Stop, Workload};
+    use crate::report::Slo;
+    let slo = match &a.slo {
+        Some(s) => Slo::parse(s).map_err(anyhow::Error::msg)?,
+        None => Slo::default(),
+    };
+    let shard = Shard::parse(&a.shard).map_err(anyhow::Error::msg)?;
+    let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
+    let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
+    let (workload, arrivals) = match (&a.trace, a.prefix_groups) {
+        (Some(path), _) => {
+            let entries = workload::read_trace(path)?;
+            let offsets_ns = entries
+                .iter()
+                .map(|e| (e.offset_ms * 1e6).round() as u64)
+                .collect();
+            (
+                Workload::Replay {
+                    entries,
+                    prefix_len: a.prefix_len,
+                },
+                Arrivals::Trace { offsets_ns },
+            )
+        }
+        (None, groups) => {
+            let w = match groups {
+                Some(groups) => Workload::SharedPrefix {
+                    groups,
+                    prefix_len: a.prefix_len,
+                    input,
+                    output,
+                },
+                None => Workload::Random { input, output },
+            };
+            let arr = match (a.concurrency, a.request_rate) {
+                (Some(c), None) => Arrivals::Closed { concurrency: c },
+                (None, Some(rate)) => Arrivals::Open {
+                    rate,
+                    kind: a.arrival,
+                    burstiness: a.burstiness,
+                },
+                _ => anyhow::bail!("give --concurrency N (closed loop) or --request-rate R (open loop), or --trace"),
+            };
+            (w, arr)
+        }
+    };
+    let stop = match (&a.duration, a.num_requests, &arrivals) {
+        (Some(d), None, _) => Stop::Duration(parse_duration(d)?),
+        (None, Some(n), _) => Stop::Requests(n),
+        (None, None, Arrivals::Trace { offsets_ns }) => Stop::Requests(offsets_ns.len() as u64),
+        (None, None, _) => anyhow::bail!("give --num-requests N or --duration (e.g. 60s)"),
+        (Some(_), Some(_), _) => anyhow::bail!("give --num-requests or --duration, not both"),
+    };
+    let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(10),
+        first_token_base: secs("ttft-timeout-s", a.ttft_timeout_s)?,
+        first_token_per_1k: Duration::ZERO,
+        idle: secs("idle-timeout-s", a.idle_timeout_s)?,
+        total: secs("total-timeout-s", a.total_timeout_s)?,
+    };
+    let (target, mock) = connect(&a.server, &timeouts).await?;
+    let out = a.out.clone().unwrap_or_else(|| default_out("load"));
+    let cfg = LoadConfig {
+        stamping: a.server.stamping,
+        timeouts,
+        warmup: a.warmup,
+        max_concurrency: a.max_concurrency,
+        shard,
+        start_at_unix_ms: a.start_at,
+        resume: a.resume,
+        seed: a.seed,
+        token_id_range: (a.token_id_min, a.token_id_max),
+        slo,
+        scrape_metrics: !a.no_metrics,
+        progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        command: redact_args(std::env::args()),
+        ..LoadConfig::new(target, schedule, workload, out.clone())
+    };
+    eprintln!(
+        "load run against {} ({}), shard {}, results in {}",
+        cfg.target.base_url,
+        cfg.target.dialect.as_str(),
+        cfg.shard,
+        out.display()
+    );
+    let cpu0 = drive::process_cpu_seconds();
+    let wall0 = tokio::time::Instant::now();
+    let outcome = drive::run_load(&cfg).await;
+    let cpu = drive::process_cpu_seconds().zip(cpu0).map(|(a, b)| a - b);
+    let wall = wall0.elapsed().as_secs_f64();
+    let embedded = mock.is_some();
+    if let Some(m) = mock {
+        m.shutdown().await;
+    }
+    let outcome = outcome?;
+    print_load(&outcome.summary, a.format)?;
+    match cpu {
+        Some(c) if wall > 0.0 => eprintln!(
+            "client CPU: {c:.2} s user + system over {wall:.2} s wall ({:.0}% of one core){}",
+            100.0 * c / wall,
+            if embedded {
+                "; this process also ran the embedded mock server"
+            } else {
+                ""
+            }
+        ),
+        _ => eprintln!("client CPU: not available on this system"),
+    }
+    if let Some(m) = &outcome.metrics {
+        if matches!(a.format, Format::Table) {
+            print!("{}", m.render());
+        } else {
+            eprint!("{}", m.render());
+        }
+    }
+    if outcome.skipped > 0 {
+        eprintln!(
+            "--resume: skipped {} requests already in {}; `bench-client merge {}` summarises the whole file",
+            outcome.skipped,
+            out.display(),
+            out.display()
+        );
+    }
+    eprintln!("{} records written to {}", outcome.written, out.display());
+    if outcome.interrupted {
+        eprintln!("interrupted: rerun with --resume (same --seed and --shard) to continue");
+        return Ok(ExitCode::from(130));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,62 @@
+//! The command line: clap types and the wiring of each subcommand. Raw flags are checked and
+//! turned into the library's configs here; the work itself is in `drive` and `report`.
+
+mod common;
+mod load;
+mod report;
+mod sweep;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use load::LoadArgs;
+use report::{MergeArgs, ReportArgs};
+use sweep::SweepArgs;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bench-client",
+    version,
+    about = "Streaming LLM-serving benchmark: TTFT, prefill and decode rates per context length"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Sweep context lengths, one isolated streaming request at a time.
+    Sweep(Box<SweepArgs>),
+    /// Redraw tables (and a plot) from results files.
+    Report(ReportArgs),
+    /// Serving benchmark under load: closed loop (--concurrency) or open loop (--request-rate).
+    Load(Box<LoadArgs>),
+    /// Merge load results from several processes or machines into one summary.
+    Merge(MergeArgs),
+}
+
+/// Run one parsed command line: builds the runtime, runs the subcommand, prints an error chain.
+pub fn run(cli: Cli) -> ExitCode {
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.cmd {
+        Cmd::Sweep(a) => rt.block_on(sweep::run_sweep(*a)),
+        Cmd::Report(a) => report::run_report(a),
+        Cmd::Load(a) => rt.block_on(load::run_load(*a)),
+        Cmd::Merge(a) => report::run_merge(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! `bench-client sweep`: the flags of a context sweep and its run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::common::Output;
+use super::common::{connect, default_out, redact_args, secs, ServerArgs};
+use super::report::emit;
+use crate::drive::sweep::{self, OnCrash, SweepConfig};
+use crate::plan::{self, Timeouts};
+use crate::report::Report;
+use crate::results::{read_records, Method};
+
+#[derive(Args, Debug)]
+pub(super) struct SweepArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Context lengths, comma separated, k = 1,000 tokens.
+    #[arg(long, default_value = plan::DEFAULT_CONTEXTS)]
+    contexts: String,
+    /// Output tokens per streaming request.
+    #[arg(long, default_value_t = 64)]
+    output_tokens: u32,
+    /// Measured runs per context length.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Warm-up requests per context length (not recorded).
+    #[arg(long, default_value_t = 1)]
+    warmup: u32,
+    /// `two-point` runs the old two-request method beside the streaming one.
+    #[arg(long, value_enum, default_value = "streaming")]
+    method: Method,
+    /// Two-point output length a.
+    #[arg(long, default_value_t = 1)]
+    two_point_a: u32,
+    /// Two-point output length b.
+    #[arg(long, default_value_t = 17)]
+    two_point_b: u32,
+    /// POST /flush_cache before each point (and between the two-point requests).
+    #[arg(long)]
+    flush_cache: bool,
+    /// Results file (JSONL); default results/sweep-<unix time>.jsonl.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Skip points already measured in --out.
+    #[arg(long)]
+    resume: bool,
+    /// Prompt seed.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Smallest prompt token id.
+    #[arg(long, default_value_t = 100)]
+    token_id_min: u32,
+    /// Prompt token ids are below this.
+    #[arg(long, default_value_t = 4000)]
+    token_id_max: u32,
+    /// Ask for per-chunk token ids (vLLM `return_token_ids`).
+    #[arg(long)]
+    return_token_ids: bool,
+    /// Send text prompts of exactly N tokens under this local Hugging Face tokenizer.json (any
+    /// --api; needs a build with `--features tokenizer`).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Connect timeout, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    connect_timeout_s: f64,
+    /// Time-to-first-token timeout, seconds, fixed part.
+    #[arg(long, default_value_t = 60.0)]
+    ttft_timeout_s: f64,
+    /// Time-to-first-token timeout, seconds added per 1,000 prompt tokens.
+    #[arg(long, default_value_t = 2.0)]
+    ttft_timeout_per_1k_s: f64,
+    /// Longest gap between chunks, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    idle_timeout_s: f64,
+    /// Whole-request timeout, seconds.
+    #[arg(long, default_value_t = 3600.0)]
+    total_timeout_s: f64,
+    /// When the server dies: wait for it or stop.
+    #[arg(long, value_enum, default_value = "stop")]
+    on_crash: OnCrash,
+    /// How long --on-crash wait waits, seconds.
+    #[arg(long, default_value_t = 600.0)]
+    crash_wait_s: f64,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    #[command(flatten)]
+    output: Output,
+}
+
+pub(super) async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
+    let contexts = plan::parse_contexts(&a.contexts).map_err(anyhow::Error::msg)?;
+    let timeouts = Timeouts {
+        connect: secs("connect-timeout-s", a.connect_timeout_s)?,
+        first_token_base: secs("ttft-timeout-s", a.ttft_timeout_s)?,
+        first_token_per_1k: if a.ttft_timeout_per_1k_s == 0.0 {
+            Duration::ZERO
+        } else {
+            secs("ttft-timeout-per-1k-s", a.ttft_timeout_per_1k_s)?
+        },
+        idle: secs("idle-timeout-s", a.idle_timeout_s)?,
+        total: secs("total-timeout-s", a.total_timeout_s)?,
+    };
+    let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
+    let prompt_source = prompt_source(a.tokenizer.as_deref(), a.seed)?;
+    let (target, mock) = connect(&a.server, &timeouts).await?;
+    let out = a.out.clone().unwrap_or_else(|| default_out("sweep"));
+    let command = redact_args(std::env::args());
+    let cfg = SweepConfig {
+        stamping: a.server.stamping,
+        contexts,
+        output_tokens: a.output_tokens,
+        runs: a.runs,
+        warmup: a.warmup,
+        method: a.method,
+        flush_cache: a.flush_cache,
+        two_point_tokens: (a.two_point_a, a.two_point_b),
+        resume: a.resume,
+        seed: a.seed,
+        token_id_range: (a.token_id_min, a.token_id_max),
+        return_token_ids: a.return_token_ids,
+        timeouts,
+        on_crash: a.on_crash,
+        crash_wait,
+        progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        command,
+        ..SweepConfig::new(target, out.clone())
+    };
+    eprintln!(
+        "sweeping {} context lengths against {} ({}), results in {}",
+        cfg.contexts.len(),
+        cfg.target.base_url,
+        cfg.target.dialect.as_str(),
+        out.display()
+    );
+    let outcome = sweep::run_sweep_with(&cfg, prompt_source).await;
+    if let Some(m) = mock {
+        m.shutdown().await;
+    }
+    let outcome = outcome?;
+    let records = read_records(&out)?;
+    emit(&Report::from_records(&records), &a.output)?;
+    if outcome.skipped > 0 {
+        eprintln!(
+            "--resume: skipped {} points already in {}",
+            outcome.skipped,
+            out.display()
+        );
+    }
+    if outcome.interrupted {
+        eprintln!(
+            "interrupted: {} records written this run are in {}; rerun with --resume to continue",
+            outcome.records.len(),
+            out.display()
+        );
+        return Ok(ExitCode::from(130));
+    }
+    if let Some(msg) = outcome.stopped {
+        eprintln!("sweep stopped: {msg}");
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prompts of the sweep: exact-length text under `--tokenizer`, else the default.
+#[cfg(feature = "tokenizer")]
+pub(super) fn prompt_source(
+    tokenizer: Option<&std::path::Path>,
+    seed: u64,
+) -> anyhow::Result<sweep::PromptSource> {
+    Ok(match tokenizer {
+        Some(p) => sweep::PromptSource::Tokenizer(std::sync::Arc::new(
+            crate::plan::tokenizer::TextPrompts::from_file(p, seed)
+                .map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?,
+        )),
+        None => sweep::PromptSource::Default,
+    })
+}
+
+#[cfg(not(feature = "tokenizer"))]
+pub(super) fn prompt_source(
+    tokenizer: Option<&std::path::Path>,
+    _seed: u64,
+) -> anyhow::Result<sweep::PromptSource> {
+    match tokenizer {
+        Some(_) => anyhow::bail!(
+            "--tokenizer needs a build with the tokenizer feature: cargo build --release -p bench-client --features tokenizer"
+        ),
+        None => Ok(sweep::PromptSource::Default),
+    }
+}

@@ -1,0 +1,13 @@
+//! Drivers: run a sweep or a load run end to end. Scheduling and pacing, progress, resume, crash
+//! handling, Ctrl-C, and the embedded mock when no server is given.
+
+pub mod cpu;
+#[cfg(feature = "embedded-mock")]
+pub mod embedded;
+pub mod load;
+mod pacer;
+pub mod sweep;
+
+pub use cpu::process_cpu_seconds;
+pub use load::{run_load, LoadConfig, LoadOutcome};
+pub use sweep::{run_sweep, run_sweep_with, OnCrash, PromptSource, SweepConfig, SweepOutcome};

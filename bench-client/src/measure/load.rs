@@ -1,0 +1,139 @@
+//! The per-request figures of a load run, in integer nanoseconds (the unit of its histograms): TTFT
+//! from the scheduled start and from the send, end to end, the gaps between chunks, time per output
+//! token after the first chunk, and the SGLang/vLLM formula of TPOT beside it.
+
+use serde::{Deserialize, Serialize};
+
+use super::Measurement;
+use crate::trace::{RequestTrace, TokenAttribution};
+
+/// One successful request's load figures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadNumbers {
+    /// Client queue time plus the first output chunk's arrival: TTFT as the schedule sees it.
+    pub ttft_from_schedule_ns: u64,
+    /// The first output chunk's arrival after the send.
+    pub ttft_ns: u64,
+    /// Stream end after the send.
+    pub e2e_ns: u64,
+    /// Gaps between successive output-carrying chunks.
+    pub inter_chunk_ns: Vec<u64>,
+    /// Each chunk's gap divided over its tokens, one entry per token after the first chunk (known
+    /// per-chunk counts only).
+    pub per_token_ns: Vec<u64>,
+    /// (last chunk - first chunk) / tokens after the first chunk, when the decode rate is defined.
+    pub tpot_ns: Option<u64>,
+    /// (end - first chunk) / (output tokens - 1), as SGLang's and vLLM's benchmarks define TPOT;
+    /// `None` below 2 output tokens.
+    pub naive_tpot_ns: Option<u64>,
+}
+
+fn ns_of_ms(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1e6).round() as u64
+    } else {
+        0
+    }
+}
+
+/// TTFT from the scheduled start: `client_queue_ns` plus the first output chunk's arrival; `None`
+/// when no chunk carried output.
+pub fn ttft_from_schedule_ns(trace: &RequestTrace, client_queue_ns: u64) -> Option<u64> {
+    trace
+        .chunks
+        .iter()
+        .find(|c| c.carries_output())
+        .map(|c| client_queue_ns.saturating_add(c.at_ns))
+}
+
+/// The load figures of a request that `m` measured.
+pub fn load_numbers(trace: &RequestTrace, m: &Measurement, client_queue_ns: u64) -> LoadNumbers {
+    let out: Vec<_> = trace.chunks.iter().filter(|c| c.carries_output()).collect();
+    let first_ns = out.first().map_or(0, |c| c.at_ns);
+    let last_ns = out.last().map_or(0, |c| c.at_ns);
+    let output = u64::from(m.completion_tokens.unwrap_or(0));
+    let known = m.token_attribution != TokenAttribution::Unknown;
+    let after: u64 = m
+        .tokens_per_chunk
+        .iter()
+        .skip(1)
+        .map(|&t| u64::from(t))
+        .sum();
+    let tpot_ns = (known && m.decode_tok_s.is_some() && after > 0)
+        .then(|| (last_ns.saturating_sub(first_ns) as f64 / after as f64).round() as u64);
+    let naive_tpot_ns = (output >= 2).then(|| {
+        (trace.end_ns.saturating_sub(first_ns) as f64 / (output - 1) as f64).round() as u64
+    });
+    LoadNumbers {
+        ttft_from_schedule_ns: client_queue_ns.saturating_add(first_ns),
+        ttft_ns: first_ns,
+        e2e_ns: trace.end_ns,
+        inter_chunk_ns: out
+            .windows(2)
+            .map(|w| w[1].at_ns.saturating_sub(w[0].at_ns))
+            .collect(),
+        per_token_ns: if known {
+            m.per_token_ms.iter().map(|&v| ns_of_ms(v)).collect()
+        } else {
+            Vec::new()
+        },
+        tpot_ns,
+        naive_tpot_ns,
+    }
+}
+
+/// Service-level objective for goodput.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    /// TTFT from the scheduled start, ms.
+    pub ttft_ms: Option<f64>,
+    /// TPOT (our definition), ms.
+    pub tpot_ms: Option<f64>,
+}
+
+impl Slo {
+    /// Parse `ttft=MS,tpot=MS` (either may be left out).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut slo = Slo::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("--slo expects ttft=MS,tpot=MS, got {part:?}"))?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| format!("--slo {k}: {v:?} is not a positive number of ms"))?;
+            match k.trim() {
+                "ttft" => slo.ttft_ms = Some(v),
+                "tpot" => slo.tpot_ms = Some(v),
+                other => return Err(format!("--slo: unknown objective {other:?} (ttft, tpot)")),
+            }
+        }
+        if slo.ttft_ms.is_none() && slo.tpot_ms.is_none() {
+            return Err("--slo needs ttft=MS and/or tpot=MS".into());
+        }
+        Ok(slo)
+    }
+
+    /// Whether any objective is set.
+    pub fn is_set(&self) -> bool {
+        self.ttft_ms.is_some() || self.tpot_ms.is_some()
+    }
+
+    /// Whether one successful request of `output_tokens` met the objective: TTFT from its
+    /// scheduled start, and TPOT after the first chunk (a single-token request has none and
+    /// meets any TPOT objective).
+    pub fn met(&self, n: &LoadNumbers, output_tokens: u64) -> bool {
+        let ttft_ok = self
+            .ttft_ms
+            .is_none_or(|t| n.ttft_from_schedule_ns as f64 / 1e6 <= t);
+        let tpot_ok = match (self.tpot_ms, n.tpot_ns) {
+            (None, _) => true,
+            (Some(t), Some(v)) => v as f64 / 1e6 <= t,
+            (Some(_), None) => output_tokens <= 1,
+        };
+        ttft_ok && tpot_ok
+    }
+}

@@ -1,0 +1,22 @@
+//! The only arithmetic: every per-request number is defined here, from a trace, with no clock and
+//! no I/O. The streaming measurement, the two-point method with named failures, the per-request
+//! figures of load runs, contamination checks, and the one percentile definition used everywhere.
+
+mod contamination;
+mod load;
+mod percentile;
+mod streaming;
+#[cfg(test)]
+mod tests;
+mod two_point;
+
+pub use contamination::contamination;
+pub use load::{load_numbers, ttft_from_schedule_ns, LoadNumbers, Slo};
+pub use percentile::percentile;
+pub use streaming::{basics, measure, Basics, DecodeUnavailable, MeasureError, Measurement};
+pub use two_point::{two_point, TwoPoint, TwoPointError};
+
+/// Nanoseconds as milliseconds.
+pub(crate) fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}

@@ -1,0 +1,31 @@
+//! `/metrics` scrapes: the server's Prometheus text and the unix ms it arrived at (parsed by
+//! `report::server_metrics`).
+
+use std::time::Duration;
+
+use super::Target;
+
+/// Now, as unix ms.
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Scrape `/metrics`: its text and the unix ms it arrived at; `None` when the server has no
+/// metrics endpoint.
+pub async fn scrape(http: &reqwest::Client, target: &Target) -> Option<(String, u64)> {
+    let mut r = http
+        .get(target.url("/metrics"))
+        .timeout(Duration::from_secs(10));
+    if let Some(k) = &target.api_key {
+        r = r.bearer_auth(k);
+    }
+    let resp = r.send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let text = resp.text().await.ok()?;
+    Some((text, unix_ms_now()))
+}

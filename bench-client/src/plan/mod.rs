@@ -1,0 +1,16 @@
+//! The plan: what to send and when, before anything is sent. Request specs and deadlines, prompts
+//! (token ids, or text through a tokenizer), sweep contexts, load schedules and workloads.
+
+pub mod contexts;
+pub mod prompt;
+mod request;
+pub mod schedule;
+#[cfg(feature = "tokenizer")]
+pub mod tokenizer;
+pub mod workload;
+
+pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
+pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
+pub use request::{RequestSpec, Timeouts};
+pub use schedule::{ArrivalKind, Arrivals, Schedule, Shard, Slot, Stop};
+pub use workload::{LenDist, Planner, TraceEntry, Workload};

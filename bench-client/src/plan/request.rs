@@ -1,0 +1,82 @@
+//! One request to send and its deadlines: what the plan hands to the network stage.
+
+use std::time::Duration;
+
+use super::Prompt;
+
+/// One request to send.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestSpec {
+    /// Request id, sent as `rid` in every dialect.
+    pub rid: String,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Output tokens asked for.
+    pub max_tokens: u32,
+    /// Ask the server to ignore end-of-sequence so the output has the requested length.
+    pub ignore_eos: bool,
+    /// Ask for per-chunk `token_ids` (vLLM `return_token_ids`); off by default.
+    pub return_token_ids: bool,
+}
+
+impl RequestSpec {
+    /// A spec with `ignore_eos` on and no `return_token_ids`.
+    pub fn new(rid: impl Into<String>, prompt: Prompt, max_tokens: u32) -> Self {
+        Self {
+            rid: rid.into(),
+            prompt,
+            max_tokens,
+            ignore_eos: true,
+            return_token_ids: false,
+        }
+    }
+}
+
+/// Deadlines for one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeouts {
+    /// Establishing the TCP connection.
+    pub connect: Duration,
+    /// Time to first token, fixed part.
+    pub first_token_base: Duration,
+    /// Time to first token, added per 1,000 prompt tokens.
+    pub first_token_per_1k: Duration,
+    /// Longest gap between reads after the first token.
+    pub idle: Duration,
+    /// The whole request.
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            first_token_base: Duration::from_secs(60),
+            first_token_per_1k: Duration::from_secs(2),
+            idle: Duration::from_secs(60),
+            total: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Timeouts {
+    /// Time-to-first-token deadline for a prompt of `prompt_tokens`.
+    pub fn first_token(&self, prompt_tokens: u32) -> Duration {
+        self.first_token_base
+            + self
+                .first_token_per_1k
+                .mul_f64(f64::from(prompt_tokens) / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_token_timeout_scales_with_context() {
+        let t = Timeouts::default();
+        assert!(t.first_token(185_000) > t.first_token(1_000));
+        assert_eq!(t.first_token(0), t.first_token_base);
+    }
+}

@@ -1,0 +1,56 @@
+//! JSON: the sweep report's per-context summaries, and the load summary with all latencies in ms.
+
+use serde_json::{json, Value};
+
+use super::{ms, PCTS};
+use crate::report::load::{LoadSummary, METRICS};
+use crate::report::sweep::Report;
+
+/// JSON: the summaries.
+pub fn sweep(report: &Report) -> String {
+    serde_json::to_string_pretty(&report.summary())
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The summary as JSON (all latencies in ms).
+pub fn load(s: &LoadSummary) -> Value {
+    let mut metrics = serde_json::Map::new();
+    for (name, def) in METRICS {
+        let Some(m) = s.metrics.get(name) else {
+            continue;
+        };
+        let mut o = serde_json::Map::new();
+        o.insert("definition".into(), json!(def));
+        o.insert("count".into(), json!(m.count()));
+        for (label, p) in PCTS {
+            o.insert(format!("{label}_ms"), json!(m.percentile(p).map(ms)));
+        }
+        o.insert("max_ms".into(), json!(m.max().map(ms)));
+        o.insert("mean_ms".into(), json!(m.mean().map(|v| v / 1e6)));
+        metrics.insert(name.into(), Value::Object(o));
+    }
+    let tpc = &s.tokens_per_chunk;
+    let t0 = s.timeline.keys().next().copied().unwrap_or(0);
+    json!({
+        "requests": s.requests,
+        "succeeded": s.succeeded,
+        "failures": s.failures,
+        "shards": s.shards,
+        "slo": s.slo,
+        "good": s.good,
+        "prompt_tokens": s.prompt_tokens,
+        "cached_tokens": s.cached_tokens,
+        "output_tokens": s.output_tokens,
+        "per_chunk_counts_unknown": s.counts_unknown,
+        "derived": s.derived(),
+        "tokens_per_chunk": {
+            "p50": tpc.percentile(50.0), "p90": tpc.percentile(90.0), "p99": tpc.percentile(99.0),
+            "max": tpc.max(),
+        },
+        "metrics": metrics,
+        "timeline": s.timeline.iter().map(|(k, v)| json!({
+            "second": k - t0, "unix_s": k, "sent": v.sent, "completed": v.completed,
+            "failed": v.failed, "output_tokens": v.output_tokens,
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,244 @@
+//! Plain-text tables: one row per context length for sweeps, one row per metric for load runs.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::{cell, ms, PCTS};
+use crate::report::load::{LoadSummary, METRICS};
+use crate::report::sweep::Report;
+
+fn counts(m: &BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "0".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A plain-text table, one row per context length.
+pub fn sweep(report: &Report) -> String {
+    let tp = report.has_two_point();
+    let mut header = vec![
+        "context",
+        "ok/n",
+        "TTFT p50 ms",
+        "TTFT p90 ms",
+        "prefill tok/s",
+        "decode tok/s p50",
+        "decode p10",
+        "naive decode",
+        "tok/chunk",
+        "cached",
+        "contam",
+        "failures",
+        "attribution",
+    ];
+    if tp {
+        header.extend(["2pt prefill", "2pt decode", "2pt errors"]);
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for s in report.summary() {
+        let mut row = vec![
+            s.context_tokens.to_string(),
+            format!("{}/{}", s.ok, s.requests),
+            cell(s.ttft_ms_p50, 1),
+            cell(s.ttft_ms_p90, 1),
+            cell(s.prefill_tok_s_p50, 0),
+            cell(s.decode_tok_s_p50, 1),
+            cell(s.decode_tok_s_p10, 1),
+            cell(s.naive_decode_tok_s_p50, 1),
+            cell(s.tokens_per_chunk_mean, 2),
+            s.cached_tokens_max.map_or("-".into(), |c| c.to_string()),
+            s.contaminated.to_string(),
+            counts(&s.failures),
+            if s.token_attribution.is_empty() {
+                "-".into()
+            } else {
+                s.token_attribution.clone()
+            },
+        ];
+        if tp {
+            row.push(cell(s.two_point_prefill_tok_s_p50, 0));
+            row.push(cell(s.two_point_decode_tok_s_p50, 1));
+            row.push(counts(&s.two_point_errors));
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r));
+        out.push('\n');
+    }
+    let notes: Vec<String> = report
+        .summary()
+        .iter()
+        .flat_map(|s| {
+            s.decode_unavailable.iter().map(move |(k, v)| {
+                format!(
+                    "{} tokens: decode not measured for {v} request(s): {k}",
+                    s.context_tokens
+                )
+            })
+        })
+        .collect();
+    for n in notes {
+        out.push_str(&n);
+        out.push('\n');
+    }
+    out.push_str("decode = tokens after the first chunk / (t_last - t_first); naive = (completion_tokens - 1) / (t_last - t_first).\n");
+    let stamps = report.stamps();
+    if !stamps.is_empty() {
+        let counts: Vec<String> = stamps.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!(
+            "instants stamped (requests): {} (kernel: kernel receive timestamps; socket: at the connection's reads; task: by the request's task).\n",
+            counts.join(", ")
+        ));
+    }
+    out
+}
+
+/// The summary as a text table.
+pub fn load(s: &LoadSummary) -> String {
+    let d = s.derived();
+    let mut o = String::new();
+    let shards: Vec<&str> = s.shards.iter().map(String::as_str).collect();
+    let _ = writeln!(o, "load summary (shards {})", shards.join(", "));
+    let _ = writeln!(
+        o,
+        "  requests              {} measured, {} ok, {} failed",
+        s.requests,
+        s.succeeded,
+        s.requests - s.succeeded
+    );
+    let rows: [(&str, String, &str); 9] = [
+        (
+            "duration",
+            cell(d.duration_s, 3),
+            "s, first scheduled start to last stream end",
+        ),
+        (
+            "request throughput",
+            cell(d.request_throughput, 2),
+            "req/s, successful requests / duration",
+        ),
+        (
+            "output throughput",
+            cell(d.output_throughput, 1),
+            "tok/s, output tokens / duration",
+        ),
+        (
+            "input throughput",
+            cell(d.input_throughput, 1),
+            "tok/s, prompt tokens / duration",
+        ),
+        (
+            "arrival rate",
+            cell(d.arrival_rate, 2),
+            "req/s, (sends - 1) / (last send - first send)",
+        ),
+        (
+            "achieved concurrency",
+            cell(d.achieved_concurrency, 2),
+            "mean in flight, sum(send-to-end) / duration",
+        ),
+        (
+            "cache hit rate",
+            cell(d.cache_hit_rate, 4),
+            "cached / prompt tokens, as the server reported",
+        ),
+        (
+            "tokens per chunk",
+            cell(d.tokens_per_chunk_mean, 3),
+            "mean output tokens per output chunk",
+        ),
+        ("goodput", cell(d.goodput, 2), "req/s meeting the SLO"),
+    ];
+    for (k, v, def) in rows {
+        let _ = writeln!(o, "  {k:<21} {v:<12} {def}");
+    }
+    if s.slo.is_set() {
+        let _ = writeln!(
+            o,
+            "  slo                   ttft <= {} ms, tpot <= {} ms: {} of {} requests",
+            cell(s.slo.ttft_ms, 1),
+            cell(s.slo.tpot_ms, 1),
+            s.good,
+            s.requests
+        );
+    }
+    if s.counts_unknown > 0 {
+        let _ = writeln!(
+            o,
+            "  note: {} requests had no per-chunk token counts; TPOT and per-token latency exclude them",
+            s.counts_unknown
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n  {:<18} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "latency (ms)", "n", "p50", "p90", "p95", "p99", "max", "mean"
+    );
+    for (name, _) in METRICS {
+        let Some(m) = s.metrics.get(name) else {
+            continue;
+        };
+        let mut line = format!("  {name:<18} {:>7}", m.count());
+        for (_, p) in PCTS {
+            let _ = write!(line, " {:>10}", cell(m.percentile(p).map(ms), 3));
+        }
+        let _ = write!(
+            line,
+            " {:>10} {:>10}",
+            cell(m.max().map(ms), 3),
+            cell(m.mean().map(|v| v / 1e6), 3)
+        );
+        let _ = writeln!(o, "{line}");
+    }
+    let _ = writeln!(o, "\n  definitions:");
+    for (name, def) in METRICS {
+        let _ = writeln!(o, "    {name:<18} {def}");
+    }
+    if !s.failures.is_empty() {
+        let _ = writeln!(o, "\n  failures by cause:");
+        for (k, v) in &s.failures {
+            let _ = writeln!(o, "    {k:<24} {v}");
+        }
+    }
+    if let Some(&t0) = s.timeline.keys().next() {
+        let _ = writeln!(o, "\n  timeline (s: sent, completed, failed, output tok)");
+        for (k, v) in &s.timeline {
+            let _ = writeln!(
+                o,
+                "    {:>5} {:>7} {:>9} {:>6} {:>10}",
+                k - t0,
+                v.sent,
+                v.completed,
+                v.failed,
+                v.output_tokens
+            );
+        }
+    }
+    o
+}

@@ -1,0 +1,12 @@
+//! Reports: statistics over records (sweep points, load summaries, the server's `/metrics`
+//! changes), merged exactly across files, and the exporters that turn them into tables, JSON, CSV
+//! and plots (one file per format in `export/`).
+
+pub mod export;
+pub mod load;
+pub mod server_metrics;
+pub mod sweep;
+
+pub use load::{merge_files, LoadSummary, Slo};
+pub use server_metrics::{MergedMetrics, MetricsDelta};
+pub use sweep::{PointData, Report, Summary};

@@ -1,0 +1,304 @@
+//! One line of a results file: a [`Record`] per request (or per two-point pair), with its
+//! measurement, its failure, its raw trace and, for load runs, its schedule.
+
+use serde::{Deserialize, Serialize};
+
+use crate::measure::{
+    basics, contamination, measure, ms, ttft_from_schedule_ns, MeasureError, TwoPoint,
+    TwoPointError,
+};
+use crate::plan::Shard;
+use crate::trace::{FailureKind, RequestTrace, TokenAttribution};
+
+/// Which method produced a record.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// One streaming request per measurement.
+    Streaming,
+    /// The old two-request method (run beside the streaming method).
+    TwoPoint,
+}
+
+impl Method {
+    /// Wire name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Streaming => "streaming",
+            Self::TwoPoint => "two-point",
+        }
+    }
+}
+
+/// A failure in a record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordError {
+    /// Kind name (`connect-refused`, `stream-cut`, `cache-hit`, ...).
+    pub kind: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// Details of a two-point pair.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TwoPointDetail {
+    /// Output tokens asked of a and b.
+    pub a_tokens: u32,
+    /// Output tokens asked of b.
+    pub b_tokens: u32,
+    /// Wall time of a.
+    pub t_a_ms: Option<f64>,
+    /// Wall time of b.
+    pub t_b_ms: Option<f64>,
+    /// Cached tokens b reported.
+    pub cached_tokens_b: Option<u32>,
+    /// Whether the cache was flushed between a and b.
+    pub flushed: bool,
+    /// Trace of a.
+    pub trace_a: Option<RequestTrace>,
+    /// Trace of b.
+    pub trace_b: Option<RequestTrace>,
+}
+
+/// One line of the results file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Method.
+    pub method: Method,
+    /// Context length asked (prompt tokens).
+    pub context_tokens: u32,
+    /// Run number at this point (0-based).
+    pub run: u32,
+    /// The `rid` sent (for two-point, request b's).
+    pub rid: String,
+    /// Output tokens asked.
+    pub output_tokens: u32,
+    /// Prompt tokens the server reported (else sent).
+    pub prompt_tokens: Option<u32>,
+    /// Cached prompt tokens the server reported.
+    pub cached_tokens: Option<u32>,
+    /// Output tokens produced.
+    pub completion_tokens: Option<u32>,
+    /// Time to response headers.
+    pub ttfb_ms: Option<f64>,
+    /// Time to first output chunk.
+    pub ttft_ms: Option<f64>,
+    /// End-to-end latency.
+    pub e2e_ms: Option<f64>,
+    /// Uncached prompt tokens / TTFT (two-point: solved).
+    pub prefill_tok_s: Option<f64>,
+    /// Tokens after the first chunk / time after the first chunk (two-point: solved).
+    pub decode_tok_s: Option<f64>,
+    /// Why `decode_tok_s` is absent on a successful streaming request.
+    pub decode_unavailable: Option<String>,
+    /// (completion_tokens - 1) / (t_last - t_first), the common formula, for comparison.
+    pub naive_decode_tok_s: Option<f64>,
+    /// Time per output token after the first chunk.
+    pub tpot_ms: Option<f64>,
+    /// Tokens per output-carrying chunk (empty when unknown).
+    pub tokens_per_chunk: Vec<u32>,
+    /// How per-chunk token counts were known.
+    pub token_attribution: TokenAttribution,
+    /// Prompt length mismatch or cache hit: the point did not measure a cold prefill of N tokens.
+    pub contaminated: bool,
+    /// Why the point is contaminated.
+    pub contamination: Vec<String>,
+    /// Failure, or null.
+    pub error: Option<RecordError>,
+    /// Two-point details.
+    pub two_point: Option<TwoPointDetail>,
+    /// The raw trace (streaming records).
+    pub trace: Option<RequestTrace>,
+    /// Load-run fields (`bench-client load` records only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadInfo>,
+}
+
+impl Record {
+    /// A streaming record from a trace.
+    pub fn streaming(trace: RequestTrace, context_tokens: u32, run: u32) -> Self {
+        let contamination = contamination(&trace, context_tokens);
+        let b = basics(&trace);
+        let base = Self {
+            method: Method::Streaming,
+            context_tokens,
+            run,
+            rid: trace.rid.clone(),
+            output_tokens: trace.max_tokens,
+            prompt_tokens: b.prompt_tokens,
+            cached_tokens: b.cached_tokens,
+            completion_tokens: b.completion_tokens,
+            ttfb_ms: b.ttfb_ms,
+            ttft_ms: None,
+            e2e_ms: Some(b.e2e_ms),
+            prefill_tok_s: None,
+            decode_tok_s: None,
+            decode_unavailable: None,
+            naive_decode_tok_s: None,
+            tpot_ms: None,
+            tokens_per_chunk: Vec::new(),
+            token_attribution: trace.attribution,
+            contaminated: !contamination.is_empty(),
+            contamination,
+            error: None,
+            two_point: None,
+            trace: None,
+            load: None,
+        };
+        let rec = match measure(&trace) {
+            Ok(m) => Self {
+                ttft_ms: Some(m.ttft_ms),
+                e2e_ms: Some(m.e2e_ms),
+                prefill_tok_s: m.prefill_tok_s,
+                decode_tok_s: m.decode_tok_s,
+                decode_unavailable: m.decode_unavailable.map(|d| d.to_string()),
+                naive_decode_tok_s: m.naive_decode_tok_s,
+                tpot_ms: m.tpot_ms,
+                tokens_per_chunk: m.tokens_per_chunk,
+                ..base
+            },
+            Err(MeasureError::Failed(f)) => Self {
+                error: Some(RecordError {
+                    kind: f.kind.as_str().to_string(),
+                    message: f.message,
+                }),
+                ..base
+            },
+            Err(e @ MeasureError::NoOutput) => Self {
+                error: Some(RecordError {
+                    kind: "no-output".into(),
+                    message: e.to_string(),
+                }),
+                ..base
+            },
+        };
+        Self {
+            trace: Some(trace),
+            ..rec
+        }
+    }
+
+    /// A two-point record from its result.
+    pub fn two_point(
+        result: Result<TwoPoint, TwoPointError>,
+        detail: TwoPointDetail,
+        context_tokens: u32,
+        run: u32,
+    ) -> Self {
+        let b = detail.trace_b.as_ref();
+        let mut contamination = Vec::new();
+        if let Some(c) = detail.cached_tokens_b.filter(|&c| c > 0) {
+            contamination.push(format!("request b had {c} prompt tokens cached"));
+        }
+        let (prefill, decode, error) = match &result {
+            Ok(r) => (Some(r.prefill_tok_s), Some(r.decode_tok_s), None),
+            Err(e) => (
+                None,
+                None,
+                Some(RecordError {
+                    kind: e.kind().to_string(),
+                    message: e.to_string(),
+                }),
+            ),
+        };
+        Self {
+            method: Method::TwoPoint,
+            context_tokens,
+            run,
+            rid: b.map(|t| t.rid.clone()).unwrap_or_default(),
+            output_tokens: detail.b_tokens,
+            prompt_tokens: b.and_then(|t| basics(t).prompt_tokens),
+            cached_tokens: detail.cached_tokens_b,
+            completion_tokens: b.and_then(RequestTrace::completion_tokens),
+            ttfb_ms: None,
+            ttft_ms: None,
+            e2e_ms: detail.t_b_ms,
+            prefill_tok_s: prefill,
+            decode_tok_s: decode,
+            decode_unavailable: None,
+            naive_decode_tok_s: None,
+            tpot_ms: None,
+            tokens_per_chunk: Vec::new(),
+            token_attribution: b.map_or(TokenAttribution::Unknown, |t| t.attribution),
+            contaminated: !contamination.is_empty(),
+            contamination,
+            error,
+            two_point: Some(detail),
+            trace: None,
+            load: None,
+        }
+    }
+
+    /// Whether the request failed.
+    pub fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
+    /// Key of the point this record measured, for `--resume`.
+    pub fn point_key(&self) -> (Method, u32, u32) {
+        (self.method, self.context_tokens, self.run)
+    }
+}
+
+/// Failure kind of a record as a typed kind, when it is one of the request failure kinds.
+pub fn failure_kind(name: &str) -> Option<FailureKind> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+}
+
+/// Build the record of one finished request: TTFT from its scheduled start is the client's queue
+/// time (scheduled start to the trace's send) plus the trace's TTFT.
+pub fn load_record(trace: RequestTrace, prompt_tokens: u32, info: LoadInfo) -> Record {
+    let mut rec = Record::streaming(
+        trace,
+        prompt_tokens,
+        u32::try_from(info.index).unwrap_or(u32::MAX),
+    );
+    let ttft = rec
+        .trace
+        .as_ref()
+        .and_then(|t| ttft_from_schedule_ns(t, info.client_queue_ns))
+        .filter(|_| rec.error.is_none());
+    rec.load = Some(LoadInfo {
+        ttft_from_schedule_ms: ttft.map(ms),
+        ..info
+    });
+    rec
+}
+
+/// The load-run fields of a record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadInfo {
+    /// Request index in the whole (unsharded) schedule.
+    pub index: u64,
+    /// Shard that sent it.
+    pub shard: Shard,
+    /// Schedule and workload seed.
+    pub seed: u64,
+    /// Run start, unix ms (shared by all shards of a run started with `--start-at`).
+    pub start_unix_ms: u64,
+    /// Scheduled start, ns after the run start.
+    pub scheduled_ns: u64,
+    /// Actual send, ns after the run start (the instant the trace's times count from: the write of
+    /// the request's first byte when stamped at the socket).
+    pub sent_ns: u64,
+    /// client_queue_time: actual send - scheduled start, ns. Client-side delay, kept out of TTFT's
+    /// server part.
+    pub client_queue_ns: u64,
+    /// TTFT from the scheduled start: client_queue_time + TTFT after the send, ms.
+    pub ttft_from_schedule_ms: Option<f64>,
+    /// Prefix group (shared-prefix and replay workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_group: Option<u32>,
+}
