@@ -5,11 +5,15 @@
 //! the real-time clock, and a `recvmsg` reports the stamp of the last segment it consumed. Elsewhere
 //! [`enable`] fails and [`StampedReads::poll_read`] reads as tokio does, with no stamp.
 
+mod stream;
+
 use std::io;
 use std::task::{Context, Poll};
 
 use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
+
+pub use stream::{Observe, StampedStream};
 
 /// Turns on receive timestamps for `socket` (a listening socket passes it on to the connections it
 /// accepts). Linux turns timestamping on in a deferred job after the first socket asks for it, so

@@ -23,18 +23,15 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::Uri;
-use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::connect::Connected;
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Where a client stamps its streams (`--stamping`).
@@ -269,102 +266,37 @@ fn from_kernel(unix_ns: u64) -> Option<Instant> {
     now.checked_sub(age)
 }
 
-/// A TCP connection that stamps its I/O into a [`ConnLog`].
-#[derive(Debug)]
-pub struct StampedConn {
-    tcp: TcpStream,
-    log: ConnLog,
-    /// Kernel-stamped with [`Stamping::Kernel`] where the socket takes it; untimed otherwise.
-    reads: rx_stamps::StampedReads,
-}
+/// A TCP connection that stamps its I/O into a [`ConnLog`] (kernel-stamped reads with
+/// [`Stamping::Kernel`] where the socket takes them; untimed otherwise).
+pub type StampedConn = rx_stamps::StampedStream<ConnLog>;
 
-impl StampedConn {
-    fn new(tcp: TcpStream, rx: Stamping) -> Self {
-        let reads = rx_stamps::StampedReads::on(&tcp, MAX_READ, rx == Stamping::Kernel);
-        StampedConn {
-            tcp,
-            log: ConnLog::new(),
-            reads,
-        }
-    }
-}
+impl rx_stamps::Observe for ConnLog {
+    type Mark = Instant;
 
-impl AsyncRead for StampedConn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let stamp = std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))?;
-        let new = &buf.filled()[before..];
-        if !new.is_empty() {
-            // No stamp: the kernel turns timestamps on in a deferred job, so the first segments
-            // after the first stamped socket may have none.
-            let arrival = match stamp.and_then(from_kernel) {
-                Some(at) => Arrival { at, kernel: true },
-                None => Arrival {
-                    at: Instant::now(),
-                    kernel: false,
-                },
-            };
-            this.log.read(new, arrival);
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncWrite for StampedConn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let before = Instant::now();
-        let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.log.wrote(before, buf);
-        }
-        r
+    fn mark(&self) -> Instant {
+        Instant::now()
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let before = Instant::now();
-        let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            let first = bufs
-                .iter()
-                .find(|b| !b.is_empty())
-                .map_or(&[][..], |b| &b[..]);
-            this.log.wrote(before, first);
-        }
-        r
+    fn read(&mut self, bytes: &[u8], kernel_unix_ns: Option<u64>) {
+        // No stamp: the kernel turns timestamps on in a deferred job, so the first segments
+        // after the first stamped socket may have none.
+        let arrival = match kernel_unix_ns.and_then(from_kernel) {
+            Some(at) => Arrival { at, kernel: true },
+            None => Arrival {
+                at: Instant::now(),
+                kernel: false,
+            },
+        };
+        ConnLog::read(self, bytes, arrival);
     }
 
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+    fn wrote(&mut self, before: Instant, first: &[u8]) {
+        ConnLog::wrote(self, before, first);
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
-    }
-}
-
-impl Connection for StampedConn {
     fn connected(&self) -> Connected {
         Connected::new().extra(ResponseStamps {
-            log: self.log.clone(),
+            log: self.clone(),
             exchange: None,
         })
     }
@@ -403,7 +335,8 @@ impl tower::Service<Uri> for StampedConnector {
         let connecting = self.http.call(uri);
         Box::pin(async move {
             let tcp = connecting.await?.into_inner();
-            Ok(TokioIo::new(StampedConn::new(tcp, rx)))
+            let conn = StampedConn::new(tcp, MAX_READ, rx == Stamping::Kernel, ConnLog::new());
+            Ok(TokioIo::new(conn))
         })
     }
 }
