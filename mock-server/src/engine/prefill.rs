@@ -79,25 +79,15 @@ impl Engine {
         self.last_wake = Some(deadline);
         self.shared.truth.count_pass();
         let mut done = Vec::new();
-        for PrefillChunk {
-            index: i,
-            tokens: n,
-            context_before: ctx,
-        } in items
-        {
+        for chunk in items {
+            let PrefillChunk {
+                index: i,
+                tokens: n,
+                ..
+            } = chunk;
+            self.record_pass(&chunk, start, deadline, peak);
             let radix = !self.cfg.disable_radix_cache;
             let r = &mut self.prefilling[i];
-            let pass = PrefillPass {
-                tokens: n,
-                context_before: ctx,
-                start_ns: r.ns(start),
-                end_ns: r.ns(deadline),
-                activation_peak_bytes: peak,
-            };
-            self.shared.truth.update(&r.request.rid, |t| {
-                t.prefill_passes.push(pass);
-                t.memory_peak_bytes = t.memory_peak_bytes.max(peak);
-            });
             r.kv_len += n;
             if radix {
                 let seq = r.target();
@@ -150,24 +140,9 @@ impl Engine {
         // The target the engine logged under before it became a folder of modules.
         tracing::error!(target: "mock_server::engine", "{reason}");
         eprintln!("torch.OutOfMemoryError: {reason}");
-        for &PrefillChunk {
-            index: i,
-            tokens: n,
-            context_before: ctx,
-        } in items
-        {
-            let r = &self.prefilling[i];
-            let pass = PrefillPass {
-                tokens: n,
-                context_before: ctx,
-                start_ns: r.ns(start),
-                end_ns: r.ns(start),
-                activation_peak_bytes: peak,
-            };
-            self.shared.truth.update(&r.request.rid, |t| {
-                t.prefill_passes.push(pass);
-                t.memory_peak_bytes = t.memory_peak_bytes.max(peak);
-            });
+        for chunk in items {
+            // The pass never ran: it ends where it started.
+            self.record_pass(chunk, start, start, peak);
         }
         let all: Vec<RequestState> = self
             .waiting
@@ -184,5 +159,22 @@ impl Engine {
             let _ = r.tx.send(StreamEvent::Crash(reason.clone()));
         }
         self.shared.crashed.send_replace(Some(reason));
+    }
+
+    /// Records `chunk`'s share of a pass from `start` to `end` (activation peak `peak`) in its
+    /// request's ground truth.
+    fn record_pass(&self, chunk: &PrefillChunk, start: Instant, end: Instant, peak: u64) {
+        let r = &self.prefilling[chunk.index];
+        let pass = PrefillPass {
+            tokens: chunk.tokens,
+            context_before: chunk.context_before,
+            start_ns: r.ns(start),
+            end_ns: r.ns(end),
+            activation_peak_bytes: peak,
+        };
+        self.shared.truth.update(&r.request.rid, |t| {
+            t.prefill_passes.push(pass);
+            t.memory_peak_bytes = t.memory_peak_bytes.max(peak);
+        });
     }
 }

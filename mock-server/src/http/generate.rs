@@ -1,7 +1,6 @@
 //! The generation handlers: native `/generate`, OpenAI completions and chat, each streamed or
 //! collected whole.
 
-use super::faults::Faults;
 use super::parse::{
     chat_prompt, check_lengths, completion_prompt, parse_body, parse_native, parse_openai,
     NativeRequest, OpenAiOptions, RawBody, Sampling,
@@ -122,27 +121,10 @@ pub(super) async fn generate(
         Ok(rx) => rx,
         Err(r) => return r,
     };
-    let mut ctx = Renderer {
-        dialect: Dialect::Native,
-        rid,
-        model: cfg.served_model_name.clone(),
-        created: 0,
-        received,
-        incremental: cfg.incremental_streaming_output,
-        cache_report: cfg.enable_cache_report,
-        include_usage: false,
-        continuous_usage: false,
-        ids_json: Vec::new(),
-        text_json: Vec::new(),
-        prompt_tokens,
-    };
+    let mut ctx = Renderer::new(Dialect::Native, rid, &cfg, received, prompt_tokens);
+    ctx.incremental = cfg.incremental_streaming_output;
     if stream {
-        return stream_response(
-            ctx,
-            rx,
-            Faults::from_headers(&headers),
-            st.engine().shared.truth.clone(),
-        );
+        return stream_response(ctx, rx, &headers, st.engine().shared.truth.clone());
     }
     match collect(&mut rx).await {
         Ok(c) => {
@@ -215,27 +197,13 @@ async fn openai(
         Ok(rx) => rx,
         Err(r) => return r,
     };
-    let ctx = Renderer {
-        dialect,
-        rid: id,
-        model: cfg.served_model_name.clone(),
-        created: created(),
-        received,
-        incremental: true,
-        cache_report: cfg.enable_cache_report,
-        include_usage,
-        continuous_usage,
-        ids_json: Vec::new(),
-        text_json: Vec::new(),
-        prompt_tokens,
-    };
+    let mut ctx = Renderer::new(dialect, id, &cfg, received, prompt_tokens);
+    ctx.created = created();
+    ctx.incremental = true;
+    ctx.include_usage = include_usage;
+    ctx.continuous_usage = continuous_usage;
     if stream {
-        return stream_response(
-            ctx,
-            rx,
-            Faults::from_headers(&headers),
-            st.engine().shared.truth.clone(),
-        );
+        return stream_response(ctx, rx, &headers, st.engine().shared.truth.clone());
     }
     match collect(&mut rx).await {
         Ok(c) => axum::Json(ctx.openai_response(&c)).into_response(),

@@ -1,5 +1,6 @@
 //! One engine event into the writes of a response, in the request's dialect.
 
+use crate::config::Config;
 use crate::engine::{Finish, SpeculativeStats, StreamEvent};
 use axum::body::Bytes;
 use serde_json::{json, Value};
@@ -29,6 +30,33 @@ pub(super) struct Renderer {
     pub(super) ids_json: Vec<u8>,
     pub(super) text_json: Vec<u8>,
     pub(super) prompt_tokens: usize,
+}
+
+impl Renderer {
+    /// A renderer for request `rid` of `prompt_tokens` tokens, received at `received`: native
+    /// cumulative output, no `created` stamp and no usage options until the handler sets them.
+    pub(super) fn new(
+        dialect: Dialect,
+        rid: String,
+        cfg: &Config,
+        received: Instant,
+        prompt_tokens: usize,
+    ) -> Self {
+        Renderer {
+            dialect,
+            rid,
+            model: cfg.served_model_name.clone(),
+            created: 0,
+            received,
+            incremental: false,
+            cache_report: cfg.enable_cache_report,
+            include_usage: false,
+            continuous_usage: false,
+            ids_json: Vec::new(),
+            text_json: Vec::new(),
+            prompt_tokens,
+        }
+    }
 }
 
 /// The writes one engine event turns into.

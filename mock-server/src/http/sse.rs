@@ -5,7 +5,7 @@ use super::render::{render, sse, Dialect, Rendered, Renderer, DONE};
 use crate::engine::StreamEvent;
 use crate::truth::GroundTruth;
 use axum::body::{Body, Bytes};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -90,17 +90,17 @@ impl StreamState {
     }
 }
 
-/// The SSE response for one request's events, with the faults it asked for.
+/// The SSE response for one request's events, with the faults its headers ask for.
 pub(super) fn stream_response(
     ctx: Renderer,
     rx: tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
-    faults: Faults,
+    headers: &HeaderMap,
     truth: GroundTruth,
 ) -> Response {
     let mut state = StreamState {
         ctx,
         rx,
-        faults,
+        faults: Faults::from_headers(headers),
         truth,
         queue: std::collections::VecDeque::new(),
         events: 0,
