@@ -107,9 +107,8 @@ impl Clock {
     /// under ~0.5 ms sleeps on the OS timer in place until `SPIN` before the instant, then
     /// yields to other tasks until it passes, so the worker writes the events already sent.
     /// The sleep blocks this worker (the other workers run and steal its queued tasks), but it
-    /// leaves the core to other threads: spinning through the whole gap, the mock kept one of a
-    /// laptop's cores busy for as long as a pass's output lasted, and the client on the same
-    /// machine waited for it (BENCHMARKS.md, section 3).
+    /// leaves the core to other threads: never spin through a whole gap, as a client on the same
+    /// machine needs that core (see BENCHMARKS.md).
     pub async fn wait_short(self, at: Instant) {
         if self == Clock::Tokio {
             if at > Instant::now() {

@@ -257,12 +257,22 @@ impl Config {
                 )))
             }
         }
-        let budget = crate::memory::MemoryBudget::new(self);
-        if budget.kv_pool_tokens == 0 {
+        if self.kv_pool_tokens() == 0 {
             // SGLang's model_runner raises this when the KV pool would be empty.
             return inv("Not enough memory. Please try to increase --mem-fraction-static.");
         }
         Ok(())
+    }
+
+    /// Bytes of one GPU's static pool (weights and KV cache): total x `mem_fraction_static`.
+    pub fn static_bytes(&self) -> f64 {
+        (self.gpu_total_bytes as f64 * self.mem_fraction_static).max(0.0)
+    }
+
+    /// Tokens the KV pool holds: (static pool - weights) / KV bytes per token.
+    pub fn kv_pool_tokens(&self) -> usize {
+        let kv_bytes = (self.static_bytes() - self.weights_bytes as f64).max(0.0);
+        (kv_bytes / self.kv_bytes_per_token.max(1) as f64).floor() as usize
     }
 
     /// Whether speculative decoding is on.

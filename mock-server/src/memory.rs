@@ -9,7 +9,7 @@ pub struct MemoryBudget {
     pub total_bytes: u64,
     pub static_bytes: u64,
     pub weights_bytes: u64,
-    /// Tokens the KV pool holds: (total x mem_fraction_static - weights) / KV bytes per token.
+    /// Tokens the KV pool holds ([`Config::kv_pool_tokens`]).
     pub kv_pool_tokens: usize,
     /// Free headroom for activations: total x (1 - mem_fraction_static) - overhead (never negative).
     pub free_headroom_bytes: u64,
@@ -21,15 +21,13 @@ pub struct MemoryBudget {
 impl MemoryBudget {
     pub fn new(c: &Config) -> Self {
         let total = c.gpu_total_bytes as f64;
-        let static_bytes = (total * c.mem_fraction_static).max(0.0);
-        let kv_bytes = (static_bytes - c.weights_bytes as f64).max(0.0);
-        let kv_pool_tokens = (kv_bytes / c.kv_bytes_per_token.max(1) as f64).floor() as usize;
+        let static_bytes = c.static_bytes();
         let headroom = (total - static_bytes - c.overhead_bytes as f64).max(0.0);
         MemoryBudget {
             total_bytes: c.gpu_total_bytes,
             static_bytes: static_bytes as u64,
             weights_bytes: c.weights_bytes,
-            kv_pool_tokens,
+            kv_pool_tokens: c.kv_pool_tokens(),
             free_headroom_bytes: headroom as u64,
             extend: c.activation_bytes_per_extend_token,
             context: c.activation_bytes_per_context_token,

@@ -4,8 +4,8 @@
 use crate::config::Config;
 use crate::engine::EngineHandle;
 use crate::http::{app, AppState};
+use crate::listen::{RxStamp, StampedListener};
 use crate::truth::GroundTruth;
-use crate::wire::{RxStamp, StampedListener};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -25,10 +25,9 @@ pub struct MockServer {
 }
 
 /// Pending connections the listening socket queues before accepting (the kernel caps it at
-/// `net.core.somaxconn`). uvicorn, which serves SGLang's HTTP API, listens with 2048. Tokio's
-/// `TcpListener::bind` listens as std's does, with 128: 2,000 clients connecting at once overflowed
-/// that queue, the kernel dropped their handshakes, and they connected a second later on the SYN
-/// retry.
+/// `net.core.somaxconn`). uvicorn, which serves SGLang's HTTP API, listens with 2048. Rule: at
+/// least as many as the clients that connect at once; tokio's `TcpListener::bind` listens with
+/// 128, and the kernel drops handshakes past the queue (they retry a second later).
 const LISTEN_BACKLOG: u32 = 4096;
 
 /// Binds the first address `host:port` resolves to that accepts a listening socket.
@@ -46,7 +45,7 @@ async fn bind(host: &str, port: u16) -> std::io::Result<tokio::net::TcpListener>
             s.set_reuseaddr(true)?;
             s.bind(addr)?;
             let listener = s.listen(LISTEN_BACKLOG)?;
-            crate::wire::timestamp_arrivals(&listener);
+            crate::listen::timestamp_arrivals(&listener);
             Ok(listener)
         });
         match bound {

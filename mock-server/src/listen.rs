@@ -1,4 +1,5 @@
-//! When a request's bytes reached the server's socket.
+//! The server's listener ([`StampedListener`], [`StampedStream`]): accepted connections record
+//! when a request's bytes reached the server's socket.
 //!
 //! Under load the HTTP layer reads a request some time after the kernel received it: the
 //! request waits in the socket while the workers write other streams' events. A real server

@@ -1,0 +1,313 @@
+//! The command line: SGLang-named flags (clap), the [`Config`] they build (preset, then flags,
+//! then every `--set`), and the serve loop the binary runs.
+
+use crate::config::{Config, ConfigError};
+use crate::server::MockServer;
+use clap::Parser;
+
+/// Errors in the flags, before the server starts.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("--set expects KEY=VALUE, got {0:?}")]
+    SetSyntax(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mock-server",
+    about = "A simulated SGLang server for benchmark regression checks"
+)]
+pub struct Args {
+    /// Preset name (small-cpu-demo, kimi-k2.6-dflash-8xrtx-pro-6000).
+    #[arg(long, default_value = "small-cpu-demo")]
+    pub preset: String,
+    #[arg(long)]
+    pub host: Option<String>,
+    #[arg(long)]
+    pub model_path: Option<String>,
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    #[arg(long)]
+    pub port: Option<u16>,
+    #[arg(long)]
+    pub mem_fraction_static: Option<f64>,
+    #[arg(long, allow_hyphen_values = true)]
+    pub chunked_prefill_size: Option<i64>,
+    #[arg(long)]
+    pub max_running_requests: Option<usize>,
+    #[arg(long)]
+    pub speculative_algorithm: Option<String>,
+    #[arg(long)]
+    pub speculative_num_draft_tokens: Option<usize>,
+    #[arg(long)]
+    pub enable_cache_report: bool,
+    #[arg(long)]
+    pub incremental_streaming_output: bool,
+    #[arg(long)]
+    pub stream_interval: Option<usize>,
+    #[arg(long)]
+    pub expandable_segments: bool,
+    #[arg(long)]
+    pub disable_radix_cache: bool,
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    #[arg(long)]
+    pub time_scale: Option<f64>,
+    #[arg(long)]
+    pub api_key: Option<String>,
+    #[arg(long)]
+    pub restart_on_oom: bool,
+    #[arg(long)]
+    pub debug_endpoints: bool,
+    /// Override any preset key: --set key=value (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// A TOML string literal of `v` (quotes and escapes as TOML wants them).
+fn toml_str(v: &str) -> String {
+    toml::Value::String(v.to_string()).to_string()
+}
+
+/// The preset, then the SGLang-named flags, then every `--set` in order; validated.
+pub fn build(a: &Args) -> Result<Config, CliError> {
+    let mut c = Config::preset(&a.preset)?;
+    let mut kv: Vec<(String, String)> = Vec::new();
+    let mut put = |k: &str, v: String| kv.push((k.to_string(), v));
+    if let Some(v) = &a.host {
+        put("host", toml_str(v));
+    }
+    if let Some(v) = &a.model_path {
+        put("model_path", toml_str(v));
+    }
+    if let Some(v) = &a.served_model_name {
+        put("served_model_name", toml_str(v));
+    }
+    if let Some(v) = a.port {
+        put("port", v.to_string());
+    }
+    if let Some(v) = a.mem_fraction_static {
+        put("mem_fraction_static", v.to_string());
+    }
+    if let Some(v) = a.chunked_prefill_size {
+        put("chunked_prefill_size", v.to_string());
+    }
+    if let Some(v) = a.max_running_requests {
+        put("max_running_requests", v.to_string());
+    }
+    if let Some(v) = &a.speculative_algorithm {
+        put("speculative_algorithm", toml_str(v));
+    }
+    if let Some(v) = a.speculative_num_draft_tokens {
+        put("speculative_num_draft_tokens", v.to_string());
+    }
+    if let Some(v) = a.stream_interval {
+        put("stream_interval", v.to_string());
+    }
+    if let Some(v) = a.context_length {
+        put("context_length", v.to_string());
+    }
+    if let Some(v) = a.seed {
+        put("seed", v.to_string());
+    }
+    if let Some(v) = a.time_scale {
+        put("time_scale", v.to_string());
+    }
+    if let Some(v) = &a.api_key {
+        put("api_key", toml_str(v));
+    }
+    for (flag, key) in [
+        (a.enable_cache_report, "enable_cache_report"),
+        (
+            a.incremental_streaming_output,
+            "incremental_streaming_output",
+        ),
+        (a.expandable_segments, "expandable_segments"),
+        (a.disable_radix_cache, "disable_radix_cache"),
+        (a.restart_on_oom, "restart_on_oom"),
+        (a.debug_endpoints, "debug_endpoints"),
+    ] {
+        if flag {
+            put(key, "true".into());
+        }
+    }
+    for s in &a.set {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| CliError::SetSyntax(s.clone()))?;
+        put(k.trim(), v.trim().to_string());
+    }
+    for (k, v) in kv {
+        c.set(&k, &v)?;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+/// Resolves on SIGINT or (on Unix) SIGTERM.
+async fn signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Starts the server and serves until SIGINT/SIGTERM (exit code 0) or, without
+/// `--restart-on-oom`, an out-of-memory death (exit code 1).
+pub async fn run(args: Args) -> anyhow::Result<i32> {
+    let config = build(&args)?;
+    let server = MockServer::start(config.clone()).await?;
+    tracing::info!(
+        target: "mock_server",
+        "mock-server ({}) serving {} on {}",
+        args.preset,
+        config.served_model_name,
+        server.url()
+    );
+    tokio::select! {
+        _ = signal() => {
+            tracing::info!(target: "mock_server", "shutting down");
+            server.shutdown().await;
+            Ok(0)
+        }
+        reason = server.wait_crashed(), if !config.restart_on_oom => {
+            tracing::error!(target: "mock_server", "server died: {reason}");
+            Ok(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> anyhow::Result<Config> {
+        let a = Args::try_parse_from(std::iter::once("mock-server").chain(args.iter().copied()))?;
+        Ok(build(&a)?)
+    }
+
+    #[test]
+    fn no_flags_give_the_default_preset() {
+        assert_eq!(parse(&[]).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn sglang_named_flags_override_the_preset() {
+        let c = parse(&[
+            "--preset",
+            "kimi-k2.6-dflash-8xrtx-pro-6000",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "31000",
+            "--model-path",
+            "org/model \"quoted\"",
+            "--served-model-name",
+            "kimi",
+            "--mem-fraction-static",
+            "0.93",
+            "--chunked-prefill-size",
+            "-1",
+            "--max-running-requests",
+            "7",
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-num-draft-tokens",
+            "3",
+            "--stream-interval",
+            "2",
+            "--context-length",
+            "200000",
+            "--seed",
+            "9",
+            "--time-scale",
+            "4",
+            "--api-key",
+            "s3cr=t",
+            "--enable-cache-report",
+            "--incremental-streaming-output",
+            "--expandable-segments",
+            "--disable-radix-cache",
+            "--restart-on-oom",
+            "--debug-endpoints",
+        ])
+        .unwrap();
+        let mut want = Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
+        want.host = "0.0.0.0".into();
+        want.port = 31000;
+        want.model_path = "org/model \"quoted\"".into();
+        want.served_model_name = "kimi".into();
+        want.mem_fraction_static = 0.93;
+        want.chunked_prefill_size = -1;
+        want.max_running_requests = 7;
+        want.speculative_algorithm = "EAGLE".into();
+        want.speculative_num_draft_tokens = 3;
+        want.stream_interval = 2;
+        want.context_length = 200_000;
+        want.seed = 9;
+        want.time_scale = 4.0;
+        want.api_key = Some("s3cr=t".into());
+        want.enable_cache_report = true;
+        want.incremental_streaming_output = true;
+        want.expandable_segments = true;
+        want.disable_radix_cache = true;
+        want.restart_on_oom = true;
+        want.debug_endpoints = true;
+        assert_eq!(c, want);
+    }
+
+    #[test]
+    fn set_overrides_any_key_and_wins_over_flags() {
+        let c = parse(&[
+            "--mem-fraction-static",
+            "0.8",
+            "--set",
+            "mem_fraction_static=0.7",
+            "--set",
+            "spec_accept_rates=[0.5, 0.25]",
+            "--set",
+            " startup_s = 3 ",
+            "--set",
+            "served_model_name=a=b",
+        ])
+        .unwrap();
+        assert_eq!(c.mem_fraction_static, 0.7);
+        assert_eq!(c.spec_accept_rates, vec![0.5, 0.25]);
+        assert_eq!(c.startup_s, 3.0);
+        assert_eq!(c.served_model_name, "a=b");
+    }
+
+    #[test]
+    fn bad_flags_are_clear_errors() {
+        let msg = |args: &[&str]| format!("{:#}", parse(args).unwrap_err());
+        assert!(msg(&["--set", "nokey"]).contains("KEY=VALUE"));
+        assert!(msg(&["--set", "nope=1"]).contains("unknown configuration key"));
+        assert!(msg(&["--set", "port=banana"]).contains("port"));
+        assert!(msg(&["--preset", "nope"]).contains("unknown preset"));
+        assert!(msg(&["--mem-fraction-static", "1.5"]).contains("mem_fraction_static"));
+        assert!(msg(&["--port", "99999"]).contains("99999"));
+        assert!(msg(&["--no-such-flag"]).contains("no-such-flag"));
+        let e = msg(&[
+            "--preset",
+            "kimi-k2.6-dflash-8xrtx-pro-6000",
+            "--mem-fraction-static",
+            "0.5",
+        ]);
+        assert!(e.contains("Not enough memory"), "{e}");
+    }
+}

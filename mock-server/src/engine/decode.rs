@@ -1,0 +1,245 @@
+//! Decode passes and speculative verify steps: the batch's cost, the tokens each request draws
+//! (accepted drafts, EOS, stop tokens), and putting finished requests away.
+
+use super::events::{Finish, SpeculativeStats, StreamEvent};
+use super::output::{Drawn, Outgoing};
+use super::stats::PassStats;
+use super::{Engine, RequestState};
+use rand::Rng;
+use tokio::time::Instant;
+
+/// What one verify step did to a request.
+pub(super) struct Step {
+    /// The request finished (by length or a stop token).
+    pub(super) finished: bool,
+    /// The stream event to send, when one is due.
+    pub(super) event: Option<Outgoing>,
+}
+
+impl Engine {
+    pub(super) async fn decode_step(&mut self, start: Instant) -> Instant {
+        self.retract_for_decode();
+        let c = &self.cfg;
+        let ctx: usize = self.running.iter().map(|r| r.kv_len).sum();
+        let secs = c.decode_base_s
+            + c.decode_per_context_token_s * ctx as f64
+            + c.decode_per_request_s * self.running.len() as f64;
+        let deadline = start + self.scaled(secs);
+        // The batch is fixed when the pass starts, so its tokens can be drawn before it ends. They
+        // are drawn once the previous pass's output has left (or at the end, if that is later),
+        // outside the window in which the output stage sends events. Counters, the events, the
+        // cache and the running set change only at the pass's end, as they would on the server.
+        let draw_at = self
+            .output_free
+            .map_or(start, |f| f.max(start))
+            .min(deadline);
+        self.clock.sleep_until(draw_at).await;
+        let running = std::mem::take(&mut self.running);
+        let mut step_tokens = 0usize;
+        let mut stats = PassStats::default();
+        let mut drawn = Vec::with_capacity(running.len());
+        let mut events = Vec::with_capacity(running.len());
+        for (i, mut r) in running.into_iter().enumerate() {
+            // Let the output stage and the connections run while a large batch is drawn.
+            if i % 32 == 31 {
+                tokio::task::yield_now().await;
+            }
+            let before = r.output.len();
+            let step = self.step_tokens(&mut r, deadline, &mut stats);
+            r.kv_len += r.output.len() - before;
+            step_tokens += r.output.len() - before;
+            events.extend(step.event);
+            drawn.push(if step.finished {
+                Drawn::Finished(r)
+            } else {
+                Drawn::Running(r)
+            });
+        }
+        self.clock.sleep_until(deadline).await;
+        let since = self.last_wake.replace(deadline).unwrap_or(start);
+        self.end_pass(stats, events, drawn).await;
+        // Like SGLang, tokens over the clock time they took (here: since the previous pass ended).
+        let dt = deadline.saturating_duration_since(since).as_secs_f64();
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.last_gen_throughput = if dt > 0.0 {
+                step_tokens as f64 / dt
+            } else {
+                0.0
+            };
+        }
+        deadline
+    }
+
+    /// Tokens one verify step may emit: with speculation, the accepted prefix of the draft (each
+    /// position accepted with its rate given that those before it were) plus the verified token.
+    fn verify_step_len(&mut self) -> usize {
+        if !self.cfg.speculative() {
+            return 1;
+        }
+        let mut accepted = 0;
+        for k in 0..self.cfg.speculative_num_draft_tokens {
+            let p = self
+                .cfg
+                .spec_accept_rates
+                .get(k)
+                .or(self.cfg.spec_accept_rates.last())
+                .copied()
+                .unwrap_or(0.0);
+            if self.rng.random::<f64>() < p {
+                accepted += 1;
+            } else {
+                break;
+            }
+        }
+        accepted + 1
+    }
+
+    /// Draws one verify step's tokens for `r`: whether it finished and the event to send, when
+    /// one is due (always when it finished). The pass ended at `pass_end`. Output processing
+    /// is one queue in pass order that takes `output_per_request_s` per event (SGLang's
+    /// detokenizer and tokenizer manager): an event leaves when the pass has ended and the events
+    /// before it have left.
+    pub(super) fn step_tokens(
+        &mut self,
+        r: &mut RequestState,
+        pass_end: Instant,
+        pass: &mut PassStats,
+    ) -> Step {
+        let n = self.verify_step_len();
+        // `max_new_tokens = 0`: the request ends right after its prefill, with no token.
+        let mut finish =
+            (r.output.len() >= r.request.max_new_tokens).then_some(Finish::Length(r.output.len()));
+        let mut emitted = 0;
+        for _ in 0..n {
+            if r.output.len() >= r.request.max_new_tokens {
+                break;
+            }
+            let eos = !r.request.ignore_eos
+                && r.output.len() >= r.request.min_new_tokens
+                && self.cfg.eos_probability > 0.0
+                && self.rng.random::<f64>() < self.cfg.eos_probability;
+            let mut tok = if eos {
+                self.cfg.eos_token_id
+            } else {
+                let mut t = self.rng.random_range(0..self.cfg.vocab_size);
+                if t == self.cfg.eos_token_id {
+                    t = (t + 1) % self.cfg.vocab_size;
+                }
+                t
+            };
+            if r.request.ignore_eos && tok == self.cfg.eos_token_id {
+                tok = (tok + 1) % self.cfg.vocab_size;
+            }
+            r.output.push(tok);
+            r.pending.push(tok);
+            emitted += 1;
+            // The length first, as SGLang's `RequestState.check_finished` does: a stop token that is also
+            // the last token allowed ends the request by length.
+            if r.output.len() >= r.request.max_new_tokens {
+                finish = Some(Finish::Length(r.output.len()));
+                break;
+            }
+            let stop_id = tok == self.cfg.eos_token_id
+                || (r.output.len() > r.request.min_new_tokens
+                    && r.request.stop_token_ids.contains(&tok));
+            if stop_id && !r.request.ignore_eos {
+                finish = Some(Finish::Stop(tok));
+                break;
+            }
+        }
+        if emitted > 0 {
+            r.verify_ct += 1;
+            if r.hist.len() < emitted {
+                r.hist.resize(emitted, 0);
+            }
+            r.hist[emitted - 1] += 1;
+        }
+        if emitted > 0 {
+            pass.generation_tokens += emitted as u64;
+            pass.verify_steps += 1;
+        }
+        let due = finish.is_some()
+            || r.pending.len() >= self.cfg.stream_interval
+            || r.last_chunk_at.is_none();
+        let mut event = None;
+        if due && (!r.pending.is_empty() || finish.is_some()) {
+            let new_ids = std::mem::take(&mut r.pending);
+            let speculative = (finish.is_some() && self.cfg.speculative()).then(|| {
+                let (len, rate) = if r.verify_ct == 0 {
+                    (0.0, 0.0)
+                } else {
+                    let len = r.output.len() as f64 / r.verify_ct as f64;
+                    let draft = self.cfg.speculative_num_draft_tokens.max(1) as f64;
+                    (len, (len - 1.0) / draft)
+                };
+                SpeculativeStats {
+                    verify_ct: r.verify_ct,
+                    accept_length: len,
+                    accept_rate: rate,
+                    histogram: r.hist.clone(),
+                }
+            });
+            let tokens = new_ids.len();
+            let model_at = self.output_free.map_or(pass_end, |f| f.max(pass_end));
+            self.output_free = Some(model_at + self.scaled(self.cfg.output_per_request_s));
+            let at = r.ns(model_at);
+            let chunk = r.chunks;
+            r.chunks += 1;
+            event = Some(Outgoing {
+                tx: r.tx.clone(),
+                model_ns: at,
+                tokens,
+                completion: r.output.len(),
+                verify_ct: r.verify_ct,
+                hist: r.hist.clone(),
+                event: StreamEvent::Tokens {
+                    chunk,
+                    at_ns: at,
+                    new_ids,
+                    prompt_tokens: r.request.input_ids.len(),
+                    cached_tokens: r.cached,
+                    completion_tokens: r.output.len(),
+                    finish: finish.clone(),
+                    speculative,
+                },
+                at: model_at,
+                rid: r.request.rid.clone(),
+                received: r.request.received,
+            });
+            let t = model_at
+                .saturating_duration_since(r.request.received)
+                .as_secs_f64();
+            match r.last_chunk_at {
+                None => pass.ttft.push(t),
+                Some(prev) => pass.itl.push((
+                    model_at.saturating_duration_since(prev).as_secs_f64(),
+                    tokens as u64,
+                )),
+            }
+            if finish.is_some() {
+                pass.e2e.push(t);
+            }
+            r.last_chunk_at = Some(model_at);
+        }
+        Step {
+            finished: finish.is_some(),
+            event,
+        }
+    }
+
+    /// Puts a finished request away: counters, cache, KV. Its finish goes into the ground truth
+    /// with its final chunk, when the output stage sends it (`emit`).
+    pub(super) fn complete(&mut self, mut r: RequestState) {
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.requests_total += 1;
+            s.prompt_tokens_total += r.request.input_ids.len() as u64;
+            s.cached_tokens_total += r.cached as u64;
+        }
+        if !self.cfg.disable_radix_cache {
+            let mut seq = r.target();
+            seq.pop();
+            self.tree.insert(&seq);
+        }
+        self.release(&mut r);
+    }
+}

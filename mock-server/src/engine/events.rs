@@ -1,0 +1,66 @@
+//! What goes in and out of the engine: a validated request, and the events it sends to the
+//! request's stream (tokens, an error, or the server's death).
+
+use crate::truth::FinishTruth;
+use tokio::time::Instant;
+
+/// A validated generation request.
+#[derive(Debug, Clone)]
+pub struct GenRequest {
+    pub rid: String,
+    pub input_ids: Vec<u32>,
+    pub max_new_tokens: usize,
+    pub min_new_tokens: usize,
+    pub ignore_eos: bool,
+    pub stop_token_ids: Vec<u32>,
+    /// The instant the HTTP handler received the request.
+    pub received: Instant,
+    /// When the request's last bytes reached the server's socket (kernel receive timestamp), in ns
+    /// since the Unix epoch; `None` where unknown.
+    pub arrived_unix_ns: Option<u64>,
+}
+
+/// Why a request finished.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    Length(usize),
+    Stop(u32),
+}
+
+impl From<&Finish> for FinishTruth {
+    fn from(f: &Finish) -> Self {
+        match f {
+            Finish::Length(_) => FinishTruth::Length,
+            Finish::Stop(_) => FinishTruth::Stop,
+        }
+    }
+}
+
+/// Speculative-decoding statistics reported on the final event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpeculativeStats {
+    pub verify_ct: usize,
+    pub accept_length: f64,
+    pub accept_rate: f64,
+    pub histogram: Vec<u64>,
+}
+
+/// What the engine sends to a request's HTTP stream.
+#[derive(Debug, Clone)]
+pub enum StreamEvent {
+    Tokens {
+        /// Index of this chunk in the request's ground truth.
+        chunk: usize,
+        /// When the engine handed the event over, in ns since the request was received.
+        at_ns: u64,
+        new_ids: Vec<u32>,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+        completion_tokens: usize,
+        finish: Option<Finish>,
+        speculative: Option<SpeculativeStats>,
+    },
+    Error(String),
+    /// The server died; the stream must be cut without `[DONE]`.
+    Crash(String),
+}

@@ -1,0 +1,301 @@
+//! The scheduler: one loop with continuous batching, chunked prefill, decode steps and
+//! speculative multi-token steps. Every pass costs model time from the cost model and the loop
+//! waits for it on tokio's clock with absolute deadlines, so errors never accumulate.
+//!
+//! Layout: [`events`] (what goes in and out), [`stats`] (live counters), `kv` (KV accounting),
+//! `admission` (admission, retraction), `prefill`, `decode` (and speculation), `output` (the
+//! output stage). The engine knows no HTTP.
+
+mod admission;
+mod decode;
+pub mod events;
+mod kv;
+mod output;
+mod prefill;
+pub mod stats;
+
+pub use events::{Finish, GenRequest, SpeculativeStats, StreamEvent};
+pub use stats::Stats;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::memory::MemoryBudget;
+use crate::radix::{NodeId, RadixTree};
+use crate::truth::{FinishTruth, GroundTruth, RequestTruth};
+use output::{output_stage, Outgoing};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{Duration, Instant};
+
+/// The engine is gone (its task ended): it takes no more work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the engine is not running")]
+pub struct EngineStopped;
+
+enum Msg {
+    Submit(GenRequest, mpsc::UnboundedSender<StreamEvent>),
+    Flush(oneshot::Sender<bool>),
+}
+
+/// State shared between the engine and the HTTP layer.
+pub struct Shared {
+    pub config: Config,
+    pub budget: MemoryBudget,
+    pub truth: GroundTruth,
+    pub stats: Mutex<Stats>,
+    pub crashed: Arc<watch::Sender<Option<String>>>,
+    /// Set when this engine died: its output stage sends nothing more.
+    dead: std::sync::atomic::AtomicBool,
+}
+
+/// A handle to submit work to the engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::UnboundedSender<Msg>,
+    pub shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    /// Starts an engine task on the current runtime.
+    pub fn spawn(
+        config: Config,
+        truth: GroundTruth,
+        crashed: Arc<watch::Sender<Option<String>>>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            budget: MemoryBudget::new(&config),
+            config: config.clone(),
+            truth,
+            stats: Mutex::new(Stats::default()),
+            crashed,
+            dead: std::sync::atomic::AtomicBool::new(false),
+        });
+        let clock = Clock::detect();
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let engine = Engine {
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            tree: RadixTree::new(),
+            waiting: VecDeque::new(),
+            prefilling: VecDeque::new(),
+            running: Vec::new(),
+            shared: shared.clone(),
+            last_wake: None,
+            out_tx,
+            output_free: None,
+            cfg: config,
+            clock,
+        };
+        tokio::spawn(engine.run(rx));
+        let tick = match clock {
+            Clock::Tokio => Duration::ZERO,
+            Clock::Precise => Duration::from_secs_f64(shared.config.output_tick_s),
+        };
+        tokio::spawn(output_stage(out_rx, clock, tick, shared.clone()));
+        EngineHandle { tx, shared }
+    }
+
+    /// Queues a request; the returned channel yields its stream events.
+    pub fn submit(
+        &self,
+        req: GenRequest,
+    ) -> Result<mpsc::UnboundedReceiver<StreamEvent>, EngineStopped> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.tx
+            .send(Msg::Submit(req, tx))
+            .map_err(|_| EngineStopped)?;
+        Ok(rx)
+    }
+
+    /// Empties the radix cache; `Ok(false)` when requests are running or waiting.
+    pub async fn flush_cache(&self) -> Result<bool, EngineStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Msg::Flush(tx)).map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
+    }
+
+    pub fn is_alive(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A request inside the engine: what was asked, its KV and cache lock, its output so far.
+struct RequestState {
+    request: GenRequest,
+    tx: mpsc::UnboundedSender<StreamEvent>,
+    /// Tokens whose KV exists (cached prefix included).
+    kv_len: usize,
+    node: NodeId,
+    locked_len: usize,
+    cached: usize,
+    output: Vec<u32>,
+    pending: Vec<u32>,
+    emitted_first: bool,
+    verify_ct: usize,
+    hist: Vec<u64>,
+    last_chunk_at: Option<Instant>,
+    /// Stream events sent so far (the next chunk's index in the ground truth).
+    chunks: usize,
+}
+
+impl RequestState {
+    /// The sequence prefill must cover (prompt, plus output after a retraction).
+    fn target(&self) -> Vec<u32> {
+        let mut t = self.request.input_ids.clone();
+        t.extend_from_slice(&self.output);
+        t
+    }
+    fn target_len(&self) -> usize {
+        self.request.input_ids.len() + self.output.len()
+    }
+    fn private(&self) -> usize {
+        self.kv_len.saturating_sub(self.locked_len)
+    }
+    fn ns(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.request.received)
+            .as_nanos() as u64
+    }
+}
+
+/// The scheduler's state: the three queues (waiting, prefilling, running), the radix cache and
+/// the modelled output stage.
+struct Engine {
+    cfg: Config,
+    rng: ChaCha8Rng,
+    tree: RadixTree,
+    waiting: VecDeque<RequestState>,
+    prefilling: VecDeque<RequestState>,
+    running: Vec<RequestState>,
+    shared: Arc<Shared>,
+    /// When the last pass of the current busy period ended, in model time (None while idle).
+    last_wake: Option<Instant>,
+    clock: Clock,
+    /// Events for the output stage, in order.
+    out_tx: mpsc::UnboundedSender<Outgoing>,
+    /// When the modelled output stage is free for the next event.
+    output_free: Option<Instant>,
+}
+
+impl Engine {
+    fn idle(&self) -> bool {
+        self.waiting.is_empty() && self.prefilling.is_empty() && self.running.is_empty()
+    }
+
+    fn scaled(&self, secs: f64) -> Duration {
+        Duration::from_secs_f64((secs / self.cfg.time_scale).max(0.0))
+    }
+
+    fn handle(&mut self, m: Msg) {
+        match m {
+            Msg::Submit(request, tx) => {
+                let mut t = RequestTruth::new(&request.rid);
+                t.prompt_tokens = request.input_ids.len();
+                t.max_new_tokens = request.max_new_tokens;
+                t.received_unix_ns = unix_ns_at(request.received);
+                t.socket_arrival_unix_ns = request.arrived_unix_ns;
+                self.shared.truth.insert(t);
+                self.waiting.push_back(RequestState {
+                    request,
+                    tx,
+                    kv_len: 0,
+                    node: RadixTree::ROOT,
+                    locked_len: 0,
+                    cached: 0,
+                    output: Vec::new(),
+                    pending: Vec::new(),
+                    emitted_first: false,
+                    verify_ct: 0,
+                    hist: Vec::new(),
+                    last_chunk_at: None,
+                    chunks: 0,
+                });
+            }
+            Msg::Flush(reply) => {
+                let ok = self.idle();
+                if ok {
+                    self.tree.reset();
+                }
+                let _ = reply.send(ok);
+            }
+        }
+    }
+
+    fn finish_truth(&self, r: &RequestState, f: FinishTruth) {
+        self.shared.truth.update(&r.request.rid, |t| t.finish = f);
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let mut chain: Option<Instant> = None;
+        loop {
+            if self.idle() {
+                chain = None;
+                self.last_wake = None;
+                // Gauges must read idle (no running requests, cache-only KV) while waiting.
+                self.publish_stats();
+                match rx.recv().await {
+                    Some(m) => self.handle(m),
+                    None => return,
+                }
+            }
+            while let Ok(m) = rx.try_recv() {
+                self.handle(m);
+            }
+            self.reap_closed();
+            self.publish_stats();
+            if self.idle() {
+                continue;
+            }
+            let start = chain.unwrap_or_else(Instant::now);
+            let end = if self.plan_prefill() {
+                match self.prefill_pass(start).await {
+                    Some(end) => end,
+                    None => return, // crashed
+                }
+            } else if !self.running.is_empty() {
+                self.decode_step(start).await
+            } else {
+                // Nothing runs and the head of the queue cannot fit: it can never be served.
+                if let Some(r) = self.waiting.pop_front() {
+                    let msg = format!(
+                        "request needs {} KV tokens but the pool holds {}",
+                        r.target_len(),
+                        self.shared.budget.kv_pool_tokens
+                    );
+                    let _ = r.tx.send(StreamEvent::Error(msg.clone()));
+                    self.finish_truth(&r, FinishTruth::Error(msg));
+                }
+                chain = None;
+                continue;
+            };
+            chain = Some(end);
+        }
+    }
+
+    fn publish_stats(&self) {
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.num_running = self.running.len() + self.prefilling.len();
+            s.num_waiting = self.waiting.len();
+            s.kv_used_tokens = self.shared.budget.kv_pool_tokens - self.kv_available();
+        }
+    }
+}
+
+/// `at` on the system's real-time clock, in ns since the Unix epoch (0 if the clock is before it).
+fn unix_ns_at(at: Instant) -> u64 {
+    let ago = Instant::now().saturating_duration_since(at);
+    std::time::SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
+}

@@ -1,0 +1,180 @@
+//! Prefill passes: chunked prefill under `chunked_prefill_size`, the activation peak of each
+//! pass, and the CUDA out-of-memory death when the peak exceeds the free headroom.
+
+use super::output::Drawn;
+use super::stats::PassStats;
+use super::{Engine, RequestState, StreamEvent};
+use crate::truth::{FinishTruth, PrefillPass};
+use tokio::time::Instant;
+
+/// One request's share of a prefill pass.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PrefillChunk {
+    /// Position of the request in the prefill set.
+    index: usize,
+    /// Tokens it extends in the pass.
+    tokens: usize,
+    /// Its tokens already in KV before the pass.
+    context_before: usize,
+}
+
+impl Engine {
+    pub(super) fn chunk_budget(&self) -> usize {
+        if self.cfg.chunked_prefill_size < 0 {
+            usize::MAX
+        } else {
+            self.cfg.chunked_prefill_size as usize
+        }
+    }
+
+    pub(super) async fn prefill_pass(&mut self, start: Instant) -> Option<Instant> {
+        let mut budget = self.chunk_budget();
+        let mut items: Vec<PrefillChunk> = Vec::new();
+        for i in 0..self.prefilling.len() {
+            if budget == 0 {
+                break;
+            }
+            let r = &self.prefilling[i];
+            let n = (r.target_len() - r.kv_len).min(budget);
+            if n == 0 {
+                continue;
+            }
+            let ctx = r.kv_len;
+            // Every chunk makes room for itself. The head-of-line request goes on even when the
+            // cache cannot be evicted far enough (its own locked prefix), so it can never stall.
+            if !self.reserve(n) && i > 0 {
+                break;
+            }
+            budget -= n;
+            items.push(PrefillChunk {
+                index: i,
+                tokens: n,
+                context_before: ctx,
+            });
+        }
+        let extend: usize = items.iter().map(|x| x.tokens).sum();
+        let ctx_end = items
+            .iter()
+            .map(|x| x.context_before + x.tokens)
+            .max()
+            .unwrap_or(0);
+        let peak = self.shared.budget.activation_peak(extend, ctx_end);
+        let c = &self.cfg;
+        let secs = c.prefill_base_s
+            + items
+                .iter()
+                .map(|x| {
+                    let (n, ctx) = (x.tokens, x.context_before);
+                    n as f64
+                        * (c.prefill_per_token_s
+                            + c.prefill_per_token_pair_s * (ctx as f64 + n as f64 / 2.0))
+                })
+                .sum::<f64>();
+        if self.shared.budget.is_oom(peak) {
+            self.crash(peak, start, &items);
+            return None;
+        }
+        let deadline = start + self.scaled(secs);
+        self.clock.sleep_until(deadline).await;
+        self.last_wake = Some(deadline);
+        self.shared.truth.count_pass();
+        let mut done = Vec::new();
+        for chunk in items {
+            let PrefillChunk {
+                index: i,
+                tokens: n,
+                ..
+            } = chunk;
+            self.record_pass(&chunk, start, deadline, peak);
+            let radix = !self.cfg.disable_radix_cache;
+            let r = &mut self.prefilling[i];
+            r.kv_len += n;
+            if radix {
+                let seq = r.target();
+                let (_, node) = self.tree.insert(&seq[..r.kv_len]);
+                let r = &mut self.prefilling[i];
+                self.tree.unlock(r.node);
+                self.tree.lock(node);
+                r.node = node;
+                r.locked_len = r.kv_len;
+            }
+            if self.prefilling[i].kv_len >= self.prefilling[i].target_len() {
+                done.push(i);
+            }
+        }
+        // Finished prefills in queue order, so the earliest request's first chunk leaves first.
+        let mut finished = Vec::new();
+        for i in done.into_iter().rev() {
+            if let Some(r) = self.prefilling.remove(i) {
+                finished.push(r);
+            }
+        }
+        let mut completed = Vec::new();
+        let mut stats = PassStats::default();
+        let mut events = Vec::new();
+        for mut r in finished.into_iter().rev() {
+            if !r.emitted_first {
+                r.emitted_first = true;
+                let step = self.step_tokens(&mut r, deadline, &mut stats);
+                events.extend(step.event);
+                if step.finished {
+                    completed.push(Drawn::Finished(r));
+                    continue;
+                }
+            }
+            self.running.push(r);
+        }
+        self.end_pass(stats, events, completed).await;
+        Some(deadline)
+    }
+
+    pub(super) fn crash(&mut self, peak: u64, start: Instant, items: &[PrefillChunk]) {
+        let b = &self.shared.budget;
+        let reason = format!(
+            "CUDA out of memory. Tried to allocate {:.2} MiB. GPU 0 has a total capacity of {:.2} GiB of which {:.2} MiB is free. (prefill of {} tokens)",
+            peak as f64 / 1048576.0,
+            b.total_bytes as f64 / 1073741824.0,
+            b.free_headroom_bytes as f64 / 1048576.0,
+            items.iter().map(|x| x.tokens).sum::<usize>()
+        );
+        // The target the engine logged under before it became a folder of modules.
+        tracing::error!(target: "mock_server::engine", "{reason}");
+        eprintln!("torch.OutOfMemoryError: {reason}");
+        for chunk in items {
+            // The pass never ran: it ends where it started.
+            self.record_pass(chunk, start, start, peak);
+        }
+        let all: Vec<RequestState> = self
+            .waiting
+            .drain(..)
+            .chain(self.prefilling.drain(..))
+            .chain(self.running.drain(..))
+            .collect();
+        // Dead first, so that the output stage sends no event after a stream's crash.
+        self.shared
+            .dead
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for r in all {
+            self.finish_truth(&r, FinishTruth::OomCrash);
+            let _ = r.tx.send(StreamEvent::Crash(reason.clone()));
+        }
+        self.shared.crashed.send_replace(Some(reason));
+    }
+
+    /// Records `chunk`'s share of a pass from `start` to `end` (activation peak `peak`) in its
+    /// request's ground truth.
+    fn record_pass(&self, chunk: &PrefillChunk, start: Instant, end: Instant, peak: u64) {
+        let r = &self.prefilling[chunk.index];
+        let pass = PrefillPass {
+            tokens: chunk.tokens,
+            context_before: chunk.context_before,
+            start_ns: r.ns(start),
+            end_ns: r.ns(end),
+            activation_peak_bytes: peak,
+        };
+        self.shared.truth.update(&r.request.rid, |t| {
+            t.prefill_passes.push(pass);
+            t.memory_peak_bytes = t.memory_peak_bytes.max(peak);
+        });
+    }
+}

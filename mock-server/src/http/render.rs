@@ -1,0 +1,146 @@
+//! One engine event into the writes of a response, in the request's dialect.
+
+use crate::config::Config;
+use crate::engine::{Finish, SpeculativeStats, StreamEvent};
+use axum::body::Bytes;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+/// The API a request came in on.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Dialect {
+    Native,
+    Completions,
+    Chat,
+}
+
+/// Renders one request's events in its dialect: what every event repeats (id, model, options)
+/// and, for native cumulative output, the output so far.
+pub(super) struct Renderer {
+    pub(super) dialect: Dialect,
+    pub(super) rid: String,
+    pub(super) model: String,
+    pub(super) created: u64,
+    pub(super) received: Instant,
+    pub(super) incremental: bool,
+    pub(super) cache_report: bool,
+    pub(super) include_usage: bool,
+    pub(super) continuous_usage: bool,
+    /// Native cumulative output so far, as JSON: the ids comma-separated, the text escaped.
+    pub(super) ids_json: Vec<u8>,
+    pub(super) text_json: Vec<u8>,
+    pub(super) prompt_tokens: usize,
+}
+
+impl Renderer {
+    /// A renderer for request `rid` of `prompt_tokens` tokens, received at `received`: native
+    /// cumulative output, no `created` stamp and no usage options until the handler sets them.
+    pub(super) fn new(
+        dialect: Dialect,
+        rid: String,
+        cfg: &Config,
+        received: Instant,
+        prompt_tokens: usize,
+    ) -> Self {
+        Renderer {
+            dialect,
+            rid,
+            model: cfg.served_model_name.clone(),
+            created: 0,
+            received,
+            incremental: false,
+            cache_report: cfg.enable_cache_report,
+            include_usage: false,
+            continuous_usage: false,
+            ids_json: Vec::new(),
+            text_json: Vec::new(),
+            prompt_tokens,
+        }
+    }
+}
+
+/// The writes one engine event turns into.
+pub(super) struct Rendered {
+    pub(super) writes: Vec<Bytes>,
+    /// The response ends after these writes (with `[DONE]`, or cut when there are none).
+    pub(super) done: bool,
+}
+
+/// One SSE event carrying `v`.
+pub(super) fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// The SSE event that ends a stream.
+pub(super) const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Turns one engine event into SSE writes.
+pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
+    match ev {
+        StreamEvent::Tokens {
+            at_ns,
+            new_ids,
+            cached_tokens,
+            completion_tokens,
+            finish,
+            speculative,
+            ..
+        } => {
+            let mut out = Vec::new();
+            if ctx.dialect == Dialect::Native {
+                let mut buf = Vec::with_capacity(256 + ctx.ids_json.len() + ctx.text_json.len());
+                buf.extend_from_slice(b"data: ");
+                ctx.native(
+                    &mut buf,
+                    &Collected {
+                        ids: new_ids,
+                        cached: cached_tokens,
+                        completion: completion_tokens,
+                        finish: finish.clone(),
+                        speculative,
+                        at_ns,
+                    },
+                );
+                buf.extend_from_slice(b"\n\n");
+                out.push(Bytes::from(buf));
+            } else {
+                out.push(sse(&ctx.openai_chunk(
+                    &new_ids,
+                    completion_tokens,
+                    cached_tokens,
+                    &finish,
+                )));
+                if finish.is_some() {
+                    ctx.openai_final_chunks(&mut out, completion_tokens, cached_tokens, &finish);
+                }
+            }
+            let done = finish.is_some();
+            if done {
+                out.push(Bytes::from_static(DONE));
+            }
+            Rendered { writes: out, done }
+        }
+        StreamEvent::Error(m) => Rendered {
+            writes: vec![
+                sse(&json!({"error": {"message": m}})),
+                Bytes::from_static(DONE),
+            ],
+            done: true,
+        },
+        StreamEvent::Crash(_) => Rendered {
+            writes: Vec::new(),
+            done: true,
+        },
+    }
+}
+
+/// Output tokens with their meta data: one stream event, or a whole (non-streaming) generation.
+pub(super) struct Collected {
+    pub(super) ids: Vec<u32>,
+    pub(super) cached: usize,
+    pub(super) completion: usize,
+    pub(super) finish: Option<Finish>,
+    pub(super) speculative: Option<SpeculativeStats>,
+    /// Modelled instant of the final chunk, ns since the request was received.
+    pub(super) at_ns: u64,
+}
