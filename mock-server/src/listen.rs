@@ -14,12 +14,9 @@ use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Turns on receive timestamps for the listening socket, so that the kernel stamps every packet
 /// from the start (connections accepted from it inherit the option): a request that reaches a
@@ -54,7 +51,10 @@ impl Listener for StampedListener {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!("cannot set TCP_NODELAY: {e}");
         }
-        (StampedStream::new(tcp), addr)
+        (
+            StampedStream::new(tcp, MAX_READ, true, RxStamp::default()),
+            addr,
+        )
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
@@ -77,72 +77,27 @@ impl RxStamp {
 
 impl Connected<IncomingStream<'_, StampedListener>> for RxStamp {
     fn connect_info(stream: IncomingStream<'_, StampedListener>) -> Self {
-        stream.io().stamp.clone()
+        stream.io().observer().clone()
     }
 }
 
 /// Most bytes one timestamped read takes.
 const MAX_READ: usize = 64 * 1024;
 
-/// A TCP connection whose reads record the kernel's receive timestamp.
-pub struct StampedStream {
-    tcp: TcpStream,
-    stamp: RxStamp,
-    /// Untimed, as tokio reads, when the socket refused timestamps.
-    reads: rx_stamps::StampedReads,
-}
+/// A TCP connection whose reads record the kernel's receive timestamp in its [`RxStamp`]
+/// (untimed, as tokio reads, when the socket refused timestamps).
+pub type StampedStream = rx_stamps::StampedStream<RxStamp>;
 
-impl StampedStream {
-    fn new(tcp: TcpStream) -> Self {
-        let reads = rx_stamps::StampedReads::on(&tcp, MAX_READ, true);
-        StampedStream {
-            tcp,
-            stamp: RxStamp::default(),
-            reads,
+impl rx_stamps::Observe for RxStamp {
+    type Mark = ();
+
+    fn mark(&self) {}
+
+    fn read(&mut self, _bytes: &[u8], kernel_unix_ns: Option<u64>) {
+        if let Some(ns) = kernel_unix_ns {
+            self.0.store(ns, Ordering::Relaxed);
         }
     }
-}
 
-impl AsyncRead for StampedStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if let Some(ns) = std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))? {
-            this.stamp.0.store(ns, Ordering::Relaxed);
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncWrite for StampedStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
-    }
+    fn wrote(&mut self, (): (), _first: &[u8]) {}
 }
