@@ -155,7 +155,7 @@ print("[" + ",".join(str(motif[i % len(motif)]) for i in range(n)) + "]")
 # target/real/NAME/. Fails clearly if either command fails.
 run_rust_checks() {
     local name="$1" url="$2" model="$3" contexts="$4" out rc=0 allow=()
-    # Known differences of a server from the mock's assumptions (README, "Checking against real servers").
+    # Known differences of a server from the mock's assumptions (docs/real-servers.md).
     for check in ${LLMB_ALLOW_FAIL:-}; do allow+=(--allow-fail "$check"); done
     out="$REPO_ROOT/target/real/$name"
     mkdir -p "$out"

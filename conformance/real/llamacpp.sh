@@ -98,7 +98,7 @@ check() {
         stop_on_exit "$SERVER_NAME"
         url="$(start)"
     fi
-    # llama.cpp answers malformed JSON with HTTP 500, not 4xx: a known difference, listed in the README.
+    # llama.cpp answers malformed JSON with HTTP 500, not 4xx: a known difference, listed in docs/real-servers.md.
     LLMB_ALLOW_FAIL="${LLMB_ALLOW_FAIL-error-malformed-json}" \
         run_rust_checks "$SERVER_NAME" "$url" "$MODEL_NAME" "${LLMB_CONTEXTS:-512,1024,2048,3072}"
 }

@@ -48,7 +48,7 @@ trait Shape<'de>: Sized {
 }
 
 /// Deserializes any JSON value as the shape `T`.
-struct L<T>(T);
+struct AsShape<T>(T);
 
 struct ShapeVisitor<T>(PhantomData<T>);
 
@@ -96,9 +96,9 @@ impl<'de, T: Shape<'de>> Visitor<'de> for ShapeVisitor<T> {
     }
 }
 
-impl<'de, T: Shape<'de>> Deserialize<'de> for L<T> {
+impl<'de, T: Shape<'de>> Deserialize<'de> for AsShape<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ShapeVisitor(PhantomData)).map(L)
+        d.deserialize_any(ShapeVisitor(PhantomData)).map(AsShape)
     }
 }
 
@@ -181,7 +181,7 @@ fn each_key<'de, A: MapAccess<'de>>(
     mut map: A,
     mut field: impl FnMut(&str, &mut A) -> Result<(), A::Error>,
 ) -> Result<(), A::Error> {
-    while let Some(L(Str(key))) = map.next_key::<L<Str<'de>>>()? {
+    while let Some(AsShape(Str(key))) = map.next_key::<AsShape<Str<'de>>>()? {
         match key {
             Some(k) => field(k.as_ref(), &mut map)?,
             None => {
@@ -193,7 +193,7 @@ fn each_key<'de, A: MapAccess<'de>>(
 }
 
 fn value<'de, T: Shape<'de>, A: MapAccess<'de>>(map: &mut A) -> Result<T, A::Error> {
-    map.next_value::<L<T>>().map(|l| l.0)
+    map.next_value::<AsShape<T>>().map(|l| l.0)
 }
 
 /// SGLang's `finish_reason`: a string, or an object with a string `type`.
@@ -384,7 +384,7 @@ impl<'de> Shape<'de> for FirstChoice {
         Self(None)
     }
     fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
-        let first = seq.next_element::<L<Choice>>()?.map(|l| l.0);
+        let first = seq.next_element::<AsShape<Choice>>()?.map(|l| l.0);
         while seq.next_element::<Skip>()?.is_some() {}
         Ok(Self(first))
     }

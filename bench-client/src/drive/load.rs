@@ -123,7 +123,7 @@ pub struct LoadOutcome {
     pub out: PathBuf,
 }
 
-struct Ctx {
+struct LoadRun {
     http: net::Http,
     target: Target,
     timeouts: Timeouts,
@@ -146,7 +146,7 @@ struct Prepared {
     prefix_group: Option<u32>,
 }
 
-fn prepare(ctx: &Ctx, index: u64, warm: bool) -> Option<Prepared> {
+fn prepare(ctx: &LoadRun, index: u64, warm: bool) -> Option<Prepared> {
     let plan = if warm {
         ctx.planner.warmup(index)?
     } else {
@@ -172,7 +172,7 @@ fn prepare(ctx: &Ctx, index: u64, warm: bool) -> Option<Prepared> {
 }
 
 /// Send a prepared request and build its record; `scheduled` is its scheduled start.
-async fn fire(ctx: &Ctx, p: Prepared, scheduled: Instant) -> Record {
+async fn fire(ctx: &LoadRun, p: Prepared, scheduled: Instant) -> Record {
     // The trace's times count from its send: the write of the request's first byte when the
     // connection stamped it, else the instant the request was handed to the HTTP client. Everything
     // before it is the client's (`client_queue_time`).
@@ -192,7 +192,7 @@ async fn fire(ctx: &Ctx, p: Prepared, scheduled: Instant) -> Record {
     load_record(trace, p.prompt_tokens, info)
 }
 
-async fn warm_up(ctx: Arc<Ctx>, index: u64) {
+async fn warm_up(ctx: Arc<LoadRun>, index: u64) {
     let Some(p) = prepare(&ctx, index, true) else {
         return;
     };
@@ -242,7 +242,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
 
     // Warm-up: all at once up to the shard's concurrency share (closed loop) or together (open loop).
     if cfg.warmup > 0 {
-        let ctx = Arc::new(Ctx {
+        let ctx = Arc::new(LoadRun {
             http: http.clone(),
             target: cfg.target.clone(),
             timeouts: cfg.timeouts.clone(),
@@ -300,7 +300,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         crate::results::append_manifest(&cfg.out, &manifest)?;
     }
 
-    let ctx = Arc::new(Ctx {
+    let ctx = Arc::new(LoadRun {
         http: http.clone(),
         target: cfg.target.clone(),
         timeouts: cfg.timeouts.clone(),

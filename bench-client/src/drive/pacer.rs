@@ -11,11 +11,12 @@ use tokio::time::Instant;
 /// at the slot.
 pub const OPEN_LOOP_LEAD: Duration = Duration::from_millis(10);
 
-/// Wakes open-loop requests at their slots from a thread of its own. tokio's timer rounds a deadline
-/// up to the next millisecond and its driver can park up to another millisecond past that (figures in
-/// BENCHMARKS.md), so a sleep on it cannot send within 1 ms of the slot; the OS sleep of a thread is precise to tens of microseconds. Slots are registered in
-/// schedule order, so the thread handles them one after the other. The instants it sleeps to are
-/// tokio instants converted to the OS clock; every time stamp stays on tokio's clock.
+/// Wakes open-loop requests at their slots from a thread of its own. tokio's timer rounds a
+/// deadline up to the next millisecond and its driver can park up to another millisecond past
+/// that, so a sleep on it cannot send within 1 ms of the slot; the OS sleep of a thread is far
+/// more precise (both measured in BENCHMARKS.md). Slots are registered in schedule order, so the
+/// thread handles them one after the other. The instants it sleeps to are tokio instants
+/// converted to the OS clock; every time stamp stays on tokio's clock.
 pub(super) struct Pacer {
     tx: std::sync::mpsc::Sender<(std::time::Instant, oneshot::Sender<()>)>,
 }
@@ -51,7 +52,7 @@ impl Pacer {
 
 /// How early the pacer wakes a request: a thread's sleep overshoots by up to ~50 us and waking a
 /// task on a runtime worker takes tens more, so the task is woken this early and yields on its
-/// worker until the slot (a short spin: at 200 req/s, 6% of a core).
+/// worker until the slot (a short spin; its cost is in BENCHMARKS.md).
 const PACER_EARLY: Duration = Duration::from_micros(300);
 
 /// Whether tokio's clock is paused (tests): it does not move across a yield.
