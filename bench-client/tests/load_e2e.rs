@@ -40,33 +40,23 @@ async fn mock() -> MockServer {
 }
 
 fn config(url: &str, out: &Path, schedule: Schedule, workload: Workload) -> LoadConfig {
+    let target = Target {
+        base_url: url.to_string(),
+        dialect: Dialect::Sglang,
+        model: None,
+        api_key: None,
+    };
     LoadConfig {
         stamping: Stamping::Socket,
-        target: Target {
-            base_url: url.to_string(),
-            dialect: Dialect::Sglang,
-            model: None,
-            api_key: None,
-        },
         timeouts: Timeouts::default(),
-        schedule,
-        workload,
-        warmup: 0,
-        max_concurrency: None,
-        shard: Shard::default(),
-        start_at_unix_ms: None,
         prompt_salt: Some(1),
-        out: out.to_path_buf(),
-        resume: false,
         seed: 11,
-        token_id_range: (100, 4000),
         slo: Slo {
             ttft_ms: Some(50.0),
             tpot_ms: Some(5.0),
         },
-        scrape_metrics: true,
-        progress: false,
         command: "test".into(),
+        ..LoadConfig::new(target, schedule, workload, out.to_path_buf())
     }
 }
 

@@ -13,9 +13,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::drive::sweep::{run_sweep, SweepConfig};
 use bench_client::net::stamped::Stamping;
-use bench_client::plan::Timeouts;
 use bench_client::report::export::table;
 use bench_client::report::Report;
 use bench_client::results::{read_records, Method};
@@ -98,31 +97,22 @@ async fn start(sim: Sim) -> String {
 }
 
 fn config(url: String, out: std::path::PathBuf) -> SweepConfig {
+    let target = Target {
+        base_url: url,
+        dialect: Dialect::Sglang,
+        model: None,
+        api_key: None,
+    };
     SweepConfig {
         stamping: Stamping::Socket,
-        target: Target {
-            base_url: url,
-            dialect: Dialect::Sglang,
-            model: None,
-            api_key: None,
-        },
         contexts: vec![10, 40],
         output_tokens: 9,
         runs: 2,
         warmup: 1,
-        method: Method::Streaming,
-        flush_cache: false,
-        two_point_tokens: (1, 17),
-        out,
-        resume: false,
         seed: 7,
-        token_id_range: (100, 4000),
-        return_token_ids: false,
-        timeouts: Timeouts::default(),
-        on_crash: OnCrash::Stop,
         crash_wait: Duration::from_secs(5),
-        progress: false,
         command: "test".into(),
+        ..SweepConfig::new(target, out)
     }
 }
 

@@ -186,3 +186,22 @@ pub(super) fn default_out(kind: &str) -> PathBuf {
         .unwrap_or(0);
     PathBuf::from(format!("results/{kind}-{t}.jsonl"))
 }
+
+/// The token ids of generated prompts, `[min, max)`: the default suits tiny test models with a
+/// 4,096-token vocabulary.
+#[derive(Args, Debug)]
+pub(super) struct IdRange {
+    /// Smallest prompt token id.
+    #[arg(long, default_value_t = 100)]
+    token_id_min: u32,
+    /// Prompt token ids are below this.
+    #[arg(long, default_value_t = 4000)]
+    token_id_max: u32,
+}
+
+impl IdRange {
+    /// The range, `(min, max)`.
+    pub(super) fn range(&self) -> (u32, u32) {
+        (self.token_id_min, self.token_id_max)
+    }
+}

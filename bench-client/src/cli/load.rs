@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::common::{connect, default_out, parse_duration, redact_args, secs, Format, ServerArgs};
+use super::common::{
+    connect, default_out, parse_duration, redact_args, secs, Format, IdRange, ServerArgs,
+};
 use crate::drive::{self, LoadConfig};
 use crate::plan::Timeouts;
 
@@ -72,12 +74,8 @@ pub(super) struct LoadArgs {
     /// Seed of the schedule and the prompts.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
-    /// Smallest prompt token id.
-    #[arg(long, default_value_t = 100)]
-    token_id_min: u32,
-    /// Prompt token ids are below this.
-    #[arg(long, default_value_t = 4000)]
-    token_id_max: u32,
+    #[command(flatten)]
+    ids: IdRange,
     /// Do not scrape /metrics before and after.
     #[arg(long)]
     no_metrics: bool,
@@ -183,7 +181,7 @@ pub(super) async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         start_at_unix_ms: a.start_at,
         resume: a.resume,
         seed: a.seed,
-        token_id_range: (a.token_id_min, a.token_id_max),
+        token_id_range: a.ids.range(),
         slo,
         scrape_metrics: !a.no_metrics,
         progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::common::Output;
-use super::common::{connect, default_out, redact_args, secs, ServerArgs};
+use super::common::{connect, default_out, redact_args, secs, IdRange, ServerArgs};
 use super::report::emit;
 use crate::drive::sweep::{self, OnCrash, SweepConfig};
 use crate::plan::{self, Timeouts};
@@ -51,12 +51,8 @@ pub(super) struct SweepArgs {
     /// Prompt seed.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
-    /// Smallest prompt token id.
-    #[arg(long, default_value_t = 100)]
-    token_id_min: u32,
-    /// Prompt token ids are below this.
-    #[arg(long, default_value_t = 4000)]
-    token_id_max: u32,
+    #[command(flatten)]
+    ids: IdRange,
     /// Ask for per-chunk token ids (vLLM `return_token_ids`).
     #[arg(long)]
     return_token_ids: bool,
@@ -121,7 +117,7 @@ pub(super) async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         two_point_tokens: (a.two_point_a, a.two_point_b),
         resume: a.resume,
         seed: a.seed,
-        token_id_range: (a.token_id_min, a.token_id_max),
+        token_id_range: a.ids.range(),
         return_token_ids: a.return_token_ids,
         timeouts,
         on_crash: a.on_crash,

@@ -7,8 +7,7 @@ use std::time::Duration;
 use bench_client::drive::{run_load, LoadConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
-use bench_client::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
-use bench_client::report::Slo;
+use bench_client::plan::{Arrivals, LenDist, Schedule, Stop, Workload};
 use bench_client::results::read_records;
 
 use crate::common;
@@ -16,28 +15,21 @@ use crate::common;
 fn cfg(url: String, out: &std::path::Path, schedule: Schedule, workload: Workload) -> LoadConfig {
     LoadConfig {
         stamping: Stamping::Socket,
-        target: bench_client::Target {
-            base_url: url,
-            dialect: bench_client::Dialect::Sglang,
-            model: None,
-            api_key: None,
-        },
         timeouts: Timeouts::default(),
-        schedule,
-        workload,
-        warmup: 0,
-        max_concurrency: None,
-        shard: Shard::default(),
-        start_at_unix_ms: None,
         prompt_salt: Some(1),
-        out: out.to_path_buf(),
-        resume: false,
         seed: 21,
-        token_id_range: (100, 4000),
-        slo: Slo::default(),
-        scrape_metrics: true,
-        progress: false,
         command: "conformance".into(),
+        ..LoadConfig::new(
+            bench_client::Target {
+                base_url: url,
+                dialect: bench_client::Dialect::Sglang,
+                model: None,
+                api_key: None,
+            },
+            schedule,
+            workload,
+            out.to_path_buf(),
+        )
     }
 }
 

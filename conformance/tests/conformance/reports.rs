@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bench_client::api::Dialect;
-use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::drive::sweep::{run_sweep, SweepConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
 use bench_client::report::export::{csv, json, table};
@@ -22,24 +22,14 @@ fn seeded_records() -> Vec<Record> {
         let out = dir.path().join("r.jsonl");
         let cfg = SweepConfig {
             stamping: Stamping::Socket,
-            target: common::target(&server, Dialect::Sglang),
             contexts: vec![1000, 4000, 16_000],
             output_tokens: 32,
-            runs: 3,
-            warmup: 1,
             method: Method::TwoPoint,
-            flush_cache: false,
-            two_point_tokens: (1, 17),
-            out: out.clone(),
-            resume: false,
             seed: 42,
-            token_id_range: (100, 4000),
-            return_token_ids: false,
             timeouts: Timeouts::default(),
-            on_crash: OnCrash::Stop,
             crash_wait: Duration::from_secs(0),
-            progress: false,
             command: "conformance reports".into(),
+            ..SweepConfig::new(common::target(&server, Dialect::Sglang), out.clone())
         };
         run_sweep(&cfg).await.unwrap();
         server.shutdown().await;

@@ -2,10 +2,9 @@
 
 use crate::common::{paused_runtime, preset, start};
 use bench_client::api::Dialect;
-use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::drive::sweep::{run_sweep, SweepConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
-use bench_client::results::Method;
 use bench_client::Target;
 use std::time::Duration;
 
@@ -23,29 +22,23 @@ fn records_of_every_dialect_match_the_schema() {
             let out = dir.path().join("r.jsonl");
             let cfg = SweepConfig {
                 stamping: Stamping::Socket,
-                target: Target {
-                    base_url: server.url(),
-                    dialect,
-                    model: Some("mock/small-cpu-demo".into()),
-                    api_key: None,
-                },
                 contexts: vec![64, 256],
                 output_tokens: 12,
                 runs: 2,
                 warmup: 0,
-                method: Method::Streaming,
-                flush_cache: false,
-                two_point_tokens: (1, 17),
-                out: out.clone(),
-                resume: false,
                 seed: 3,
-                token_id_range: (100, 4000),
-                return_token_ids: false,
                 timeouts: Timeouts::default(),
-                on_crash: OnCrash::Stop,
                 crash_wait: Duration::from_secs(5),
-                progress: false,
                 command: "test".into(),
+                ..SweepConfig::new(
+                    Target {
+                        base_url: server.url(),
+                        dialect,
+                        model: Some("mock/small-cpu-demo".into()),
+                        api_key: None,
+                    },
+                    out.clone(),
+                )
             };
             let outcome = run_sweep(&cfg).await.unwrap();
             assert_eq!(outcome.records.len(), 4, "{dialect:?}");

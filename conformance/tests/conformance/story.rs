@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bench_client::api::Dialect;
-use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::drive::sweep::{run_sweep, SweepConfig};
 use bench_client::measure::measure;
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
@@ -24,24 +24,17 @@ fn sweep_cfg(
 ) -> SweepConfig {
     SweepConfig {
         stamping: Stamping::Socket,
-        target: common::target(server, Dialect::Sglang),
         contexts: contexts.to_vec(),
         output_tokens: 16,
         runs: 1,
         warmup: 0,
         method,
         flush_cache: flush,
-        two_point_tokens: (1, 17),
-        out: out.to_path_buf(),
-        resume: false,
         seed: 7,
-        token_id_range: (100, 4000),
-        return_token_ids: false,
         timeouts: Timeouts::default(),
-        on_crash: OnCrash::Stop,
         crash_wait: Duration::from_secs(0),
-        progress: false,
         command: "conformance story".into(),
+        ..SweepConfig::new(common::target(server, Dialect::Sglang), out.to_path_buf())
     }
 }
 
