@@ -1,12 +1,17 @@
 //! Streaming LLM-serving benchmark client: one streaming request per measurement, TTFT and prefill
 //! rate from the first output chunk, decode rate from the chunks after it, per context length.
 //!
-//! The modules are the pipeline's stages, in order:
-//! `plan` (what to send, when) -> `api` (wire dialects) -> `net` (the only I/O) -> `stream`
-//! (SSE, assembling a trace, replay) -> `trace` (plain data) -> `measure` (the only arithmetic)
-//! -> `results` (the JSONL file) -> `report` (statistics and exporters) -> `drive` (sweep and
-//! load runs) -> `cli` (flags into configs). A stage imports only the stages before it, and
-//! `trace` imports none.
+//! The modules are the pipeline's stages; each imports only the stages before it:
+//! - `plan`: what to send and when (request specs, prompts, contexts, schedules, workloads);
+//! - `api`: the wire dialects (request bodies, SSE framing, decoding events into chunks);
+//! - `trace`: what one request produced, as plain data;
+//! - `stream`: reads with their instants in, a trace out (also replays recorded transcripts);
+//! - `net`: the only network I/O (send and stamp a request, probes, `/metrics` scrapes);
+//! - `measure`: the only arithmetic (every per-request number, percentiles), pure functions;
+//! - `results`: the JSONL results file and its manifest;
+//! - `report`: statistics over records, and one exporter per format;
+//! - `drive`: sweep and load runs end to end;
+//! - `cli`: flags into validated configs.
 
 pub mod api;
 pub mod cli;

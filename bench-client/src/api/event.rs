@@ -14,7 +14,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::trace::Usage;
+use super::Usage;
 
 /// How a JSON value of each type reads as `Self`; types a shape does not take read as
 /// [`Shape::other`], after their contents are parsed and dropped.

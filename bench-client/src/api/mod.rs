@@ -1,5 +1,6 @@
 //! Wire dialects: request bodies and per-event decoding into [`Chunk`]s. Dialect differences live here only.
 
+mod chunk;
 mod event;
 pub mod openai;
 pub mod openai_chat;
@@ -11,8 +12,7 @@ pub mod sse;
 use serde_json::Value;
 
 use crate::plan::RequestSpec;
-pub use crate::trace::Dialect;
-use crate::trace::{Chunk, TokenAttribution};
+pub use chunk::{Chunk, Dialect, TokenAttribution, Usage};
 
 impl Dialect {
     /// Request path.

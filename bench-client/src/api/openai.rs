@@ -5,9 +5,9 @@ use serde_json::{json, Value};
 
 use super::event::Event;
 use super::DecoderState;
+use super::{Chunk, TokenAttribution};
 use crate::plan::prompt::Prompt;
 use crate::plan::RequestSpec;
-use crate::trace::{Chunk, TokenAttribution};
 
 /// Fields every OpenAI-style streaming body carries.
 pub(crate) fn common_fields(spec: &RequestSpec, model: Option<&str>) -> Value {

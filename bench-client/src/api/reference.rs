@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::trace::{Chunk, TokenAttribution, Usage};
+use super::{Chunk, TokenAttribution, Usage};
 
 /// Per-stream state of the reference decoder.
 #[derive(Clone, Debug, Default)]

@@ -5,9 +5,9 @@ use serde_json::{json, Value};
 
 use super::event::{Event, OutputIds};
 use super::DecoderState;
+use super::{Chunk, TokenAttribution, Usage};
 use crate::plan::prompt::Prompt;
 use crate::plan::RequestSpec;
-use crate::trace::{Chunk, TokenAttribution, Usage};
 
 /// Build the `/generate` body.
 pub fn build_body(spec: &RequestSpec) -> Value {

@@ -1,6 +1,6 @@
-//! Streams: bytes with their arrival instants in, a [`crate::trace::RequestTrace`] out. SSE
-//! framing, assembling decoded events into a trace, and replaying recorded transcripts through
-//! the same decoding as a live run.
+//! Streams: reads with their arrival instants in, a [`crate::trace::RequestTrace`] out. The
+//! assembler runs the dialect's SSE framing and event decoding over each read; replays feed
+//! recorded transcripts through the same assembler as a live run.
 
 pub mod assemble;
 pub mod replay;
