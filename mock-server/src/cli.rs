@@ -23,44 +23,64 @@ pub struct Args {
     /// Preset name (small-cpu-demo, kimi-k2.6-dflash-8xrtx-pro-6000).
     #[arg(long, default_value = "small-cpu-demo")]
     pub preset: String,
+    /// Address to listen on (SGLang `--host`; default from the preset, 127.0.0.1).
     #[arg(long)]
     pub host: Option<String>,
+    /// Model path reported by /get_model_info (SGLang `--model-path`; nothing is loaded).
     #[arg(long)]
     pub model_path: Option<String>,
+    /// Model name of the OpenAI endpoints and /v1/models (SGLang `--served-model-name`).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// Port to listen on (SGLang `--port`; 0 picks a free one).
     #[arg(long)]
     pub port: Option<u16>,
+    /// Share of GPU memory for weights and KV pool; the rest is headroom for activations (SGLang `--mem-fraction-static`).
     #[arg(long)]
     pub mem_fraction_static: Option<f64>,
+    /// Most prompt tokens prefilled per pass; -1 turns chunking off (SGLang `--chunked-prefill-size`).
     #[arg(long, allow_hyphen_values = true)]
     pub chunked_prefill_size: Option<i64>,
+    /// Most requests decoding at once (SGLang `--max-running-requests`).
     #[arg(long)]
     pub max_running_requests: Option<usize>,
+    /// Speculative decoding, e.g. EAGLE or NGRAM: chunks carry several tokens (SGLang `--speculative-algorithm`).
     #[arg(long)]
     pub speculative_algorithm: Option<String>,
+    /// Draft tokens verified per step (SGLang `--speculative-num-draft-tokens`).
     #[arg(long)]
     pub speculative_num_draft_tokens: Option<usize>,
+    /// Report cached prompt tokens in usage (SGLang `--enable-cache-report`).
     #[arg(long)]
     pub enable_cache_report: bool,
+    /// Stream only each event's new text and ids, not the cumulative output (SGLang `--incremental-streaming-output`).
     #[arg(long)]
     pub incremental_streaming_output: bool,
+    /// Send a stream event every N output tokens (SGLang `--stream-interval`).
     #[arg(long)]
     pub stream_interval: Option<usize>,
+    /// No allocator fragmentation on top of activation peaks (PyTorch `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`).
     #[arg(long)]
     pub expandable_segments: bool,
+    /// No prefix cache: every prompt is prefilled in full (SGLang `--disable-radix-cache`).
     #[arg(long)]
     pub disable_radix_cache: bool,
+    /// Longest prompt plus output accepted (SGLang `--context-length`).
     #[arg(long)]
     pub context_length: Option<usize>,
+    /// Seed of every random draw: same seed, same run (SGLang `--random-seed`).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Model time runs this many times faster than real time (mock only; 20 = twenty times as fast).
     #[arg(long)]
     pub time_scale: Option<f64>,
+    /// Require this Bearer token on every request (SGLang `--api-key`).
     #[arg(long)]
     pub api_key: Option<String>,
+    /// After an out-of-memory crash, answer 503 for the start-up time and come back with an empty cache (mock only; SGLang exits).
     #[arg(long)]
     pub restart_on_oom: bool,
+    /// Serve each request's ground truth at /debug/requests/{rid} (mock only).
     #[arg(long)]
     pub debug_endpoints: bool,
     /// Override any preset key: --set key=value (repeatable).
@@ -195,6 +215,18 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_flag_says_what_it_does() {
+        use clap::CommandFactory;
+        for a in Args::command().get_arguments() {
+            assert!(
+                a.get_help().is_some_and(|h| !h.to_string().is_empty()),
+                "--{} has no description",
+                a.get_id()
+            );
+        }
+    }
 
     fn parse(args: &[&str]) -> anyhow::Result<Config> {
         let a = Args::try_parse_from(std::iter::once("mock-server").chain(args.iter().copied()))?;

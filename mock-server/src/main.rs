@@ -9,6 +9,7 @@ use mock_server::cli::{run, Args};
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )

@@ -37,6 +37,35 @@ pub(super) struct ServerArgs {
     pub(super) stamping: Stamping,
 }
 
+impl ServerArgs {
+    /// Checks the server flags before anything starts: `--url` must be an `http://` or
+    /// `https://` URL with a host.
+    pub(super) fn check(&self) -> anyhow::Result<()> {
+        if let Some(u) = &self.url {
+            let parsed = reqwest::Url::parse(u).map_err(|e| {
+                anyhow::anyhow!("--url {u:?} is not a URL ({e}); give e.g. http://127.0.0.1:30000")
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+                anyhow::bail!(
+                    "--url {u:?} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:30000"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The target as far as the flags say, before [`connect`] resolves it: for checks that come
+    /// before anything starts.
+    pub(super) fn stand_in_target(&self) -> Target {
+        Target {
+            base_url: self.url.clone().unwrap_or_default(),
+            dialect: self.api.unwrap_or(Dialect::Sglang),
+            model: self.model.clone(),
+            api_key: None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub(super) enum Format {
     Table,

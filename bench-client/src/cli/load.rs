@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::exit::{self, CliError};
+
 use super::common::{
     connect, default_out, parse_duration, redact_args, secs, Format, IdRange, ServerArgs,
 };
@@ -108,9 +110,15 @@ pub(super) fn print_load(
     Ok(())
 }
 
-pub(super) async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
+/// The load run the flags ask for, every flag checked, with a stand-in target that [`connect`]
+/// replaces: nothing is started before this returns.
+fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
     use crate::plan::{workload, Arrivals, LenDist, Schedule, Shard, Stop, Workload};
     use crate::report::Slo;
+    a.server.check()?;
+    if matches!(a.format, Format::Csv) {
+        anyhow::bail!("--format csv: load summaries are printed as table or json");
+    }
     let slo = match &a.slo {
         Some(s) => Slo::parse(s).map_err(anyhow::Error::msg)?,
         None => Slo::default(),
@@ -170,7 +178,6 @@ pub(super) async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         idle: secs("idle-timeout-s", a.idle_timeout_s)?,
         total: secs("total-timeout-s", a.total_timeout_s)?,
     };
-    let (target, mock) = connect(&a.server, &timeouts).await?;
     let out = a.out.clone().unwrap_or_else(|| default_out("load"));
     let cfg = LoadConfig {
         stamping: a.server.stamping,
@@ -186,8 +193,19 @@ pub(super) async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         scrape_metrics: !a.no_metrics,
         progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
         command: redact_args(std::env::args()),
-        ..LoadConfig::new(target, schedule, workload, out.clone())
+        ..LoadConfig::new(a.server.stand_in_target(), schedule, workload, out)
     };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
+    let mut cfg = load_config(&a).map_err(CliError::Usage)?;
+    let (target, mock) = connect(&a.server, &cfg.timeouts)
+        .await
+        .map_err(CliError::Usage)?;
+    cfg.target = target;
+    let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
         cfg.target.base_url,
@@ -236,7 +254,30 @@ pub(super) async fn run_load(a: LoadArgs) -> anyhow::Result<ExitCode> {
     eprintln!("{} records written to {}", outcome.written, out.display());
     if outcome.interrupted {
         eprintln!("interrupted: rerun with --resume (same --seed and --shard) to continue");
-        return Ok(ExitCode::from(130));
+        return Ok(ExitCode::from(exit::INTERRUPTED));
+    }
+    let s = &outcome.summary;
+    let failed = s.requests.saturating_sub(s.succeeded);
+    if failed > 0 {
+        let server_gone = s.succeeded == 0
+            && s.failures
+                .keys()
+                .all(|k| crate::results::failure_kind(k).is_some_and(|k| k.server_may_be_down()));
+        eprintln!(
+            "{failed} of {} requests failed ({}); their errors are in {}",
+            s.requests,
+            s.failures
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            out.display()
+        );
+        return Ok(ExitCode::from(if server_gone {
+            exit::SERVER_GONE
+        } else {
+            exit::FAILED_REQUESTS
+        }));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,6 +2,7 @@
 //! turned into the library's configs here; the work itself is in `drive` and `report`.
 
 mod common;
+pub mod exit;
 mod load;
 mod report;
 mod sweep;
@@ -37,13 +38,30 @@ enum Cmd {
     Merge(MergeArgs),
 }
 
-/// Run one parsed command line: builds the runtime, runs the subcommand, prints an error chain.
+/// Parse the command line and run it: what `main` does after setting up logging. A usage error
+/// from clap exits with [`exit::USAGE`]; `--help` and `--version` with 0.
+pub fn main() -> ExitCode {
+    match Cli::try_parse() {
+        Ok(cli) => run(cli),
+        Err(e) => {
+            let _ = e.print();
+            ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            })
+        }
+    }
+}
+
+/// Run one parsed command line: builds the runtime, runs the subcommand, prints an error chain
+/// and exits with the code [`exit`] defines for it.
 pub fn run(cli: Cli) -> ExitCode {
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(exit::OTHER);
         }
     };
     let result = match cli.cmd {
@@ -54,9 +72,6 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => e.report(),
     }
 }

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
+use super::exit::CliError;
+
 use super::common::{Format, Output};
 use super::load::print_load;
 use crate::report::{export, Report};
@@ -46,31 +48,47 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(super) fn run_report(a: ReportArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let mut report = Report::default();
     for f in &a.files {
-        let recs = read_records(f).with_context(|| format!("reading {}", f.display()))?;
+        let recs = read_records(f)
+            .with_context(|| format!("reading {}", f.display()))
+            .map_err(CliError::Data)?;
         report = report.merge(Report::from_records(&recs));
+    }
+    if report.points.is_empty() {
+        return Err(CliError::Data(anyhow::anyhow!(
+            "no sweep records in the given files"
+        )));
     }
     emit(&report, &a.output)?;
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) fn run_merge(a: MergeArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
     use crate::report::{load, server_metrics, Slo};
     let slo = match &a.slo {
-        Some(s) => Slo::parse(s).map_err(anyhow::Error::msg)?,
+        Some(s) => Slo::parse(s)
+            .map_err(anyhow::Error::msg)
+            .map_err(CliError::Usage)?,
         None => Slo::default(),
     };
-    let (summary, ignored) = load::merge_files(&a.files, slo)?;
+    if matches!(a.format, Format::Csv) {
+        return Err(CliError::Usage(anyhow::anyhow!(
+            "--format csv: load summaries are printed as table or json"
+        )));
+    }
+    let (summary, ignored) = load::merge_files(&a.files, slo).map_err(CliError::Data)?;
     if ignored > 0 {
         eprintln!("ignored {ignored} records that are not from load runs");
     }
     if summary.requests == 0 {
-        anyhow::bail!("no load records in the given files");
+        return Err(CliError::Data(anyhow::anyhow!(
+            "no load records in the given files"
+        )));
     }
     // The shards' /metrics scrapes, from the manifests beside the results files.
-    let server = server_metrics::merge_files(&a.files)?;
+    let server = server_metrics::merge_files(&a.files).map_err(CliError::Data)?;
     match a.format {
         Format::Json => {
             let mut v = export::json::load(&summary);

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
+
+use super::exit::{self, CliError};
 
 use super::common::Output;
 use super::common::{connect, default_out, redact_args, secs, IdRange, ServerArgs};
@@ -12,7 +15,7 @@ use super::report::emit;
 use crate::drive::sweep::{self, OnCrash, SweepConfig};
 use crate::plan::{self, Timeouts};
 use crate::report::Report;
-use crate::results::{read_records, Method};
+use crate::results::{failure_kind, read_records, Method};
 
 #[derive(Args, Debug)]
 pub(super) struct SweepArgs {
@@ -88,8 +91,11 @@ pub(super) struct SweepArgs {
     output: Output,
 }
 
-pub(super) async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
-    let contexts = plan::parse_contexts(&a.contexts).map_err(anyhow::Error::msg)?;
+/// The sweep the flags ask for, every flag checked, with a stand-in target that [`connect`]
+/// replaces: nothing is started before this returns.
+fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSource)> {
+    a.server.check()?;
+    let contexts = plan::parse_contexts(&a.contexts).context("--contexts")?;
     let timeouts = Timeouts {
         connect: secs("connect-timeout-s", a.connect_timeout_s)?,
         first_token_base: secs("ttft-timeout-s", a.ttft_timeout_s)?,
@@ -103,9 +109,7 @@ pub(super) async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
     };
     let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
     let prompt_source = prompt_source(a.tokenizer.as_deref(), a.seed)?;
-    let (target, mock) = connect(&a.server, &timeouts).await?;
     let out = a.out.clone().unwrap_or_else(|| default_out("sweep"));
-    let command = redact_args(std::env::args());
     let cfg = SweepConfig {
         stamping: a.server.stamping,
         contexts,
@@ -123,9 +127,20 @@ pub(super) async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         on_crash: a.on_crash,
         crash_wait,
         progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        command,
-        ..SweepConfig::new(target, out.clone())
+        command: redact_args(std::env::args()),
+        ..SweepConfig::new(a.server.stand_in_target(), out)
     };
+    cfg.validate()?;
+    Ok((cfg, prompt_source))
+}
+
+pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
+    let (mut cfg, prompt_source) = sweep_config(&a).map_err(CliError::Usage)?;
+    let (target, mock) = connect(&a.server, &cfg.timeouts)
+        .await
+        .map_err(CliError::Usage)?;
+    cfg.target = target;
+    let out = cfg.out.clone();
     eprintln!(
         "sweeping {} context lengths against {} ({}), results in {}",
         cfg.contexts.len(),
@@ -153,11 +168,30 @@ pub(super) async fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             outcome.records.len(),
             out.display()
         );
-        return Ok(ExitCode::from(130));
+        return Ok(ExitCode::from(exit::INTERRUPTED));
     }
     if let Some(msg) = outcome.stopped {
         eprintln!("sweep stopped: {msg}");
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(exit::SERVER_GONE));
+    }
+    // A two-point pair that the method itself could not solve (`cache-hit`, ...) is its
+    // finding, not a failed request.
+    let failed = outcome
+        .records
+        .iter()
+        .filter(|r| {
+            r.error
+                .as_ref()
+                .is_some_and(|e| r.method == Method::Streaming || failure_kind(&e.kind).is_some())
+        })
+        .count();
+    if failed > 0 {
+        eprintln!(
+            "{failed} of {} records written this run failed; their errors are in {}",
+            outcome.records.len(),
+            out.display()
+        );
+        return Ok(ExitCode::from(exit::FAILED_REQUESTS));
     }
     Ok(ExitCode::SUCCESS)
 }

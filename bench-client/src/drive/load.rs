@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
@@ -103,6 +102,21 @@ impl LoadConfig {
             progress: false,
             command: String::new(),
         }
+    }
+}
+
+impl LoadConfig {
+    /// Checks everything a load run needs before anything is sent or started: a dialect that
+    /// takes token-id prompts, the workload and its prompt id range, and that `out` holds no
+    /// results unless resumed. Returns the planner of the run's requests.
+    pub fn validate(&self) -> anyhow::Result<Planner> {
+        if self.target.dialect == Dialect::OpenAiChat {
+            anyhow::bail!("--api openai-chat: load runs send token-id prompts of exact length, and the openai-chat dialect takes only text (use --api openai or sglang)");
+        }
+        let planner = Planner::new(self.workload.clone(), self.seed, self.token_id_range)
+            .map_err(anyhow::Error::msg)?;
+        crate::results::existing_results(&self.out, self.resume, " (with the same --seed)")?;
+        Ok(planner)
     }
 }
 
@@ -213,16 +227,11 @@ async fn scrape_samples(
 
 /// Run a load test, appending each record to `cfg.out` as it finishes.
 pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
-    if cfg.target.dialect == Dialect::OpenAiChat {
-        anyhow::bail!("load runs send token-id prompts of exact length; the openai-chat dialect takes only text (use --api openai or sglang)");
-    }
-    let planner = Planner::new(cfg.workload.clone(), cfg.seed, cfg.token_id_range)
-        .map_err(anyhow::Error::msg)?
-        .salted(
-            cfg.prompt_salt
-                .or(cfg.start_at_unix_ms)
-                .unwrap_or_else(rand::random),
-        );
+    let planner = cfg.validate()?.salted(
+        cfg.prompt_salt
+            .or(cfg.start_at_unix_ms)
+            .unwrap_or_else(rand::random),
+    );
     let mut done: HashSet<u64> = HashSet::new();
     if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
         for r in read_records(&cfg.out)? {
@@ -325,15 +334,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         ),
         Stop::Duration(_) => None,
     };
-    let bar = if cfg.progress {
-        ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = super::progress::bar(total, cfg.progress);
 
     let skipped = done.len() as u64;
     let driver = {

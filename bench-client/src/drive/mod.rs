@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod embedded;
 pub mod load;
 mod pacer;
+mod progress;
 pub mod sweep;
 
 pub use cpu::process_cpu_seconds;

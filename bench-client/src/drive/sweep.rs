@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use serde_json::json;
 
 use crate::measure::{basics, two_point, TwoPointError};
@@ -98,6 +98,28 @@ impl SweepConfig {
             progress: false,
             command: String::new(),
         }
+    }
+}
+
+impl SweepConfig {
+    /// Checks everything a sweep needs before anything is sent or started (the target aside): the
+    /// run counts, the two-point lengths, the prompt id range, and that `out` holds no results
+    /// unless resumed. Returns the prompt generator.
+    pub fn validate(&self) -> anyhow::Result<PromptGen> {
+        if self.runs == 0 {
+            anyhow::bail!("--runs must be at least 1");
+        }
+        if self.output_tokens == 0 {
+            anyhow::bail!("--output-tokens must be at least 1");
+        }
+        let (a, b) = self.two_point_tokens;
+        if self.method == Method::TwoPoint && (a == 0 || b <= a) {
+            anyhow::bail!("--two-point-a and --two-point-b need 0 < a < b (got a={a}, b={b})");
+        }
+        let (lo, hi) = self.token_id_range;
+        let prompts = PromptGen::with_range(self.seed, lo, hi).map_err(anyhow::Error::msg)?;
+        crate::results::existing_results(&self.out, self.resume, "")?;
+        Ok(prompts)
     }
 }
 
@@ -300,15 +322,7 @@ pub async fn run_sweep_with(
     cfg: &SweepConfig,
     source: PromptSource,
 ) -> anyhow::Result<SweepOutcome> {
-    if cfg.runs == 0 || cfg.output_tokens == 0 {
-        anyhow::bail!("--runs and --output-tokens must be at least 1");
-    }
-    let (a, b) = cfg.two_point_tokens;
-    if cfg.method == Method::TwoPoint && (a == 0 || b <= a) {
-        anyhow::bail!("two-point output lengths need 0 < a < b (got a={a}, b={b})");
-    }
-    let prompts = PromptGen::with_range(cfg.seed, cfg.token_id_range.0, cfg.token_id_range.1)
-        .map_err(anyhow::Error::msg)?;
+    let prompts = cfg.validate()?;
     let mut done: HashSet<(Method, u32, u32)> = HashSet::new();
     if crate::results::existing_results(&cfg.out, cfg.resume, "")? {
         for r in read_records(&cfg.out)? {
@@ -337,7 +351,7 @@ pub async fn run_sweep_with(
         "settings": {
             "contexts": cfg.contexts, "output_tokens": cfg.output_tokens, "runs": cfg.runs,
             "warmup": cfg.warmup, "method": cfg.method, "flush_cache": cfg.flush_cache,
-            "two_point_tokens": [a, b], "token_id_range": [cfg.token_id_range.0, cfg.token_id_range.1],
+            "two_point_tokens": [cfg.two_point_tokens.0, cfg.two_point_tokens.1], "token_id_range": [cfg.token_id_range.0, cfg.token_id_range.1],
             "prompt": { "kind": source.kind(cfg.target.dialect), "tokenizer": source.tokenizer_path() },
             "resume": cfg.resume, "on_crash": format!("{:?}", cfg.on_crash).to_lowercase(),
             "stamping": cfg.stamping,
@@ -363,15 +377,7 @@ pub async fn run_sweep_with(
     };
     let per_point = if cfg.method == Method::TwoPoint { 2 } else { 1 };
     let total = cfg.contexts.len() as u64 * u64::from(cfg.runs) * per_point;
-    let bar = if cfg.progress {
-        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = super::progress::bar(Some(total), cfg.progress);
     let mut outcome = SweepOutcome {
         records: Vec::new(),
         skipped: 0,

@@ -52,7 +52,7 @@ impl PromptGen {
     pub fn with_range(seed: u64, id_min: u32, id_max: u32) -> Result<Self, String> {
         if id_max <= id_min.saturating_add(1) {
             return Err(format!(
-                "token id range [{id_min}, {id_max}) needs at least two ids"
+                "--token-id-min {id_min} and --token-id-max {id_max}: the range [min, max) needs at least two ids"
             ));
         }
         Ok(Self {

@@ -1,0 +1,304 @@
+//! The binary as a user meets it: bad usage is refused before anything starts, with one line that
+//! names the flag and the documented exit code; runs end with the code of what happened.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bench-client");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Refused with exit code 64, one `error:` line naming `flag`, no mock started, no file written.
+fn refused(args: &[&str], flag: &str, out: &Path) {
+    let o = run(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?}: one line expected, got {err:?}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains(flag),
+        "{args:?}: {err}"
+    );
+    assert!(
+        !err.contains("started the embedded mock"),
+        "{args:?}: {err}"
+    );
+    assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    assert!(o.stdout.is_empty(), "{args:?} printed {:?}", o.stdout);
+}
+
+#[test]
+fn bad_flags_are_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = out.to_str().unwrap();
+    refused(&["sweep", "--url", "notaurl", "--out", o], "--url", &out);
+    refused(&["sweep", "--url", "ftp://h:1", "--out", o], "--url", &out);
+    refused(&["sweep", "--runs", "0", "--out", o], "--runs", &out);
+    refused(
+        &["sweep", "--output-tokens", "0", "--out", o],
+        "--output-tokens",
+        &out,
+    );
+    refused(
+        &["sweep", "--contexts", "abc", "--out", o],
+        "--contexts",
+        &out,
+    );
+    refused(
+        &[
+            "sweep",
+            "--token-id-min",
+            "5",
+            "--token-id-max",
+            "5",
+            "--out",
+            o,
+        ],
+        "--token-id-min",
+        &out,
+    );
+    refused(
+        &[
+            "sweep",
+            "--method",
+            "two-point",
+            "--two-point-a",
+            "3",
+            "--two-point-b",
+            "2",
+            "--out",
+            o,
+        ],
+        "--two-point-a",
+        &out,
+    );
+    refused(
+        &["sweep", "--ttft-timeout-s=0", "--out", o],
+        "--ttft-timeout-s",
+        &out,
+    );
+    refused(
+        &[
+            "load",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "1",
+            "--format",
+            "csv",
+            "--out",
+            o,
+        ],
+        "--format",
+        &out,
+    );
+    refused(
+        &[
+            "load",
+            "--concurrency",
+            "0",
+            "--num-requests",
+            "1",
+            "--out",
+            o,
+        ],
+        "--concurrency",
+        &out,
+    );
+    refused(
+        &[
+            "load",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "1",
+            "--input-len",
+            "x",
+            "--out",
+            o,
+        ],
+        "--input-len",
+        &out,
+    );
+    refused(
+        &[
+            "load",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "1",
+            "--slo",
+            "ttft=-1",
+            "--out",
+            o,
+        ],
+        "--slo",
+        &out,
+    );
+    refused(
+        &[
+            "load",
+            "--url",
+            "http://",
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "1",
+            "--out",
+            o,
+        ],
+        "--url",
+        &out,
+    );
+}
+
+#[test]
+fn clap_usage_errors_exit_64_and_help_exits_0() {
+    let o = run(&["sweep", "--no-such-flag"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--no-such-flag"));
+    let o = run(&["sweep", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("--contexts"));
+}
+
+#[test]
+fn an_existing_results_file_is_refused_without_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    std::fs::write(&out, "{}\n").unwrap();
+    let o = run(&["sweep", "--out", out.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("--resume") && !err.contains("started the embedded mock"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "{}\n");
+}
+
+#[test]
+fn unreadable_or_empty_inputs_are_data_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let o = run(&["report", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let o = run(&["report", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no sweep records"), "{}", stderr(&o));
+    let o = run(&["merge", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no load records"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_sweep_of_a_server_that_is_not_there_exits_2_and_keeps_its_records() {
+    // Nothing listens on a port just bound and closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let url = format!("http://127.0.0.1:{port}");
+    let o = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--api",
+        "sglang",
+        "--contexts",
+        "64",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--output-tokens",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("sweep stopped"), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("connect-refused"), "{text}");
+}
+
+#[test]
+fn a_sweep_that_succeeds_exits_0_and_a_resume_says_what_it_skipped_on_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = out.to_str().unwrap();
+    let args = [
+        "sweep",
+        "--contexts",
+        "64",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--output-tokens",
+        "4",
+        "--out",
+        o,
+    ];
+    let first = run(&args);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(
+        !stderr(&first).contains('\u{1b}'),
+        "colour codes in a log that is not a terminal"
+    );
+    let mut again = args.to_vec();
+    again.push("--resume");
+    let second = run(&again);
+    let err = stderr(&second);
+    assert_eq!(second.status.code(), Some(0), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l == format!("--resume: skipped 1 points already in {o}")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_sweep_whose_requests_fail_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    // The mock's context is shorter than the prompt: every request gets a 400.
+    let o = run(&[
+        "sweep",
+        "--contexts",
+        "64",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--output-tokens",
+        "4",
+        "--mock-set",
+        "context_length=32",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("1 of 1 records written this run failed"),
+        "{err}"
+    );
+}
