@@ -107,7 +107,7 @@ pub(super) enum Mock {}
 
 #[cfg(not(feature = "embedded-mock"))]
 impl Mock {
-    async fn shutdown(self) {
+    pub(super) async fn shutdown(self) {
         match self {}
     }
 }

@@ -42,7 +42,8 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
         Format::Csv => print!("{}", export::csv::sweep(report)?),
     }
     if let Some(p) = &out.plot {
-        export::svg::sweep(report, p)?;
+        let svg = export::svg::sweep(report)?;
+        std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
         eprintln!("plot written to {}", p.display());
     }
     Ok(())

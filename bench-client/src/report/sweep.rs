@@ -46,6 +46,28 @@ pub struct PointData {
     pub two_point_errors: BTreeMap<String, u64>,
 }
 
+/// A median with its p10-p90 band ([`percentile`]'s definition).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Band {
+    /// 10th percentile.
+    pub p10: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+}
+
+impl Band {
+    /// The band of `values`; `None` when there are none.
+    pub fn of(values: &[f64]) -> Option<Band> {
+        Some(Band {
+            p10: percentile(values, 10.0)?,
+            p50: percentile(values, 50.0)?,
+            p90: percentile(values, 90.0)?,
+        })
+    }
+}
+
 /// A report: raw data per context length.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {

@@ -1,48 +1,358 @@
-//! SVG plots: TTFT and decode rate against context length.
+//! SVG plots, as strings (the caller writes the file or embeds it in HTML).
+//!
+//! A sweep: TTFT, decode rate (true and naive), prefill rate and tokens per chunk against context
+//! length on a log axis labelled in tokens (1k ... 185k), each median with its p10-p90 band. A load
+//! run: the latency distributions (CDF) and throughput over time.
 
-use crate::report::sweep::Report;
+use plotters::coord::combinators::LogCoord;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
 
-/// SVG with two panels: median TTFT and median decode rate against context length.
-pub fn sweep(report: &Report, path: &std::path::Path) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let s = report.summary();
-    let ttft: Vec<(f64, f64)> = s
-        .iter()
-        .filter_map(|r| r.ttft_ms_p50.map(|t| (f64::from(r.context_tokens), t)))
-        .collect();
-    let dec: Vec<(f64, f64)> = s
-        .iter()
-        .filter_map(|r| r.decode_tok_s_p50.map(|d| (f64::from(r.context_tokens), d)))
-        .collect();
-    let root = SVGBackend::new(path, (900, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let panels = root.split_evenly((1, 2));
-    for (area, (name, pts)) in panels
-        .iter()
-        .zip([("median TTFT (ms)", &ttft), ("median decode (tok/s)", &dec)])
-    {
-        let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.05;
-        let ymax = pts.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption(name, ("sans-serif", 18))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .x_desc("context tokens")
-            .draw()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), &BLUE))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, BLUE.filled())))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+use crate::report::load::LoadSummary;
+use crate::report::sweep::{Band, Report};
+
+/// One line of a panel: its points, an optional p10-p90 band, and its look.
+struct Line {
+    name: &'static str,
+    color: RGBColor,
+    dashed: bool,
+    points: Vec<(f64, f64)>,
+    band: Vec<(f64, f64, f64)>,
+}
+
+impl Line {
+    fn new(name: &'static str, color: RGBColor) -> Self {
+        Line {
+            name,
+            color,
+            dashed: false,
+            points: Vec::new(),
+            band: Vec::new(),
+        }
     }
-    root.present()
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+
+    /// The median and band of `b` at `x`.
+    fn push(&mut self, x: f64, b: Option<Band>) {
+        if let Some(b) = b {
+            self.points.push((x, b.p50));
+            self.band.push((x, b.p10, b.p90));
+        }
+    }
+}
+
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("drawing the plot: {e}")
+}
+
+/// A token count as a tick label: `512`, `1k`, `2.5k`, `185k`.
+pub fn tokens_label(x: f64) -> String {
+    if x >= 1000.0 {
+        let k = x / 1000.0;
+        if (k - k.round()).abs() < 0.05 {
+            format!("{}k", k.round())
+        } else {
+            format!("{k:.1}k")
+        }
+    } else {
+        format!("{}", x.round())
+    }
+}
+
+/// Upper end of a y axis that shows every value of `lines` (bands included), with room above.
+fn y_top(lines: &[Line]) -> f64 {
+    let top = lines
+        .iter()
+        .flat_map(|l| {
+            l.points
+                .iter()
+                .map(|p| p.1)
+                .chain(l.band.iter().map(|b| b.2))
+        })
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    if top > 0.0 {
+        top * 1.1
+    } else {
+        1.0
+    }
+}
+
+/// Draw `lines` into `area` over the x coordinate `x` (a log axis of tokens, or linear).
+fn panel<DB, X>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    x: X,
+    lines: &[Line],
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend,
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(x, 0.0..y_top(lines))
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| tokens_label(*v))
+        .draw()
+        .map_err(plot_err)?;
+    for l in lines {
+        if l.band.len() >= 2 {
+            let mut poly: Vec<(f64, f64)> = l.band.iter().map(|b| (b.0, b.2)).collect();
+            poly.extend(l.band.iter().rev().map(|b| (b.0, b.1)));
+            chart
+                .draw_series(std::iter::once(Polygon::new(poly, l.color.mix(0.15))))
+                .map_err(plot_err)?;
+        }
+        let style = l.color.stroke_width(2);
+        let drawn = if l.dashed {
+            chart.draw_series(DashedLineSeries::new(l.points.iter().copied(), 6, 4, style))
+        } else {
+            chart.draw_series(LineSeries::new(l.points.iter().copied(), style))
+        }
+        .map_err(plot_err)?;
+        let color = l.color;
+        drawn
+            .label(l.name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+        chart
+            .draw_series(
+                l.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, l.color.filled())),
+            )
+            .map_err(plot_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(plot_err)?;
     Ok(())
+}
+
+/// The context axis: log scale over the report's contexts, with a little room on each side.
+fn context_axis(report: &Report) -> Option<LogCoord<f64>> {
+    let lo = f64::from(*report.points.keys().next()?);
+    let hi = f64::from(*report.points.keys().next_back()?);
+    let (lo, hi) = if hi > lo {
+        (lo, hi)
+    } else {
+        (lo * 0.5, hi * 2.0)
+    };
+    Some((lo / 1.25..hi * 1.25).log_scale().into())
+}
+
+const BLUE_: RGBColor = RGBColor(31, 119, 180);
+const ORANGE_: RGBColor = RGBColor(255, 127, 14);
+const GREEN_: RGBColor = RGBColor(44, 160, 44);
+const PURPLE_: RGBColor = RGBColor(148, 103, 189);
+
+/// The sweep's four panels, 1100 x 800.
+pub fn sweep(report: &Report) -> anyhow::Result<String> {
+    if report.points.is_empty() {
+        anyhow::bail!("no sweep points to plot");
+    }
+    let axis = || context_axis(report).ok_or_else(|| anyhow::anyhow!("no sweep points to plot"));
+    let mut ttft = Line::new("TTFT p50 (band p10-p90)", BLUE_);
+    let mut decode = Line::new("decode p50 (band p10-p90)", GREEN_);
+    let mut naive = Line::new("naive decode p50", ORANGE_);
+    naive.dashed = true;
+    let mut prefill = Line::new("prefill p50 (band p10-p90)", PURPLE_);
+    let mut chunk = Line::new("tokens per chunk p50 (band p10-p90)", BLUE_);
+    for (&ctx, p) in &report.points {
+        let x = f64::from(ctx);
+        ttft.push(x, Band::of(&p.ttft_ms));
+        decode.push(x, Band::of(&p.decode_tok_s));
+        if let Some(b) = Band::of(&p.naive_decode_tok_s) {
+            naive.points.push((x, b.p50));
+        }
+        prefill.push(x, Band::of(&p.prefill_tok_s));
+        chunk.push(x, Band::of(&p.tokens_per_chunk));
+    }
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (1100, 800)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let panels = root.split_evenly((2, 2));
+        let x = "context (tokens, log scale)";
+        panel(&panels[0], "time to first token", x, "ms", axis()?, &[ttft])?;
+        panel(
+            &panels[1],
+            "decode rate: true and naive",
+            x,
+            "tok/s",
+            axis()?,
+            &[decode, naive],
+        )?;
+        panel(&panels[2], "prefill rate", x, "tok/s", axis()?, &[prefill])?;
+        panel(
+            &panels[3],
+            "tokens per chunk",
+            x,
+            "tokens",
+            axis()?,
+            &[chunk],
+        )?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(out)
+}
+
+/// A load run's two panels, 1100 x 400: the latency CDFs (TTFT, TPOT, inter-chunk, end to end, in
+/// ms) and the output throughput and completions per second over the run.
+pub fn load(s: &LoadSummary) -> anyhow::Result<String> {
+    let mut cdfs = Vec::new();
+    for (name, key, color) in [
+        ("TTFT", "ttft", BLUE_),
+        ("TPOT", "tpot", GREEN_),
+        ("inter-chunk", "inter_chunk", ORANGE_),
+        ("end to end", "e2e", PURPLE_),
+    ] {
+        let Some(m) = s.metrics.get(key) else {
+            continue;
+        };
+        let mut l = Line::new(name, color);
+        l.points = (0..=100)
+            .filter_map(|q| {
+                m.percentile(f64::from(q))
+                    .map(|v| (v as f64 / 1e6, f64::from(q) / 100.0))
+            })
+            .collect();
+        cdfs.push(l);
+    }
+    if cdfs.iter().all(|l| l.points.is_empty()) {
+        anyhow::bail!("no successful load requests to plot");
+    }
+    let t0 = s.timeline.keys().next().copied().unwrap_or(0);
+    let mut tput = Line::new("output tok/s", BLUE_);
+    let mut done = Line::new("completed req/s x 100", GREEN_);
+    done.dashed = true;
+    for (sec, v) in &s.timeline {
+        let x = (sec - t0) as f64;
+        tput.points.push((x, v.output_tokens as f64));
+        done.points.push((x, v.completed as f64 * 100.0));
+    }
+    let x_max = cdfs
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let t_max = tput.points.iter().map(|p| p.0).fold(1.0, f64::max);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (1100, 400)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let panels = root.split_evenly((1, 2));
+        cdf_panel(&panels[0], x_max, &cdfs)?;
+        let x: RangedCoordf64 = (0.0..t_max + 1.0).into();
+        time_panel(&panels[1], x, &[tput, done])?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(out)
+}
+
+/// The CDF panel: latency (ms) on x, the share of requests at or below it on y.
+fn cdf_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    x_max: f64,
+    lines: &[Line],
+) -> anyhow::Result<()> {
+    let mut chart = ChartBuilder::on(area)
+        .caption("latency distributions (CDF)", ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..x_max * 1.05, 0.0..1.0)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("ms")
+        .y_desc("share of requests")
+        .draw()
+        .map_err(plot_err)?;
+    for l in lines {
+        let color = l.color;
+        chart
+            .draw_series(LineSeries::new(
+                l.points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(plot_err)?
+            .label(l.name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(plot_err)?;
+    Ok(())
+}
+
+/// Throughput over the run, one point per second.
+fn time_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    x: RangedCoordf64,
+    lines: &[Line],
+) -> anyhow::Result<()> {
+    let mut chart = ChartBuilder::on(area)
+        .caption("throughput over time", ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(x, 0.0..y_top(lines))
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds into the run")
+        .draw()
+        .map_err(plot_err)?;
+    for l in lines {
+        let color = l.color;
+        let style = color.stroke_width(2);
+        let drawn = if l.dashed {
+            chart.draw_series(DashedLineSeries::new(l.points.iter().copied(), 6, 4, style))
+        } else {
+            chart.draw_series(LineSeries::new(l.points.iter().copied(), style))
+        }
+        .map_err(plot_err)?;
+        drawn
+            .label(l.name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(plot_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_labels_read_as_people_write_contexts() {
+        assert_eq!(tokens_label(512.0), "512");
+        assert_eq!(tokens_label(1000.0), "1k");
+        assert_eq!(tokens_label(2500.0), "2.5k");
+        assert_eq!(tokens_label(185_000.0), "185k");
+    }
 }
