@@ -22,11 +22,7 @@ const ROUNDS: usize = 6;
 pub(crate) fn run(external: bool) -> Result<Report> {
     let rt = multi_thread_runtime()?;
     rt.block_on(async {
-        let mut r = Report::new(if external {
-            "client-overhead-external"
-        } else {
-            "client-overhead"
-        });
+        let mut r = Report::for_mock("client-overhead", external);
         let http = net::http_client_with(&Timeouts::default(), bench_stamping())?;
 
         // One stream at a time.
@@ -92,17 +88,26 @@ pub(crate) fn run(external: bool) -> Result<Report> {
             "p99 < 5 ms",
             &lc,
         );
-        r.dist_row(format!("overhead, first round ({CONCURRENT} streams started at one instant)"),
-            "-", &lb.first_wire);
+        r.dist_row(
+            format!("overhead, first round ({CONCURRENT} streams started at one instant)"),
+            "-",
+            &lb.first_wire,
+        );
         r.dist_row(
             format!("every chunk's lag at {CONCURRENT} streams, steady state (from the client's send; includes the request's way in)"),
             "-",
             &lc.all,
             );
-        r.dist_row(format!("every chunk's delivery at {CONCURRENT} streams, steady state (client arrival - mock emission on the shared real-time clock)"),
-            "-", &lc.delivery_ms);
-        r.dist_row(format!("the mock's pacing error per chunk at {CONCURRENT} streams, steady state (sent - modelled)"),
-            "-", &lc.pacing_ms);
+        r.dist_row(
+            format!("every chunk's delivery at {CONCURRENT} streams, steady state (client arrival - mock emission on the shared real-time clock)"),
+            "-",
+            &lc.delivery_ms,
+        );
+        r.dist_row(
+            format!("the mock's pacing error per chunk at {CONCURRENT} streams, steady state (sent - modelled)"),
+            "-",
+            &lc.pacing_ms,
+        );
         r.row(
             format!("failed requests ({CONCURRENT} streams)"),
             "0",

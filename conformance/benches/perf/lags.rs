@@ -151,10 +151,16 @@ pub(crate) async fn lags(
 pub(crate) fn overhead_rows(r: &mut Report, what: &str, target: &str, l: &Lags) {
     r.dist_row(format!("overhead, {what}"), target, &l.first_wire);
     r.row("  traces by stamps", "-", fmt_counts(&l.stamps));
-    r.dist_row("  of which the request's way to the mock's socket (socket arrival - client sent, real-time clock)",
-        "-", &l.to_socket_ms);
-    r.dist_row("  of which the first chunk's way back (client arrival - the mock's hand-off to the connection)",
-        "-", &l.way_out_ms);
+    r.dist_row(
+        "  of which the request's way to the mock's socket (socket arrival - client sent, real-time clock)",
+        "-",
+        &l.to_socket_ms,
+    );
+    r.dist_row(
+        "  of which the first chunk's way back (client arrival - the mock's hand-off to the connection)",
+        "-",
+        &l.way_out_ms,
+    );
     if !l.send_delay_ms.is_empty() {
         r.dist_row(
             "  not in it: the client's send delay (call to the write of the request's first byte)",
@@ -162,10 +168,16 @@ pub(crate) fn overhead_rows(r: &mut Report, what: &str, target: &str, l: &Lags) 
             &l.send_delay_ms,
         );
     }
-    r.dist_row("  overhead counted from the mock's handler instead (the previous definition: adds the mock's intake)",
-        "-", &l.first);
-    r.dist_row("  the mock's intake: the request in its socket before the handler (received - socket arrival)",
-        "-", &l.intake_ms);
+    r.dist_row(
+        "  overhead counted from the mock's handler instead (the previous definition: adds the mock's intake)",
+        "-",
+        &l.first,
+    );
+    r.dist_row(
+        "  the mock's intake: the request in its socket before the handler (received - socket arrival)",
+        "-",
+        &l.intake_ms,
+    );
 }
 
 /// How long the request waited between its arrival at the mock's socket and the mock's handler

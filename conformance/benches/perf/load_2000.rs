@@ -27,7 +27,7 @@ pub(crate) fn run(external: bool) -> Result<Report> {
     rt.block_on(async {
         let sets = [("max_running_requests", "2048".to_string())];
         let mock = Mock::start(DEMO, &sets, external).await?;
-        let mut r = Report::new(if external { "load-2000-external" } else { "load-2000" });
+        let mut r = Report::for_mock("load-2000", external);
         r.note(format!(
             "mock: {}; preset {DEMO} with max_running_requests = 2048; bench_client::drive::run_load, \
              closed loop at concurrency {LOAD_CONCURRENCY}, {LOAD_REQUESTS} requests, input 256 \
@@ -117,24 +117,42 @@ pub(crate) fn run(external: bool) -> Result<Report> {
         }
         mock.stop().await;
         r.row("requests", format!("{LOAD_REQUESTS}"), format!("{} written, {failed} failed or without a first chunk", outcome.written));
-        r.dist_row("TTFT - ground truth, requests after the first 2,000 (steady state)",
-            "p99 < 5 ms", &steady);
+        r.dist_row(
+            "TTFT - ground truth, requests after the first 2,000 (steady state)",
+            "p99 < 5 ms",
+            &steady,
+        );
         r.row("  records by stamps", "-", fmt_counts(&stamps));
-        r.dist_row("  the same counted from the mock's handler (the previous definition: adds the mock's intake)",
-            "-", &steady_handler);
-        r.dist_row("  the mock's intake: the request in its socket before the handler (received - socket arrival)",
-            "-", &steady_intake);
-        r.dist_row("TTFT - ground truth, all requests (the first 2,000 start at one instant)",
-            "-", &all);
-        r.dist_row("the mock's pacing error of those first chunks (sent - modelled)",
-            "-", &first_pacing);
+        r.dist_row(
+            "  the same counted from the mock's handler (the previous definition: adds the mock's intake)",
+            "-",
+            &steady_handler,
+        );
+        r.dist_row(
+            "  the mock's intake: the request in its socket before the handler (received - socket arrival)",
+            "-",
+            &steady_intake,
+        );
+        r.dist_row(
+            "TTFT - ground truth, all requests (the first 2,000 start at one instant)",
+            "-",
+            &all,
+        );
+        r.dist_row(
+            "the mock's pacing error of those first chunks (sent - modelled)",
+            "-",
+            &first_pacing,
+        );
         r.dist_row(
             "client_queue_time (scheduled start to send; with socket stamping, to the write of the request's first byte)",
             "-",
             &queue,
             );
-        r.dist_row("  the same, requests after the first 2,000 (steady state)",
-            "-", &steady_queue);
+        r.dist_row(
+            "  the same, requests after the first 2,000 (steady state)",
+            "-",
+            &steady_queue,
+        );
         r.row(
             "achieved concurrency",
             "2000",

@@ -30,11 +30,7 @@ pub(crate) fn run(external: bool) -> Result<Report> {
             sets.push(("output_per_request_s", v));
         }
         let mock = Mock::start(DEMO, &sets, external).await?;
-        let mut r = Report::new(if external {
-            "mock-streams-external"
-        } else {
-            "mock-streams"
-        });
+        let mut r = Report::for_mock("mock-streams", external);
         r.note(format!(
             "mock: {}; preset {DEMO} with max_running_requests = {STREAMS}; {STREAMS} streams sent \
              at once through bench_client::net::send (SGLang native, cumulative output), prompt \
@@ -84,19 +80,37 @@ pub(crate) fn run(external: bool) -> Result<Report> {
         let ok = traces.len() - l.failed;
         r.row("streams completed", format!("{STREAMS}"), format!("{ok} ({} failed)", l.failed));
         r.row("run wall time", "~10-20 s", format!("{wall:.2} s"));
-        r.dist_row("pacing error per chunk (sent by the mock's HTTP layer - modelled)",
-            "p99 < 2 ms", &l.pacing_ms);
-        r.dist_row("  of which first chunks (sent while other requests still arrive)",
-            "-", &l.first_pacing_ms);
-        r.dist_row("  of which every later chunk (all streams running)",
-            "-", &l.later_pacing_ms);
-        r.dist_row("largest pacing error per request",
-            "-", &l.per_request_max_pacing_ms);
-        r.dist_row("chunk lag from the client's send (client arrival - mock emission, each on its own \
+        r.dist_row(
+            "pacing error per chunk (sent by the mock's HTTP layer - modelled)",
+            "p99 < 2 ms",
+            &l.pacing_ms,
+        );
+        r.dist_row(
+            "  of which first chunks (sent while other requests still arrive)",
+            "-",
+            &l.first_pacing_ms,
+        );
+        r.dist_row(
+            "  of which every later chunk (all streams running)",
+            "-",
+            &l.later_pacing_ms,
+        );
+        r.dist_row(
+            "largest pacing error per request",
+            "-",
+            &l.per_request_max_pacing_ms,
+        );
+        r.dist_row(
+            "chunk lag from the client's send (client arrival - mock emission, each on its own \
              process's clock: includes the request's way in, queued behind the other uploads)",
-            "-", &l.all);
-        r.dist_row("chunk delivery (client arrival - mock emission on the shared real-time clock)",
-            "-", &l.delivery_ms);
+            "-",
+            &l.all,
+        );
+        r.dist_row(
+            "chunk delivery (client arrival - mock emission on the shared real-time clock)",
+            "-",
+            &l.delivery_ms,
+        );
         r.row(
             "peak RSS (VmHWM) of the mock's process",
             "< 200 MB",

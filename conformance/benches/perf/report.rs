@@ -26,6 +26,15 @@ impl Report {
         }
     }
 
+    /// A scenario that can run the mock as a separate process: its name gains `-external` then.
+    pub(crate) fn for_mock(name: &str, external: bool) -> Self {
+        if external {
+            Self::new(&format!("{name}-external"))
+        } else {
+            Self::new(name)
+        }
+    }
+
     pub(crate) fn row(
         &mut self,
         metric: impl Into<String>,
