@@ -10,16 +10,23 @@ use super::exit::CliError;
 
 use super::common::{Format, Output};
 use super::load::print_load;
-use crate::report::{export, Report};
-use crate::results::read_records;
+use crate::report::{export, LoadSummary, Report, Slo};
+use crate::results::{read_manifest, read_records, Record};
 
 #[derive(Args, Debug)]
 pub(super) struct ReportArgs {
-    /// Results files (merged).
+    /// Results files (merged): sweep records give the per-context view, load records the load
+    /// summary.
     #[arg(required = true)]
     files: Vec<PathBuf>,
     #[command(flatten)]
     output: Output,
+    /// Write one self-contained HTML page (manifests, tables, plots, the slowest requests).
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// How many of the slowest requests the HTML page shows with their chunk timelines.
+    #[arg(long, default_value_t = 5)]
+    slowest: usize,
 }
 
 #[derive(Args, Debug)]
@@ -50,19 +57,60 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
 }
 
 pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
-    let mut report = Report::default();
+    let mut records = Vec::new();
+    let mut manifests = Vec::new();
     for f in &a.files {
         let recs = read_records(f)
             .with_context(|| format!("reading {}", f.display()))
             .map_err(CliError::Data)?;
-        report = report.merge(Report::from_records(&recs));
+        records.extend(recs);
+        if let Some(m) = read_manifest(f).map_err(CliError::Data)? {
+            manifests.push((f.display().to_string(), m));
+        }
     }
-    if report.points.is_empty() {
+    let (load_recs, sweep_recs): (Vec<Record>, Vec<Record>) =
+        records.into_iter().partition(|r| r.load.is_some());
+    let sweep = (!sweep_recs.is_empty()).then(|| Report::from_records(&sweep_recs));
+    let load =
+        (!load_recs.is_empty()).then(|| LoadSummary::from_records(&load_recs, Slo::default()));
+    if sweep.is_none() && load.is_none() {
         return Err(CliError::Data(anyhow::anyhow!(
-            "no sweep records in the given files"
+            "no sweep records and no load records in the given files"
         )));
     }
-    emit(&report, &a.output)?;
+    if let Some(r) = &sweep {
+        emit(r, &a.output)?;
+    }
+    if let Some(s) = &load {
+        if let (Some(p), None) = (&a.output.plot, &sweep) {
+            let svg = export::svg::load(s)?;
+            std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
+            eprintln!("plot written to {}", p.display());
+        }
+        print_load(s, a.output.format)?;
+    }
+    if let Some(path) = &a.html {
+        let mut slowest: Vec<&Record> = sweep_recs
+            .iter()
+            .chain(&load_recs)
+            .filter(|r| r.trace.is_some() && r.e2e_ms.is_some())
+            .collect();
+        slowest.sort_by(|x, y| {
+            y.e2e_ms
+                .partial_cmp(&x.e2e_ms)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        slowest.truncate(a.slowest);
+        let page = export::html::page(&export::html::Page {
+            files: a.files.iter().map(|f| f.display().to_string()).collect(),
+            manifests,
+            sweep: sweep.as_ref(),
+            load: load.as_ref(),
+            slowest,
+        })?;
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("HTML report written to {}", path.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -13,7 +13,9 @@ mod two_point;
 pub use contamination::contamination;
 pub use load::{load_numbers, ttft_from_schedule_ns, LoadNumbers, Slo};
 pub use percentile::percentile;
-pub use streaming::{basics, measure, Basics, DecodeUnavailable, MeasureError, Measurement};
+pub use streaming::{
+    basics, measure, timeline, Basics, DecodeUnavailable, MeasureError, Measurement,
+};
 pub use two_point::{two_point, TwoPoint, TwoPointError};
 
 /// Nanoseconds as milliseconds.

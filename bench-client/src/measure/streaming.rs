@@ -186,3 +186,23 @@ pub fn measure(trace: &RequestTrace) -> Result<Measurement, MeasureError> {
         token_attribution: attribution,
     })
 }
+
+/// A request's output over time: for each output-carrying chunk, its arrival (ms after the send)
+/// and the output tokens so far (counted by chunk when per-chunk counts are unknown).
+pub fn timeline(trace: &RequestTrace) -> Vec<(f64, u64)> {
+    let known = trace.attribution != TokenAttribution::Unknown;
+    let mut total = 0u64;
+    trace
+        .chunks
+        .iter()
+        .filter(|c| c.carries_output())
+        .map(|c| {
+            total += if known {
+                u64::from(c.tokens.unwrap_or(0))
+            } else {
+                1
+            };
+            (ms(c.at_ns), total)
+        })
+        .collect()
+}

@@ -62,6 +62,21 @@ pub fn manifest_path(out: &Path) -> PathBuf {
     PathBuf::from(format!("{}.manifest.jsonl", out.display()))
 }
 
+/// The run's own description: the first line of the manifest beside `out` that is not a
+/// `/metrics` scrape; `None` when there is no manifest (torn lines are skipped).
+pub fn read_manifest(out: &Path) -> anyhow::Result<Option<serde_json::Value>> {
+    let path = manifest_path(out);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("kind").and_then(serde_json::Value::as_str) != Some("load-metrics")))
+}
+
 /// Appends one JSON line to the manifest of the results file `out`, synced to disk.
 pub fn append_manifest(out: &Path, line: &impl Serialize) -> anyhow::Result<()> {
     let path = manifest_path(out);

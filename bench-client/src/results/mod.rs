@@ -6,7 +6,9 @@ mod record;
 #[cfg(test)]
 mod tests;
 
-pub use file::{append_manifest, existing_results, manifest_path, read_records, RecordWriter};
+pub use file::{
+    append_manifest, existing_results, manifest_path, read_manifest, read_records, RecordWriter,
+};
 pub use record::{
     failure_kind, load_record, LoadInfo, Method, Record, RecordError, TwoPointDetail,
 };

@@ -2,6 +2,7 @@
 //! file I/O beyond what its format needs. A new format is one new file here.
 
 pub mod csv;
+pub mod html;
 pub mod json;
 pub mod svg;
 pub mod table;

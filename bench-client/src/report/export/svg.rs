@@ -4,13 +4,15 @@
 //! length on a log axis labelled in tokens (1k ... 185k), each median with its p10-p90 band. A load
 //! run: the latency distributions (CDF) and throughput over time.
 
-use plotters::coord::combinators::LogCoord;
+use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
+use crate::measure;
 use crate::report::load::LoadSummary;
 use crate::report::sweep::{Band, Report};
+use crate::trace::RequestTrace;
 
 /// One line of a panel: its points, an optional p10-p90 band, and its look.
 struct Line {
@@ -59,6 +61,20 @@ pub fn tokens_label(x: f64) -> String {
     }
 }
 
+/// A value as a tick label: `0.5`, `45`, `800k`, `1.4M`.
+fn value_label(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 10.0 || v == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
 /// Upper end of a y axis that shows every value of `lines` (bands included), with room above.
 fn y_top(lines: &[Line]) -> f64 {
     let top = lines
@@ -103,7 +119,9 @@ where
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        .light_line_style(TRANSPARENT)
         .x_label_formatter(&|v| tokens_label(*v))
+        .y_label_formatter(&|v| value_label(*v))
         .draw()
         .map_err(plot_err)?;
     for l in lines {
@@ -143,8 +161,9 @@ where
     Ok(())
 }
 
-/// The context axis: log scale over the report's contexts, with a little room on each side.
-fn context_axis(report: &Report) -> Option<LogCoord<f64>> {
+/// The context axis: log scale over the report's contexts, with a little room on each side, and a
+/// tick at each context.
+fn context_axis(report: &Report) -> Option<WithKeyPoints<LogCoord<f64>>> {
     let lo = f64::from(*report.points.keys().next()?);
     let hi = f64::from(*report.points.keys().next_back()?);
     let (lo, hi) = if hi > lo {
@@ -152,7 +171,8 @@ fn context_axis(report: &Report) -> Option<LogCoord<f64>> {
     } else {
         (lo * 0.5, hi * 2.0)
     };
-    Some((lo / 1.25..hi * 1.25).log_scale().into())
+    let coord: LogCoord<f64> = (lo / 1.25..hi * 1.25).log_scale().into();
+    Some(coord.with_key_points(report.points.keys().map(|&c| f64::from(c)).collect()))
 }
 
 const BLUE_: RGBColor = RGBColor(31, 119, 180);
@@ -280,6 +300,8 @@ fn cdf_panel<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("ms")
         .y_desc("share of requests")
+        .light_line_style(TRANSPARENT)
+        .x_label_formatter(&|v| value_label(*v))
         .draw()
         .map_err(plot_err)?;
     for l in lines {
@@ -319,6 +341,8 @@ fn time_panel<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("seconds into the run")
+        .light_line_style(TRANSPARENT)
+        .y_label_formatter(&|v| value_label(*v))
         .draw()
         .map_err(plot_err)?;
     for l in lines {
@@ -344,6 +368,54 @@ fn time_panel<DB: DrawingBackend>(
     Ok(())
 }
 
+/// One request's chunk timeline, 560 x 180: output tokens so far against ms after the send, a
+/// step per chunk (the first step is TTFT).
+pub fn timeline(trace: &RequestTrace) -> anyhow::Result<String> {
+    let pts = measure::timeline(trace);
+    let t_max = pts
+        .last()
+        .map_or(1.0, |p| p.0)
+        .max(trace.end_ns as f64 / 1e6);
+    let n_max = pts.last().map_or(1, |p| p.1).max(1) as f64;
+    let mut steps = vec![(0.0, 0.0)];
+    let mut prev = 0.0;
+    for &(t, n) in &pts {
+        steps.push((t, prev));
+        steps.push((t, n as f64));
+        prev = n as f64;
+    }
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (560, 180)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(45)
+            .build_cartesian_2d(0.0..t_max * 1.05, 0.0..n_max * 1.1)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("ms after the send")
+            .y_desc("tokens")
+            .light_line_style(TRANSPARENT)
+            .x_label_formatter(&|v| value_label(*v))
+            .draw()
+            .map_err(plot_err)?;
+        chart
+            .draw_series(LineSeries::new(steps, BLUE_.stroke_width(2)))
+            .map_err(plot_err)?;
+        chart
+            .draw_series(
+                pts.iter()
+                    .map(|&(t, n)| Circle::new((t, n as f64), 2, BLUE_.filled())),
+            )
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,5 +426,14 @@ mod tests {
         assert_eq!(tokens_label(1000.0), "1k");
         assert_eq!(tokens_label(2500.0), "2.5k");
         assert_eq!(tokens_label(185_000.0), "185k");
+    }
+
+    #[test]
+    fn value_labels_are_short() {
+        assert_eq!(value_label(0.0), "0");
+        assert_eq!(value_label(0.5), "0.5");
+        assert_eq!(value_label(45.0), "45");
+        assert_eq!(value_label(800_000.0), "800k");
+        assert_eq!(value_label(1_400_000.0), "1.4M");
     }
 }

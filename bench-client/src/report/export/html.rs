@@ -1,0 +1,197 @@
+//! One self-contained HTML page from results files: the run manifests, the tables, the plots
+//! (inline SVG), and the chunk timelines of the slowest requests. Inline CSS only: no script, no
+//! network, no CDN, so the page opens anywhere and can be archived with the results.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::{cell, svg, table};
+use crate::report::load::LoadSummary;
+use crate::report::sweep::Report;
+use crate::results::Record;
+
+/// What the page shows.
+#[derive(Debug)]
+pub struct Page<'a> {
+    /// The results files, as given.
+    pub files: Vec<String>,
+    /// The first manifest line of each file (the run's own description), by file.
+    pub manifests: Vec<(String, Value)>,
+    /// The sweep records' report, when there are sweep records.
+    pub sweep: Option<&'a Report>,
+    /// The load records' summary, when there are load records.
+    pub load: Option<&'a LoadSummary>,
+    /// Records whose chunk timelines are shown, slowest first.
+    pub slowest: Vec<&'a Record>,
+}
+
+/// `s` with the five characters HTML gives meaning to escaped.
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A JSON value in a table cell: strings bare, the rest as compact JSON.
+fn json_cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => esc(s),
+        Value::Null => "-".into(),
+        v => esc(&v.to_string()),
+    }
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1200px}\
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}\
+table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ddd;padding:.25em .5em;text-align:right}\
+th{background:#f4f4f4}td.l,th.l{text-align:left}pre{background:#f8f8f8;padding:.5em;overflow-x:auto;font-size:.8em}\
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.plot svg{max-width:100%;height:auto}";
+
+/// The page as HTML.
+pub fn page(p: &Page<'_>) -> anyhow::Result<String> {
+    let mut o = String::new();
+    let title = format!("llm-bench report: {}", p.files.join(", "));
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n",
+        esc(&title),
+        esc(&title)
+    );
+    manifests(&mut o, &p.manifests);
+    if let Some(r) = p.sweep {
+        o.push_str("<h2>Sweep</h2>\n");
+        sweep_table(&mut o, r);
+        let plot = svg::sweep(r)?;
+        let _ = write!(
+            o,
+            "<figure class=\"plot\" id=\"sweep-plot\">{plot}<figcaption>Medians with their p10-p90 bands against context length. Decode is the tokens after the first chunk over the time after it; the naive rate, (completion tokens - 1) over the same time, overstates it when the first chunk carries several tokens.</figcaption></figure>\n"
+        );
+        let _ = write!(o, "<pre>{}</pre>\n", esc(&table::sweep(r)));
+    }
+    if let Some(s) = p.load {
+        o.push_str("<h2>Load</h2>\n");
+        let _ = write!(o, "<pre>{}</pre>\n", esc(&table::load(s)));
+        if s.succeeded > 0 {
+            let plot = svg::load(s)?;
+            let _ = write!(
+                o,
+                "<figure class=\"plot\" id=\"load-plot\">{plot}<figcaption>Latency distributions of the successful requests (TTFT from the scheduled start), and throughput per second of the run.</figcaption></figure>\n"
+            );
+        }
+    }
+    if !p.slowest.is_empty() {
+        o.push_str("<h2>Slowest requests</h2>\n<p>Each request's output tokens against the time after its send, one step per chunk.</p>\n");
+        for rec in &p.slowest {
+            if let Some(t) = &rec.trace {
+                let plot = svg::timeline(t)?;
+                let _ = write!(
+                    o,
+                    "<figure class=\"plot timeline\">{plot}<figcaption>{} ({} prompt tokens): end to end {} ms, TTFT {} ms, {} chunks</figcaption></figure>\n",
+                    esc(&rec.rid),
+                    rec.prompt_tokens.map_or("-".into(), |n| n.to_string()),
+                    cell(rec.e2e_ms, 1),
+                    cell(rec.ttft_ms, 1),
+                    t.chunks.len()
+                );
+            }
+        }
+    }
+    o.push_str("</body></html>\n");
+    Ok(o)
+}
+
+/// One table of what each run's manifest says: command, client, server, model, settings.
+fn manifests(o: &mut String, ms: &[(String, Value)]) {
+    if ms.is_empty() {
+        o.push_str("<p>No manifest beside the results files (FILE.manifest.jsonl).</p>\n");
+        return;
+    }
+    o.push_str("<h2>Runs</h2>\n<table id=\"manifest\"><tr><th class=\"l\">file</th><th class=\"l\">command</th><th class=\"l\">client</th><th class=\"l\">server</th><th class=\"l\">dialect</th><th class=\"l\">model</th></tr>\n");
+    for (f, m) in ms {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            esc(f),
+            json_cell(&m["command"]),
+            json_cell(&m["client_version"]),
+            json_cell(&m["url"]),
+            json_cell(&m["dialect"]),
+            json_cell(&m["model"]),
+        );
+    }
+    o.push_str("</table>\n");
+    for (f, m) in ms {
+        for key in ["settings", "server_info"] {
+            if !m[key].is_null() {
+                let pretty = serde_json::to_string_pretty(&m[key]).unwrap_or_default();
+                let _ = writeln!(
+                    o,
+                    "<details><summary>{} of {}</summary><pre>{}</pre></details>",
+                    key.replace('_', " "),
+                    esc(f),
+                    esc(&pretty)
+                );
+            }
+        }
+    }
+}
+
+/// The sweep's summary as an HTML table, one row per context length.
+fn sweep_table(o: &mut String, r: &Report) {
+    o.push_str("<table id=\"sweep-table\"><tr><th>context</th><th>ok/n</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>prefill tok/s</th><th>decode tok/s p50</th><th>decode p10</th><th>naive decode</th><th>tokens/chunk</th><th class=\"l\">failures</th></tr>\n");
+    for s in r.summary() {
+        let failures: Vec<String> = s.failures.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            s.context_tokens,
+            s.ok,
+            s.requests,
+            cell(s.ttft_ms_p50, 1),
+            cell(s.ttft_ms_p90, 1),
+            cell(s.prefill_tok_s_p50, 0),
+            cell(s.decode_tok_s_p50, 1),
+            cell(s.decode_tok_s_p10, 1),
+            cell(s.naive_decode_tok_s_p50, 1),
+            cell(s.tokens_per_chunk_mean, 2),
+            esc(&failures.join(", ")),
+        );
+    }
+    o.push_str("</table>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_from_files_cannot_become_markup() {
+        assert_eq!(
+            esc("<script>alert('x') & \"y\"</script>"),
+            "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"
+        );
+        let page = page(&Page {
+            files: vec!["<b>.jsonl".into()],
+            manifests: vec![(
+                "<b>.jsonl".into(),
+                serde_json::json!({"command": "sweep --url <x>"}),
+            )],
+            sweep: None,
+            load: None,
+            slowest: Vec::new(),
+        })
+        .unwrap();
+        assert!(!page.contains("<b>") && !page.contains("<x>"), "{page}");
+        assert!(page.contains("&lt;x&gt;"));
+    }
+}

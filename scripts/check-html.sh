@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The HTML report as a person sees it: a sweep and a load run against the embedded mock, each turned
+# into `report --html`, then loaded in headless Chromium. Fails when a page logs a console message,
+# refers to anything outside itself, or lacks its tables and plots. Screenshots and the rendered DOM
+# go to target/html-check/ to look at.
+#   scripts/check-html.sh            (BENCH_CLIENT=path picks the binary; default target/debug)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${BENCH_CLIENT:-target/debug/bench-client}"
+CHROMIUM="$(command -v chromium || command -v chromium-browser || true)"
+if [[ -z "$CHROMIUM" ]]; then
+    echo "check-html: chromium is not installed (apt-get install chromium)" >&2
+    exit 3
+fi
+[[ -x "$BIN" ]] || cargo build -p bench-client
+OUT=target/html-check
+rm -rf "$OUT"
+mkdir -p "$OUT"
+"$BIN" sweep --contexts 1k,4k,16k --runs 2 --warmup 0 --output-tokens 16 --out "$OUT/sweep.jsonl" --no-progress >/dev/null 2>"$OUT/sweep.log"
+"$BIN" load --concurrency 4 --num-requests 40 --input-len 512 --output-len 32 --out "$OUT/load.jsonl" --no-progress >/dev/null 2>"$OUT/load.log"
+
+fail=0
+check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match the pattern
+    if ! grep -qE "$3" "$OUT/$1.dom"; then
+        echo "check-html: $1.html has no $2" >&2
+        fail=1
+    fi
+}
+for page in sweep load; do
+    "$BIN" report "$OUT/$page.jsonl" --html "$OUT/$page.html" >/dev/null 2>>"$OUT/$page.log"
+    if grep -qiE '(src|href)=|@import|url\(' "$OUT/$page.html"; then
+        echo "check-html: $page.html refers to something outside itself" >&2
+        fail=1
+    fi
+    timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 \
+        --dump-dom "file://$PWD/$OUT/$page.html" >"$OUT/$page.dom" 2>"$OUT/$page.console" || {
+        echo "check-html: chromium could not load $page.html" >&2
+        fail=1
+    }
+    timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1800 \
+        --screenshot="$OUT/$page.png" "file://$PWD/$OUT/$page.html" >/dev/null 2>&1 || true
+    if grep -q 'CONSOLE' "$OUT/$page.console"; then
+        echo "check-html: $page.html logged to the console:" >&2
+        grep 'CONSOLE' "$OUT/$page.console" >&2
+        fail=1
+    fi
+    check "$page" "manifest table" 'id="manifest"'
+    check "$page" "chunk timelines" 'class="plot timeline"><svg'
+done
+check sweep "sweep table" 'id="sweep-table"'
+check sweep "sweep plot" 'id="sweep-plot"><svg'
+check load "load plot" 'id="load-plot"><svg'
+if [[ "$fail" == 0 ]]; then
+    echo "check-html: sweep.html and load.html render with their tables and plots; screenshots in $OUT/"
+fi
+exit "$fail"
