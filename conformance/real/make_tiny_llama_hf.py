@@ -47,6 +47,12 @@ CONFIG = {
     "torch_dtype": "bfloat16",
 }
 
+# A minimal chat template, so that /v1/chat/completions works (without one SGLang answers 400).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
+)
+
 FILES = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
 
 
@@ -89,6 +95,7 @@ def write_tokenizer(d):
                 "add_eos_token": False,
                 "model_max_length": MAX_POS,
                 "clean_up_tokenization_spaces": False,
+                "chat_template": CHAT_TEMPLATE,
             },
             f,
             indent=2,
@@ -124,7 +131,10 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     d = sys.argv[1]
-    if all(os.path.exists(os.path.join(d, f)) for f in FILES):
+    done = all(os.path.exists(os.path.join(d, f)) for f in FILES)
+    if done and "chat_template" not in open(os.path.join(d, "tokenizer_config.json")).read():
+        done = False  # written by an earlier version of this script, without the chat template
+    if done:
         print(f"{d}: tiny Llama already written", file=sys.stderr)
         return
     os.makedirs(d, exist_ok=True)
