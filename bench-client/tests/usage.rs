@@ -302,3 +302,77 @@ fn a_sweep_whose_requests_fail_exits_1() {
         "{err}"
     );
 }
+
+#[test]
+fn simulate_is_refused_with_a_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    refused(
+        &[
+            "sweep",
+            "--simulate",
+            "--url",
+            "http://127.0.0.1:30000",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "--simulate",
+        &out,
+    );
+}
+
+#[test]
+fn the_story_replays_as_a_simulated_what_if() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("kimi.jsonl");
+    let o = out.to_str().unwrap();
+    let base = [
+        "sweep",
+        "--simulate",
+        "--preset",
+        "kimi-k2.6-dflash-8xrtx-pro-6000",
+        "--contexts",
+        "1k,4k,16k,32k,64k,185k",
+        "--output-tokens",
+        "16",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--out",
+        o,
+    ];
+    // mem_fraction_static 0.94: the prefill spike at 32k meets too little free memory.
+    let crash = run(&base);
+    let err = stderr(&crash);
+    assert_eq!(crash.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("CUDA out of memory") && err.contains("simulated run"),
+        "{err}"
+    );
+    let manifest = std::fs::read_to_string(format!("{o}.manifest.jsonl")).unwrap();
+    assert!(manifest.contains("\"simulated\":true"), "{manifest}");
+    // 0.93, chunked prefill 4096 and expandable segments: the rest of the sweep, to 185k.
+    let mut fixed = base.to_vec();
+    fixed.extend([
+        "--mock-set",
+        "mem_fraction_static=0.93",
+        "--mock-set",
+        "chunked_prefill_size=4096",
+        "--mock-set",
+        "expandable_segments=true",
+        "--resume",
+    ]);
+    let done = run(&fixed);
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let ok_at = |ctx: u32| {
+        text.lines().any(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["context_tokens"] == ctx && v["error"].is_null()
+        })
+    };
+    for ctx in [1000, 4000, 16_000, 32_000, 64_000, 185_000] {
+        assert!(ok_at(ctx), "no successful record at {ctx}");
+    }
+}

@@ -35,12 +35,21 @@ pub(super) struct ServerArgs {
     /// receive timestamp (Linux) or by the connection's read; or by the request's task (reqwest).
     #[arg(long, value_enum, default_value = "kernel")]
     pub(super) stamping: Stamping,
+    /// Run against the embedded mock on a paused clock: the same code paths and results files, but
+    /// model time passes without waiting, so a long what-if run answers in seconds. Not with --url.
+    #[arg(long)]
+    pub(super) simulate: bool,
 }
 
 impl ServerArgs {
     /// Checks the server flags before anything starts: `--url` must be an `http://` or
     /// `https://` URL with a host.
     pub(super) fn check(&self) -> anyhow::Result<()> {
+        if self.simulate && self.url.is_some() {
+            anyhow::bail!(
+                "--simulate runs the embedded mock on a paused clock and cannot drive a real server: leave out --url"
+            );
+        }
         if let Some(u) = &self.url {
             let parsed = reqwest::Url::parse(u).map_err(|e| {
                 anyhow::anyhow!("--url {u:?} is not a URL ({e}); give e.g. http://127.0.0.1:30000")
@@ -52,6 +61,16 @@ impl ServerArgs {
             }
         }
         Ok(())
+    }
+
+    /// Where streams are stamped: as asked, except that a simulated run stamps at the socket on
+    /// the paused clock (the kernel's real-time stamps mean nothing there).
+    pub(super) fn stamping(&self) -> Stamping {
+        if self.simulate && self.stamping == Stamping::Kernel {
+            Stamping::Socket
+        } else {
+            self.stamping
+        }
     }
 
     /// The target as far as the flags say, before [`connect`] resolves it: for checks that come
@@ -233,4 +252,13 @@ impl IdRange {
     pub(super) fn range(&self) -> (u32, u32) {
         (self.token_id_min, self.token_id_max)
     }
+}
+
+/// Says that a run was simulated, and how much model time it covered in how much wall time.
+pub(super) fn simulated_note(wall0: std::time::Instant, model0: tokio::time::Instant) {
+    eprintln!(
+        "simulated run (the embedded mock on a paused clock): {:.2} s of model time in {:.2} s of wall time",
+        model0.elapsed().as_secs_f64(),
+        wall0.elapsed().as_secs_f64()
+    );
 }

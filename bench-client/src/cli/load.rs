@@ -98,6 +98,13 @@ pub(super) struct LoadArgs {
     format: Format,
 }
 
+impl LoadArgs {
+    /// Whether the run is simulated (`--simulate`).
+    pub(super) fn simulate(&self) -> bool {
+        self.server.simulate
+    }
+}
+
 pub(super) fn print_load(
     summary: &crate::report::LoadSummary,
     format: Format,
@@ -180,7 +187,8 @@ fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
     };
     let out = a.out.clone().unwrap_or_else(|| default_out("load"));
     let cfg = LoadConfig {
-        stamping: a.server.stamping,
+        stamping: a.server.stamping(),
+        simulated: a.server.simulate,
         timeouts,
         warmup: a.warmup,
         max_concurrency: a.max_concurrency,
@@ -214,8 +222,12 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         out.display()
     );
     let cpu0 = drive::process_cpu_seconds();
-    let wall0 = tokio::time::Instant::now();
+    let wall0 = std::time::Instant::now();
+    let model0 = tokio::time::Instant::now();
     let outcome = drive::run_load(&cfg).await;
+    if cfg.simulated {
+        super::common::simulated_note(wall0, model0);
+    }
     let cpu = drive::process_cpu_seconds().zip(cpu0).map(|(a, b)| a - b);
     let wall = wall0.elapsed().as_secs_f64();
     let embedded = mock.is_some();

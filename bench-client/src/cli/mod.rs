@@ -57,7 +57,22 @@ pub fn main() -> ExitCode {
 /// Run one parsed command line: builds the runtime, runs the subcommand, prints an error chain
 /// and exits with the code [`exit`] defines for it.
 pub fn run(cli: Cli) -> ExitCode {
-    let rt = match tokio::runtime::Runtime::new() {
+    let simulate = match &cli.cmd {
+        Cmd::Sweep(a) => a.simulate(),
+        Cmd::Load(a) => a.simulate(),
+        Cmd::Report(_) | Cmd::Merge(_) => false,
+    };
+    // A simulated run is one thread on tokio's paused clock: time jumps to the next timer whenever
+    // every task waits, so the mock's model time passes without waiting.
+    let rt = if simulate {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+    } else {
+        tokio::runtime::Runtime::new()
+    };
+    let rt = match rt {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

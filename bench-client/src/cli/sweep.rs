@@ -10,7 +10,7 @@ use clap::Args;
 use super::exit::{self, CliError};
 
 use super::common::Output;
-use super::common::{connect, default_out, redact_args, secs, IdRange, ServerArgs};
+use super::common::{connect, default_out, redact_args, secs, simulated_note, IdRange, ServerArgs};
 use super::report::emit;
 use crate::drive::sweep::{self, OnCrash, SweepConfig};
 use crate::plan::{self, Timeouts};
@@ -91,6 +91,13 @@ pub(super) struct SweepArgs {
     output: Output,
 }
 
+impl SweepArgs {
+    /// Whether the run is simulated (`--simulate`).
+    pub(super) fn simulate(&self) -> bool {
+        self.server.simulate
+    }
+}
+
 /// The sweep the flags ask for, every flag checked, with a stand-in target that [`connect`]
 /// replaces: nothing is started before this returns.
 fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSource)> {
@@ -111,7 +118,8 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
     let prompt_source = prompt_source(a.tokenizer.as_deref(), a.seed)?;
     let out = a.out.clone().unwrap_or_else(|| default_out("sweep"));
     let cfg = SweepConfig {
-        stamping: a.server.stamping,
+        stamping: a.server.stamping(),
+        simulated: a.server.simulate,
         contexts,
         output_tokens: a.output_tokens,
         runs: a.runs,
@@ -148,7 +156,11 @@ pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
         cfg.target.dialect.as_str(),
         out.display()
     );
+    let (wall0, model0) = (std::time::Instant::now(), tokio::time::Instant::now());
     let outcome = sweep::run_sweep_with(&cfg, prompt_source).await;
+    if cfg.simulated {
+        simulated_note(wall0, model0);
+    }
     if let Some(m) = mock {
         m.shutdown().await;
     }

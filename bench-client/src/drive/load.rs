@@ -71,6 +71,8 @@ pub struct LoadConfig {
     pub progress: bool,
     /// Command line, for the manifest.
     pub command: String,
+    /// The run is simulated: the embedded mock on a paused clock (said in the manifest).
+    pub simulated: bool,
 }
 
 impl LoadConfig {
@@ -101,6 +103,7 @@ impl LoadConfig {
             scrape_metrics: true,
             progress: false,
             command: String::new(),
+            simulated: false,
         }
     }
 }
@@ -289,6 +292,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     {
         let manifest = json!({
             "command": cfg.command,
+            "simulated": cfg.simulated,
             "client_version": env!("CARGO_PKG_VERSION"),
             "kind": "load",
             "url": cfg.target.base_url,

@@ -69,6 +69,8 @@ pub struct SweepConfig {
     pub progress: bool,
     /// Command line, for the manifest.
     pub command: String,
+    /// The run is simulated: the embedded mock on a paused clock (said in the manifest).
+    pub simulated: bool,
 }
 
 impl SweepConfig {
@@ -97,6 +99,7 @@ impl SweepConfig {
             crash_wait: Duration::from_secs(600),
             progress: false,
             command: String::new(),
+            simulated: false,
         }
     }
 }
@@ -340,6 +343,7 @@ pub async fn run_sweep_with(
     let key = cfg.target.api_key.as_deref();
     let manifest = json!({
         "command": cfg.command,
+        "simulated": cfg.simulated,
         "client_version": env!("CARGO_PKG_VERSION"),
         "started_unix_s": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         "url": cfg.target.base_url,

@@ -61,9 +61,9 @@ figure{margin:1em 0}figcaption{font-size:.85em;color:#555}.plot svg{max-width:10
 pub fn page(p: &Page<'_>) -> anyhow::Result<String> {
     let mut o = String::new();
     let title = format!("llm-bench report: {}", p.files.join(", "));
-    let _ = write!(
-        o,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n",
+    let _ = writeln!(
+            o,
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>",
         esc(&title),
         esc(&title)
     );
@@ -72,20 +72,20 @@ pub fn page(p: &Page<'_>) -> anyhow::Result<String> {
         o.push_str("<h2>Sweep</h2>\n");
         sweep_table(&mut o, r);
         let plot = svg::sweep(r)?;
-        let _ = write!(
+        let _ = writeln!(
             o,
-            "<figure class=\"plot\" id=\"sweep-plot\">{plot}<figcaption>Medians with their p10-p90 bands against context length. Decode is the tokens after the first chunk over the time after it; the naive rate, (completion tokens - 1) over the same time, overstates it when the first chunk carries several tokens.</figcaption></figure>\n"
+            "<figure class=\"plot\" id=\"sweep-plot\">{plot}<figcaption>Medians with their p10-p90 bands against context length. Decode is the tokens after the first chunk over the time after it; the naive rate, (completion tokens - 1) over the same time, overstates it when the first chunk carries several tokens.</figcaption></figure>"
         );
-        let _ = write!(o, "<pre>{}</pre>\n", esc(&table::sweep(r)));
+        let _ = writeln!(o, "<pre>{}</pre>", esc(&table::sweep(r)));
     }
     if let Some(s) = p.load {
         o.push_str("<h2>Load</h2>\n");
-        let _ = write!(o, "<pre>{}</pre>\n", esc(&table::load(s)));
+        let _ = writeln!(o, "<pre>{}</pre>", esc(&table::load(s)));
         if s.succeeded > 0 {
             let plot = svg::load(s)?;
-            let _ = write!(
-                o,
-                "<figure class=\"plot\" id=\"load-plot\">{plot}<figcaption>Latency distributions of the successful requests (TTFT from the scheduled start), and throughput per second of the run.</figcaption></figure>\n"
+            let _ = writeln!(
+            o,
+            "<figure class=\"plot\" id=\"load-plot\">{plot}<figcaption>Latency distributions of the successful requests (TTFT from the scheduled start), and throughput per second of the run.</figcaption></figure>"
             );
         }
     }
@@ -94,9 +94,9 @@ pub fn page(p: &Page<'_>) -> anyhow::Result<String> {
         for rec in &p.slowest {
             if let Some(t) = &rec.trace {
                 let plot = svg::timeline(t)?;
-                let _ = write!(
-                    o,
-                    "<figure class=\"plot timeline\">{plot}<figcaption>{} ({} prompt tokens): end to end {} ms, TTFT {} ms, {} chunks</figcaption></figure>\n",
+                let _ = writeln!(
+            o,
+            "<figure class=\"plot timeline\">{plot}<figcaption>{} ({} prompt tokens): end to end {} ms, TTFT {} ms, {} chunks</figcaption></figure>",
                     esc(&rec.rid),
                     rec.prompt_tokens.map_or("-".into(), |n| n.to_string()),
                     cell(rec.e2e_ms, 1),
@@ -146,26 +146,20 @@ fn manifests(o: &mut String, ms: &[(String, Value)]) {
     }
 }
 
-/// The sweep's summary as an HTML table, one row per context length.
+/// The sweep's summary as an HTML table, the cells of the text table.
 fn sweep_table(o: &mut String, r: &Report) {
-    o.push_str("<table id=\"sweep-table\"><tr><th>context</th><th>ok/n</th><th>TTFT p50 ms</th><th>TTFT p90 ms</th><th>prefill tok/s</th><th>decode tok/s p50</th><th>decode p10</th><th>naive decode</th><th>tokens/chunk</th><th class=\"l\">failures</th></tr>\n");
-    for s in r.summary() {
-        let failures: Vec<String> = s.failures.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        let _ = writeln!(
-            o,
-            "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
-            s.context_tokens,
-            s.ok,
-            s.requests,
-            cell(s.ttft_ms_p50, 1),
-            cell(s.ttft_ms_p90, 1),
-            cell(s.prefill_tok_s_p50, 0),
-            cell(s.decode_tok_s_p50, 1),
-            cell(s.decode_tok_s_p10, 1),
-            cell(s.naive_decode_tok_s_p50, 1),
-            cell(s.tokens_per_chunk_mean, 2),
-            esc(&failures.join(", ")),
-        );
+    let (header, rows) = table::sweep_cells(r);
+    o.push_str("<table id=\"sweep-table\"><tr>");
+    for h in header {
+        let _ = write!(o, "<th>{}</th>", esc(h));
+    }
+    o.push_str("</tr>\n");
+    for row in rows {
+        o.push_str("<tr>");
+        for c in row {
+            let _ = write!(o, "<td>{}</td>", esc(&c));
+        }
+        o.push_str("</tr>\n");
     }
     o.push_str("</table>\n");
 }

@@ -94,12 +94,22 @@ fn y_top(lines: &[Line]) -> f64 {
     }
 }
 
+/// The words and look of one panel.
+struct Panel<'a> {
+    title: &'a str,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    /// The x axis counts tokens (`1k`, `185k`), else plain values.
+    x_tokens: bool,
+    /// Dots at the points (the sweep's measured contexts).
+    dots: bool,
+    legend: SeriesLabelPosition,
+}
+
 /// Draw `lines` into `area` over the x coordinate `x` (a log axis of tokens, or linear).
 fn panel<DB, X>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
-    title: &str,
-    x_desc: &str,
-    y_desc: &str,
+    p: Panel<'_>,
     x: X,
     lines: &[Line],
 ) -> anyhow::Result<()>
@@ -109,18 +119,25 @@ where
     X::CoordDescType: ValueFormatter<f64>,
 {
     let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 16))
+        .caption(p.title, ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(55)
         .build_cartesian_2d(x, 0.0..y_top(lines))
         .map_err(plot_err)?;
+    let x_label = |v: &f64| {
+        if p.x_tokens {
+            tokens_label(*v)
+        } else {
+            value_label(*v)
+        }
+    };
     chart
         .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
+        .x_desc(p.x_desc)
+        .y_desc(p.y_desc)
         .light_line_style(TRANSPARENT)
-        .x_label_formatter(&|v| tokens_label(*v))
+        .x_label_formatter(&x_label)
         .y_label_formatter(&|v| value_label(*v))
         .draw()
         .map_err(plot_err)?;
@@ -143,22 +160,36 @@ where
         drawn
             .label(l.name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-        chart
-            .draw_series(
-                l.points
-                    .iter()
-                    .map(|&p| Circle::new(p, 3, l.color.filled())),
-            )
-            .map_err(plot_err)?;
+        if p.dots {
+            chart
+                .draw_series(
+                    l.points
+                        .iter()
+                        .map(|&pt| Circle::new(pt, 3, l.color.filled())),
+                )
+                .map_err(plot_err)?;
+        }
     }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK.mix(0.3))
-        .position(SeriesLabelPosition::UpperRight)
+        .position(p.legend)
         .draw()
         .map_err(plot_err)?;
     Ok(())
+}
+
+/// A panel of the sweep: a context axis in tokens, dots at the measured contexts.
+fn sweep_panel<'a>(title: &'a str, y_desc: &'a str) -> Panel<'a> {
+    Panel {
+        title,
+        x_desc: "context (tokens, log scale)",
+        y_desc,
+        x_tokens: true,
+        dots: true,
+        legend: SeriesLabelPosition::UpperRight,
+    }
 }
 
 /// The context axis: log scale over the report's contexts, with a little room on each side, and a
@@ -207,22 +238,14 @@ pub fn sweep(report: &Report) -> anyhow::Result<String> {
         let root = SVGBackend::with_string(&mut out, (1100, 800)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let panels = root.split_evenly((2, 2));
-        let x = "context (tokens, log scale)";
-        panel(&panels[0], "time to first token", x, "ms", axis()?, &[ttft])?;
-        panel(
-            &panels[1],
-            "decode rate: true and naive",
-            x,
-            "tok/s",
-            axis()?,
-            &[decode, naive],
-        )?;
-        panel(&panels[2], "prefill rate", x, "tok/s", axis()?, &[prefill])?;
+        let p = sweep_panel;
+        panel(&panels[0], p("time to first token", "ms"), axis()?, &[ttft])?;
+        let d = p("decode rate: true and naive", "tok/s");
+        panel(&panels[1], d, axis()?, &[decode, naive])?;
+        panel(&panels[2], p("prefill rate", "tok/s"), axis()?, &[prefill])?;
         panel(
             &panels[3],
-            "tokens per chunk",
-            x,
-            "tokens",
+            p("tokens per chunk", "tokens"),
             axis()?,
             &[chunk],
         )?;
@@ -275,97 +298,29 @@ pub fn load(s: &LoadSummary) -> anyhow::Result<String> {
         let root = SVGBackend::with_string(&mut out, (1100, 400)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let panels = root.split_evenly((1, 2));
-        cdf_panel(&panels[0], x_max, &cdfs)?;
+        let cdf = Panel {
+            title: "latency distributions (CDF)",
+            x_desc: "ms",
+            y_desc: "share of requests",
+            x_tokens: false,
+            dots: false,
+            legend: SeriesLabelPosition::LowerRight,
+        };
+        let x: RangedCoordf64 = (0.0..x_max * 1.05).into();
+        panel(&panels[0], cdf, x, &cdfs)?;
+        let over_time = Panel {
+            title: "throughput over time",
+            x_desc: "seconds into the run",
+            y_desc: "",
+            x_tokens: false,
+            dots: false,
+            legend: SeriesLabelPosition::UpperRight,
+        };
         let x: RangedCoordf64 = (0.0..t_max + 1.0).into();
-        time_panel(&panels[1], x, &[tput, done])?;
+        panel(&panels[1], over_time, x, &[tput, done])?;
         root.present().map_err(plot_err)?;
     }
     Ok(out)
-}
-
-/// The CDF panel: latency (ms) on x, the share of requests at or below it on y.
-fn cdf_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    x_max: f64,
-    lines: &[Line],
-) -> anyhow::Result<()> {
-    let mut chart = ChartBuilder::on(area)
-        .caption("latency distributions (CDF)", ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..x_max * 1.05, 0.0..1.0)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("ms")
-        .y_desc("share of requests")
-        .light_line_style(TRANSPARENT)
-        .x_label_formatter(&|v| value_label(*v))
-        .draw()
-        .map_err(plot_err)?;
-    for l in lines {
-        let color = l.color;
-        chart
-            .draw_series(LineSeries::new(
-                l.points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(plot_err)?
-            .label(l.name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK.mix(0.3))
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(plot_err)?;
-    Ok(())
-}
-
-/// Throughput over the run, one point per second.
-fn time_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    x: RangedCoordf64,
-    lines: &[Line],
-) -> anyhow::Result<()> {
-    let mut chart = ChartBuilder::on(area)
-        .caption("throughput over time", ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(x, 0.0..y_top(lines))
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds into the run")
-        .light_line_style(TRANSPARENT)
-        .y_label_formatter(&|v| value_label(*v))
-        .draw()
-        .map_err(plot_err)?;
-    for l in lines {
-        let color = l.color;
-        let style = color.stroke_width(2);
-        let drawn = if l.dashed {
-            chart.draw_series(DashedLineSeries::new(l.points.iter().copied(), 6, 4, style))
-        } else {
-            chart.draw_series(LineSeries::new(l.points.iter().copied(), style))
-        }
-        .map_err(plot_err)?;
-        drawn
-            .label(l.name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK.mix(0.3))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(plot_err)?;
-    Ok(())
 }
 
 /// One request's chunk timeline, 560 x 180: output tokens so far against ms after the send, a

@@ -17,8 +17,8 @@ fn counts(m: &BTreeMap<String, u64>) -> String {
         .join(", ")
 }
 
-/// A plain-text table, one row per context length.
-pub fn sweep(report: &Report) -> String {
+/// The sweep table's header and cells, one row per context length (the text and HTML tables).
+pub(super) fn sweep_cells(report: &Report) -> (Vec<&'static str>, Vec<Vec<String>>) {
     let tp = report.has_two_point();
     let mut header = vec![
         "context",
@@ -66,6 +66,12 @@ pub fn sweep(report: &Report) -> String {
         }
         rows.push(row);
     }
+    (header, rows)
+}
+
+/// A plain-text table, one row per context length.
+pub fn sweep(report: &Report) -> String {
+    let (header, rows) = sweep_cells(report);
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {
             rows.iter()
