@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::api::{Chunk, Dialect, TokenAttribution, Usage};
+pub use crate::api::{Chunk, Dialect, ServerTiming, TokenAttribution, Usage};
 
 /// Which deadline expired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,6 +201,21 @@ impl RequestTrace {
             .iter()
             .rev()
             .find_map(|c| c.usage.as_ref().and_then(|u| u.cached_tokens))
+    }
+
+    /// The server's own timing, as its events reported it: the queue time from the first event
+    /// that had one, the first-token latency from the last.
+    pub fn server_timing(&self) -> Option<ServerTiming> {
+        let queue_s = self
+            .chunks
+            .iter()
+            .find_map(|c| c.server_timing.and_then(|t| t.queue_s));
+        let first_token_s = self
+            .chunks
+            .iter()
+            .rev()
+            .find_map(|c| c.server_timing.and_then(|t| t.first_token_s));
+        ServerTiming::reported(queue_s, first_token_s)
     }
 
     /// First in-band error message, if any.

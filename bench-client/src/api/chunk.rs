@@ -67,6 +67,30 @@ pub struct Chunk {
     /// event still marks output arriving, although its token count is unknown without usage data.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub content_event: bool,
+    /// What the server reported of its own timing in this event (SGLang `--enable-metrics`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_timing: Option<ServerTiming>,
+}
+
+/// A server's own timing of a request, as an event reported it, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerTiming {
+    /// Time in the scheduler's queue (SGLang `meta_info.queue_time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_s: Option<f64>,
+    /// From the request's arrival to its first token (SGLang `meta_info.first_token_latency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_s: Option<f64>,
+}
+
+impl ServerTiming {
+    /// `None` when the event reported neither.
+    pub fn reported(queue_s: Option<f64>, first_token_s: Option<f64>) -> Option<Self> {
+        (queue_s.is_some() || first_token_s.is_some()).then_some(Self {
+            queue_s,
+            first_token_s,
+        })
+    }
 }
 
 impl Chunk {

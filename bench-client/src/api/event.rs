@@ -33,6 +33,10 @@ trait Shape<'de>: Sized {
     fn unsigned(_n: u64) -> Self {
         Self::other()
     }
+    /// A number with a fraction or an exponent.
+    fn float(_x: f64) -> Self {
+        Self::other()
+    }
     /// An object.
     fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
         while map.next_key::<Skip>()?.is_some() {
@@ -70,8 +74,8 @@ impl<'de, T: Shape<'de>> Visitor<'de> for ShapeVisitor<T> {
     fn visit_u64<E>(self, v: u64) -> Result<T, E> {
         Ok(T::unsigned(v))
     }
-    fn visit_f64<E>(self, _v: f64) -> Result<T, E> {
-        Ok(T::other())
+    fn visit_f64<E>(self, v: f64) -> Result<T, E> {
+        Ok(T::float(v))
     }
     fn visit_borrowed_str<E>(self, v: &'de str) -> Result<T, E> {
         Ok(T::string(Cow::Borrowed(v)))
@@ -140,6 +144,22 @@ impl Shape<'_> for U32 {
     }
     fn unsigned(n: u64) -> Self {
         Self(Some(u32::try_from(n).unwrap_or(u32::MAX)))
+    }
+}
+
+/// A seconds field (`Value::as_f64`: any number).
+#[derive(Default)]
+struct Seconds(Option<f64>);
+
+impl Shape<'_> for Seconds {
+    fn other() -> Self {
+        Self(None)
+    }
+    fn unsigned(n: u64) -> Self {
+        Self(Some(n as f64))
+    }
+    fn float(x: f64) -> Self {
+        Self(Some(x).filter(|x| x.is_finite()))
     }
 }
 
@@ -229,6 +249,10 @@ pub(crate) struct Meta {
     pub completion_tokens: Option<u32>,
     pub cached_tokens: Option<u32>,
     pub finish_reason: Option<String>,
+    /// `--enable-metrics`: seconds the request waited in the scheduler's queue.
+    pub queue_time: Option<f64>,
+    /// `--enable-metrics`, last event: seconds from the request's arrival to its first token.
+    pub first_token_latency: Option<f64>,
 }
 
 impl<'de> Shape<'de> for Meta {
@@ -243,6 +267,8 @@ impl<'de> Shape<'de> for Meta {
                 "completion_tokens" => m.completion_tokens = value::<U32, _>(a)?.0,
                 "cached_tokens" => m.cached_tokens = value::<U32, _>(a)?.0,
                 "finish_reason" => m.finish_reason = value::<FinishReason, _>(a)?.0,
+                "queue_time" => m.queue_time = value::<Seconds, _>(a)?.0,
+                "first_token_latency" => m.first_token_latency = value::<Seconds, _>(a)?.0,
                 _ => {
                     a.next_value::<Skip>()?;
                 }

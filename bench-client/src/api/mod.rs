@@ -12,7 +12,7 @@ pub mod sse;
 use serde_json::Value;
 
 use crate::plan::RequestSpec;
-pub use chunk::{Chunk, Dialect, TokenAttribution, Usage};
+pub use chunk::{Chunk, Dialect, ServerTiming, TokenAttribution, Usage};
 
 impl Dialect {
     /// Request path.

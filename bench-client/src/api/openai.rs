@@ -96,6 +96,7 @@ pub(crate) fn decode(ev: &Event, at_ns: u64, st: &mut DecoderState, chat: bool) 
         error: None,
         role_only,
         usage_only: false,
+        server_timing: None,
         content_event,
     }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{Chunk, TokenAttribution, Usage};
+use super::{Chunk, ServerTiming, TokenAttribution, Usage};
 
 /// Per-stream state of the reference decoder.
 #[derive(Clone, Debug, Default)]
@@ -84,6 +84,13 @@ fn as_u32(v: Option<&Value>) -> Option<u32> {
         .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
+/// A number of seconds: a float or a non-negative integer, finite.
+fn seconds(v: Option<&Value>) -> Option<f64> {
+    v.filter(|v| v.is_f64() || v.is_u64())
+        .and_then(Value::as_f64)
+        .filter(|x| x.is_finite())
+}
+
 fn openai_usage(v: &Value) -> Option<Usage> {
     let u = v.get("usage")?;
     if u.is_null() {
@@ -154,6 +161,12 @@ fn sglang(v: &Value, at_ns: u64, st: &mut RefState) -> Chunk {
         text_len: u32::try_from(text_len).unwrap_or(u32::MAX),
         usage,
         finish_reason: finish_reason(meta.and_then(|m| m.get("finish_reason"))),
+        server_timing: meta.and_then(|m| {
+            ServerTiming::reported(
+                seconds(m.get("queue_time")),
+                seconds(m.get("first_token_latency")),
+            )
+        }),
         ..Chunk::default()
     };
     match tokens {

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::event::{Event, OutputIds};
 use super::DecoderState;
-use super::{Chunk, TokenAttribution, Usage};
+use super::{Chunk, ServerTiming, TokenAttribution, Usage};
 use crate::plan::prompt::Prompt;
 use crate::plan::RequestSpec;
 
@@ -87,6 +87,8 @@ pub(crate) fn decode(ev: Event, at_ns: u64, st: &mut DecoderState) -> Chunk {
         completion_tokens: cum,
         cached_tokens: m.cached_tokens,
     });
+    let server_timing =
+        meta.and_then(|m| ServerTiming::reported(m.queue_time, m.first_token_latency));
     let chunk = Chunk {
         at_ns,
         tokens,
@@ -97,6 +99,7 @@ pub(crate) fn decode(ev: Event, at_ns: u64, st: &mut DecoderState) -> Chunk {
         role_only: false,
         usage_only: false,
         content_event: false,
+        server_timing,
     };
     match tokens {
         None => st.methods.push(None),

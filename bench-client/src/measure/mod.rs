@@ -14,7 +14,8 @@ pub use contamination::contamination;
 pub use load::{load_numbers, ttft_from_schedule_ns, LoadNumbers, Slo};
 pub use percentile::percentile;
 pub use streaming::{
-    basics, measure, timeline, Basics, DecodeUnavailable, MeasureError, Measurement,
+    basics, measure, timeline, ttft_split, Basics, DecodeUnavailable, MeasureError, Measurement,
+    TtftSplit,
 };
 pub use two_point::{two_point, TwoPoint, TwoPointError};
 

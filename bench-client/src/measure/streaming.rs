@@ -58,6 +58,34 @@ pub struct Measurement {
     pub tokens_per_chunk: Vec<u32>,
     /// How per-chunk counts were known.
     pub token_attribution: TokenAttribution,
+    /// TTFT split by the server's own timing, when the server reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_split: Option<TtftSplit>,
+}
+
+/// TTFT split by the server's own report of it (SGLang `--enable-metrics`): its queue, its work
+/// from the end of the queue to the first token, and the rest, which is the way there and back
+/// (network, HTTP, the client). Each part is `None` where the server did not report what it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TtftSplit {
+    /// The server's queue time.
+    pub server_queue_ms: Option<f64>,
+    /// The server's first-token latency less its queue time: prefill and the first decode step.
+    pub server_prefill_ms: Option<f64>,
+    /// The client's TTFT less the server's first-token latency.
+    pub rest_ms: Option<f64>,
+}
+
+/// The [`TtftSplit`] of a request whose client-side TTFT was `ttft_ms`.
+pub fn ttft_split(trace: &RequestTrace, ttft_ms: f64) -> Option<TtftSplit> {
+    let t = trace.server_timing()?;
+    let queue_ms = t.queue_s.map(|q| q * 1e3).filter(|v| v.is_finite());
+    let first_ms = t.first_token_s.map(|f| f * 1e3).filter(|v| v.is_finite());
+    Some(TtftSplit {
+        server_queue_ms: queue_ms,
+        server_prefill_ms: first_ms.zip(queue_ms).map(|(f, q)| f - q),
+        rest_ms: first_ms.map(|f| ttft_ms - f),
+    })
 }
 
 /// Why a trace has no measurement.
@@ -184,6 +212,7 @@ pub fn measure(trace: &RequestTrace) -> Result<Measurement, MeasureError> {
         per_token_ms,
         tokens_per_chunk,
         token_attribution: attribution,
+        ttft_split: ttft_split(trace, ttft_ms),
     })
 }
 

@@ -298,3 +298,38 @@ mod replayed {
         );
     }
 }
+
+/// SGLang with `--enable-metrics` reports its queue time and first-token latency; TTFT splits by
+/// them (a recorded SGLang 0.5.23 stream).
+#[test]
+fn sglang_timing_splits_ttft_into_server_and_rest() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/streams/real/sglang_native_cumulative.json"
+    );
+    let t = crate::stream::replay::load(std::path::Path::new(path)).unwrap();
+    let trace = crate::stream::replay::replay(&t);
+    let m = measure(&trace).unwrap();
+    let s = m.ttft_split.expect("SGLang reported its timing");
+    // meta_info.queue_time 0.00046658 s, first_token_latency 0.18761625 s.
+    let queue = s.server_queue_ms.unwrap();
+    assert!((queue - 0.466_585).abs() < 1e-3, "{queue}");
+    let prefill = s.server_prefill_ms.unwrap();
+    assert!(
+        (prefill - (187.616_255 - 0.466_585)).abs() < 1e-3,
+        "{prefill}"
+    );
+    let rest = s.rest_ms.unwrap();
+    assert!((rest - (m.ttft_ms - 187.616_255)).abs() < 1e-3, "{rest}");
+}
+
+#[test]
+fn a_server_that_reports_no_timing_gives_no_split() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/streams/sglang-native-cumulative.json"
+    );
+    let t = crate::stream::replay::load(std::path::Path::new(path)).unwrap();
+    let m = measure(&crate::stream::replay::replay(&t)).unwrap();
+    assert_eq!(m.ttft_split, None);
+}

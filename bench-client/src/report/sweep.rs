@@ -21,6 +21,16 @@ pub struct PointData {
     pub decode_tok_s: Vec<f64>,
     /// Naive decode rates.
     pub naive_decode_tok_s: Vec<f64>,
+    /// TTFT parts by the server's own timing (where it reported them): its queue, its prefill
+    /// to the first token, and the rest (network and client).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_queue_ms: Vec<f64>,
+    /// The server's work from the end of its queue to the first token.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_prefill_ms: Vec<f64>,
+    /// The client's TTFT less the server's first-token latency.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ttft_rest_ms: Vec<f64>,
     /// Every chunk's token count.
     pub tokens_per_chunk: Vec<f64>,
     /// Cached tokens reported.
@@ -94,6 +104,9 @@ impl PointData {
         self.prefill_tok_s.extend(o.prefill_tok_s);
         self.decode_tok_s.extend(o.decode_tok_s);
         self.naive_decode_tok_s.extend(o.naive_decode_tok_s);
+        self.server_queue_ms.extend(o.server_queue_ms);
+        self.server_prefill_ms.extend(o.server_prefill_ms);
+        self.ttft_rest_ms.extend(o.ttft_rest_ms);
         self.tokens_per_chunk.extend(o.tokens_per_chunk);
         self.cached_tokens.extend(o.cached_tokens);
         add_map(&mut self.decode_unavailable, o.decode_unavailable);
@@ -151,6 +164,11 @@ impl Report {
                 push(&mut p.prefill_tok_s, rec.prefill_tok_s);
                 push(&mut p.decode_tok_s, rec.decode_tok_s);
                 push(&mut p.naive_decode_tok_s, rec.naive_decode_tok_s);
+                if let Some(s) = &rec.ttft_split {
+                    push(&mut p.server_queue_ms, s.server_queue_ms);
+                    push(&mut p.server_prefill_ms, s.server_prefill_ms);
+                    push(&mut p.ttft_rest_ms, s.rest_ms);
+                }
                 p.tokens_per_chunk
                     .extend(rec.tokens_per_chunk.iter().map(|&t| f64::from(t)));
                 push(&mut p.cached_tokens, rec.cached_tokens.map(f64::from));
@@ -197,6 +215,9 @@ impl Report {
                     decode_tok_s_p50: percentile(&p.decode_tok_s, 50.0),
                     decode_tok_s_p10: percentile(&p.decode_tok_s, 10.0),
                     naive_decode_tok_s_p50: percentile(&p.naive_decode_tok_s, 50.0),
+                    server_queue_ms_p50: percentile(&p.server_queue_ms, 50.0),
+                    server_prefill_ms_p50: percentile(&p.server_prefill_ms, 50.0),
+                    ttft_rest_ms_p50: percentile(&p.ttft_rest_ms, 50.0),
                     tokens_per_chunk_mean: mean(&p.tokens_per_chunk),
                     cached_tokens_max: max(&p.cached_tokens).map(|c| c as u64),
                     contaminated: p.contaminated,
@@ -215,6 +236,13 @@ impl Report {
     /// Whether any two-point pair ran.
     pub fn has_two_point(&self) -> bool {
         self.points.values().any(|p| p.two_point_pairs > 0)
+    }
+
+    /// Whether any request's TTFT could be split by the server's own timing.
+    pub fn has_server_timing(&self) -> bool {
+        self.points
+            .values()
+            .any(|p| !p.server_prefill_ms.is_empty() || !p.ttft_rest_ms.is_empty())
     }
 }
 
@@ -239,6 +267,15 @@ pub struct Summary {
     pub decode_tok_s_p10: Option<f64>,
     /// Median of the common (completion-1)/time formula.
     pub naive_decode_tok_s_p50: Option<f64>,
+    /// Median server queue time, where the server reported its timing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_queue_ms_p50: Option<f64>,
+    /// Median server time from the queue's end to the first token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_prefill_ms_p50: Option<f64>,
+    /// Median rest of TTFT: the client's TTFT less the server's first-token latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_rest_ms_p50: Option<f64>,
     /// Mean tokens per chunk.
     pub tokens_per_chunk_mean: Option<f64>,
     /// Largest cached-token count reported.

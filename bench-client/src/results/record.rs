@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::measure::{
-    basics, contamination, measure, ms, ttft_from_schedule_ns, MeasureError, TwoPoint,
+    basics, contamination, measure, ms, ttft_from_schedule_ns, MeasureError, TtftSplit, TwoPoint,
     TwoPointError,
 };
 use crate::plan::Shard;
@@ -107,6 +107,9 @@ pub struct Record {
     pub naive_decode_tok_s: Option<f64>,
     /// Time per output token after the first chunk.
     pub tpot_ms: Option<f64>,
+    /// TTFT split by the server's own timing, when the server reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_split: Option<TtftSplit>,
     /// Tokens per output-carrying chunk (empty when unknown).
     pub tokens_per_chunk: Vec<u32>,
     /// How per-chunk token counts were known.
@@ -148,6 +151,7 @@ impl Record {
             decode_unavailable: None,
             naive_decode_tok_s: None,
             tpot_ms: None,
+            ttft_split: None,
             tokens_per_chunk: Vec::new(),
             token_attribution: trace.attribution,
             contaminated: !contamination.is_empty(),
@@ -166,6 +170,7 @@ impl Record {
                 decode_unavailable: m.decode_unavailable.map(|d| d.to_string()),
                 naive_decode_tok_s: m.naive_decode_tok_s,
                 tpot_ms: m.tpot_ms,
+                ttft_split: m.ttft_split,
                 tokens_per_chunk: m.tokens_per_chunk,
                 ..base
             },
@@ -230,6 +235,7 @@ impl Record {
             decode_unavailable: None,
             naive_decode_tok_s: None,
             tpot_ms: None,
+            ttft_split: None,
             tokens_per_chunk: Vec::new(),
             token_attribution: b.map_or(TokenAttribution::Unknown, |t| t.attribution),
             contaminated: !contamination.is_empty(),

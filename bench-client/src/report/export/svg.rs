@@ -218,6 +218,10 @@ pub fn sweep(report: &Report) -> anyhow::Result<String> {
     }
     let axis = || context_axis(report).ok_or_else(|| anyhow::anyhow!("no sweep points to plot"));
     let mut ttft = Line::new("TTFT p50 (band p10-p90)", BLUE_);
+    let mut server = Line::new("server: queue + prefill p50", ORANGE_);
+    server.dashed = true;
+    let mut rest = Line::new("rest (network, client) p50", PURPLE_);
+    rest.dashed = true;
     let mut decode = Line::new("decode p50 (band p10-p90)", GREEN_);
     let mut naive = Line::new("naive decode p50", ORANGE_);
     naive.dashed = true;
@@ -226,6 +230,18 @@ pub fn sweep(report: &Report) -> anyhow::Result<String> {
     for (&ctx, p) in &report.points {
         let x = f64::from(ctx);
         ttft.push(x, Band::of(&p.ttft_ms));
+        let server_ms: Vec<f64> = p
+            .server_queue_ms
+            .iter()
+            .zip(&p.server_prefill_ms)
+            .map(|(q, f)| q + f)
+            .collect();
+        if let Some(b) = Band::of(&server_ms) {
+            server.points.push((x, b.p50));
+        }
+        if let Some(b) = Band::of(&p.ttft_rest_ms) {
+            rest.points.push((x, b.p50));
+        }
         decode.push(x, Band::of(&p.decode_tok_s));
         if let Some(b) = Band::of(&p.naive_decode_tok_s) {
             naive.points.push((x, b.p50));
@@ -239,7 +255,16 @@ pub fn sweep(report: &Report) -> anyhow::Result<String> {
         root.fill(&WHITE).map_err(plot_err)?;
         let panels = root.split_evenly((2, 2));
         let p = sweep_panel;
-        panel(&panels[0], p("time to first token", "ms"), axis()?, &[ttft])?;
+        let mut ttft_lines = vec![ttft];
+        if !server.points.is_empty() {
+            ttft_lines.extend([server, rest]);
+        }
+        let t = if ttft_lines.len() > 1 {
+            p("time to first token, and the server's part of it", "ms")
+        } else {
+            p("time to first token", "ms")
+        };
+        panel(&panels[0], t, axis()?, &ttft_lines)?;
         let d = p("decode rate: true and naive", "tok/s");
         panel(&panels[1], d, axis()?, &[decode, naive])?;
         panel(&panels[2], p("prefill rate", "tok/s"), axis()?, &[prefill])?;

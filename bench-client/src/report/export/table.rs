@@ -38,6 +38,10 @@ pub(super) fn sweep_cells(report: &Report) -> (Vec<&'static str>, Vec<Vec<String
     if tp {
         header.extend(["2pt prefill", "2pt decode", "2pt errors"]);
     }
+    let split = report.has_server_timing();
+    if split {
+        header.push("TTFT server queue/prefill/rest ms");
+    }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for s in report.summary() {
         let mut row = vec![
@@ -63,6 +67,14 @@ pub(super) fn sweep_cells(report: &Report) -> (Vec<&'static str>, Vec<Vec<String
             row.push(cell(s.two_point_prefill_tok_s_p50, 0));
             row.push(cell(s.two_point_decode_tok_s_p50, 1));
             row.push(counts(&s.two_point_errors));
+        }
+        if split {
+            row.push(format!(
+                "{}/{}/{}",
+                cell(s.server_queue_ms_p50, 1),
+                cell(s.server_prefill_ms_p50, 1),
+                cell(s.ttft_rest_ms_p50, 1)
+            ));
         }
         rows.push(row);
     }
