@@ -14,6 +14,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 /// Why a collected generation has no answer.
@@ -103,6 +104,12 @@ pub(super) async fn generate(
         Ok(m) => m,
         Err((s, e)) => return native_error(s, e),
     };
+    // SGLang checks these inside the request's generator, after the response has begun: a
+    // streamed request gets HTTP 200 and the error as its one event, a plain one a 400.
+    let streamed = m.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(e) = negative_max_new_tokens(&m) {
+        return late_error(streamed, e);
+    }
     let NativeRequest {
         prompt,
         sampling: c,
@@ -113,7 +120,7 @@ pub(super) async fn generate(
         Err(e) => return native_error(StatusCode::BAD_REQUEST, e),
     };
     if let Err(e) = check_lengths(st.context_length(), &prompt, c.max_new) {
-        return native_error(StatusCode::BAD_REQUEST, e);
+        return late_error(stream, e);
     }
     let rid = rid.unwrap_or_else(|| st.next_id());
     let prompt_tokens = prompt.len();
@@ -136,6 +143,32 @@ pub(super) async fn generate(
         Err(Interrupted::Error(e)) => native_error(StatusCode::BAD_REQUEST, e),
         Err(Interrupted::Crashed) => aborted_body(),
     }
+}
+
+/// SGLang's message for a negative `sampling_params.max_new_tokens`, when the request has one.
+fn negative_max_new_tokens(m: &Map<String, Value>) -> Option<String> {
+    let v = m.get("sampling_params")?.get("max_new_tokens")?.as_i64()?;
+    (v < 0).then(|| format!("max_new_tokens must be at least 0, got {v}."))
+}
+
+/// An error SGLang finds after the response began: for a streamed request, HTTP 200 with the
+/// error as an event (`{"error": {message, type, code, retryable}}`) and `[DONE]`; else a 400.
+fn late_error(streamed: bool, message: String) -> Response {
+    if !streamed {
+        return native_error(StatusCode::BAD_REQUEST, message);
+    }
+    let event = json!({"error": {
+        "message": message,
+        "type": "invalid_request_error",
+        "code": 400,
+        "retryable": false,
+    }});
+    let body = format!("data: {event}\n\ndata: [DONE]\n\n");
+    (
+        [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 /// Seconds since the Unix epoch (OpenAI's `created`).

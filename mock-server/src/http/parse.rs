@@ -209,6 +209,15 @@ pub(super) fn parse_native(m: &Map<String, Value>, vocab: u32) -> Result<NativeR
     })
 }
 
+/// A JSON number as Python prints a float (`-1` as `-1.0`), as SGLang's messages show it.
+fn python_float(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.fract() == 0.0 && x.abs() < 1e16 => format!("{x:.1}"),
+        Some(x) => x.to_string(),
+        None => v.to_string(),
+    }
+}
+
 /// The options of an OpenAI request besides its prompt.
 pub(super) struct OpenAiOptions {
     pub(super) sampling: Sampling,
@@ -234,6 +243,17 @@ pub(super) fn parse_openai(m: &Map<String, Value>) -> Result<OpenAiOptions, Stri
             continuous_usage = get_bool(o, "continuous_usage_stats")?;
         }
         Some(o) => return Err(format!("stream_options must be an object, got {o}")),
+    }
+    if max_new == Some(0) {
+        return Err("max_tokens must be positive".into());
+    }
+    if let Some(t) = m.get("temperature").filter(|t| !t.is_null()) {
+        if !t.as_f64().is_some_and(|x| x.is_finite() && x >= 0.0) {
+            return Err(format!(
+                "temperature must be a non-negative finite number, got {}.",
+                python_float(t)
+            ));
+        }
     }
     let rid = get_rid(m)?;
     Ok(OpenAiOptions {

@@ -126,7 +126,7 @@ pub(super) fn stream_response(
         }
     });
     Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(s))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())

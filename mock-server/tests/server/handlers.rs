@@ -112,3 +112,86 @@ async fn oneshot_unknown_path_is_a_json_404() {
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v, json!({"detail": "Not Found"}));
 }
+
+/// A recorded SGLang 0.5.23 exchange (fixtures/streams/real): its request, status and body.
+fn recorded(name: &str) -> (String, serde_json::Value, u16, String) {
+    let path = format!(
+        "{}/../fixtures/streams/real/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let body: String = t["reads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["data"].as_str().unwrap())
+        .collect();
+    (
+        t["request"]["path"].as_str().unwrap().to_string(),
+        t["request"]["body"].clone(),
+        u16::try_from(t["status"].as_u64().unwrap()).unwrap(),
+        body,
+    )
+}
+
+/// The error message of an error body: an in-band event's, a native or an OpenAI one's.
+fn error_message(body: &str) -> String {
+    let json = body
+        .lines()
+        .find_map(|l| l.strip_prefix("data: ").filter(|d| *d != "[DONE]"))
+        .unwrap_or(body);
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v.pointer("/error/message")
+        .or_else(|| v.get("message"))
+        .and_then(|m| m.as_str())
+        .unwrap()
+        .to_string()
+}
+
+/// Bad input answered as SGLang answered it: the same status, the same stream end (a streamed
+/// native request gets HTTP 200, its error as an event, then `[DONE]`), the same message (SGLang's
+/// pydantic errors wrap the mock's message in a longer text), and the mock serves on after each.
+#[tokio::test(start_paused = true)]
+async fn recorded_sglang_errors_are_answered_alike() {
+    let mut c = Config::default();
+    c.context_length = 4096;
+    c.served_model_name = "tiny-llama".into();
+    let (r, _) = router(c);
+    for name in [
+        "sglang_native_bad_max_new_tokens",
+        "sglang_native_too_long_prompt",
+        "sglang_max_tokens_zero",
+        "sglang_max_tokens_zero_plain",
+        "sglang_bad_temperature",
+        "sglang_too_long_prompt",
+        "sglang_bad_request",
+    ] {
+        let (path, body, status, want) = recorded(name);
+        let (got_status, kind, got) = call(r.clone(), post(&path, &body.to_string())).await;
+        let got = String::from_utf8(got).unwrap();
+        assert_eq!(got_status.as_u16(), status, "{name}: {got}");
+        if status == 200 {
+            assert_eq!(
+                kind.as_deref(),
+                Some("text/event-stream; charset=utf-8"),
+                "{name}"
+            );
+            assert!(got.ends_with("data: [DONE]\n\n"), "{name}: {got}");
+        }
+        let (want_msg, got_msg) = (error_message(&want), error_message(&got));
+        assert!(
+            want_msg.contains(&got_msg),
+            "{name}: SGLang said {want_msg:?}, the mock {got_msg:?}"
+        );
+        let (ok, _, _) = call(
+            r.clone(),
+            post(
+                "/generate",
+                r#"{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}"#,
+            ),
+        )
+        .await;
+        assert_eq!(ok, StatusCode::OK, "the mock stopped serving after {name}");
+    }
+}
