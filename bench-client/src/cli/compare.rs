@@ -44,7 +44,7 @@ pub(super) struct CompareArgs {
     #[arg(long, num_args = 1.., requires = "base")]
     new: Vec<PathBuf>,
     /// Threshold in percent (5 or 5%): changes within it count as `same`.
-    #[arg(long, default_value = "5")]
+    #[arg(long, default_value = "5", allow_hyphen_values = true)]
     threshold: String,
     /// Bootstrap resamples (B).
     #[arg(long, default_value_t = 2000)]
