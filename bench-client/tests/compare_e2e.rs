@@ -134,7 +134,11 @@ fn a_slower_decode_is_worse_at_every_context_and_a_rerun_is_not() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let csv = String::from_utf8_lossy(&o.stdout);
-    assert!(csv.lines().any(|l| l.starts_with("1000,decode_p50_tok_s,higher,32,16,")), "{csv}");
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("1000,decode_p50_tok_s,higher,32,16,")),
+        "{csv}"
+    );
 }
 
 /// Refused with `code` and one `error:` line containing `what`.
@@ -143,7 +147,8 @@ fn refused(args: &[&str], code: i32, what: &str) {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
     assert!(
-        err.lines().any(|l| l.starts_with("error: ") && l.contains(what)),
+        err.lines()
+            .any(|l| l.starts_with("error: ") && l.contains(what)),
         "{args:?}: {err}"
     );
     assert!(o.stdout.is_empty(), "{args:?}");
@@ -157,8 +162,18 @@ fn inputs_that_cannot_be_compared_are_refused() {
     let tiny = |name: &str, ctx: &str, extra: &[&str]| {
         let out = d.join(name);
         let mut args = vec![
-            "sweep", "--contexts", ctx, "--runs", "2", "--warmup", "0", "--output-tokens", "4",
-            "--no-progress", "--out", out.to_str().unwrap(),
+            "sweep",
+            "--contexts",
+            ctx,
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--output-tokens",
+            "4",
+            "--no-progress",
+            "--out",
+            out.to_str().unwrap(),
         ];
         args.extend(extra);
         let o = run(&args);
@@ -170,8 +185,18 @@ fn inputs_that_cannot_be_compared_are_refused() {
     let failed = tiny("failed.jsonl", "64", &["--mock-set", "context_length=32"]);
     let load = d.join("load.jsonl");
     let o = run(&[
-        "load", "--concurrency", "2", "--num-requests", "4", "--input-len", "64", "--output-len",
-        "4", "--no-progress", "--out", load.to_str().unwrap(),
+        "load",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "64",
+        "--output-len",
+        "4",
+        "--no-progress",
+        "--out",
+        load.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let load = load.to_str().unwrap();
@@ -190,7 +215,15 @@ fn inputs_that_cannot_be_compared_are_refused() {
     refused(&["compare", &a, "/nonexistent.jsonl"], 65, "NEW");
 
     // A load run against itself: every row there, none worse, the throughputs included.
-    let o = run(&["compare", load, load, "--format", "json", "--slo", "ttft=10000"]);
+    let o = run(&[
+        "compare",
+        load,
+        load,
+        "--format",
+        "json",
+        "--slo",
+        "ttft=10000",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();

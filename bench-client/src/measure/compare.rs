@@ -125,7 +125,11 @@ impl Sample {
         if units.iter().all(Vec::is_empty) {
             return Err(CompareError::Empty(side));
         }
-        if units.iter().flatten().any(|v| !(v.is_finite() && *v >= 0.0)) {
+        if units
+            .iter()
+            .flatten()
+            .any(|v| !(v.is_finite() && *v >= 0.0))
+        {
             return Err(CompareError::BadValue(side));
         }
         let mut units: Vec<Vec<f64>> = units
@@ -305,7 +309,12 @@ mod tests {
 
     const P50: Statistic = Statistic::Percentile(50.0);
 
-    fn cmp(base: &[f64], new: &[f64], dir: Direction, seed: u64) -> Result<Comparison, CompareError> {
+    fn cmp(
+        base: &[f64],
+        new: &[f64],
+        dir: Direction,
+        seed: u64,
+    ) -> Result<Comparison, CompareError> {
         let b = Bootstrap {
             resamples: 300,
             seed,
@@ -366,11 +375,15 @@ mod tests {
         let base: Vec<f64> = (0..50).map(|i| 100.0 + f64::from(i % 7)).collect();
         let slow: Vec<f64> = base.iter().map(|v| v * 1.15).collect();
         assert_eq!(
-            cmp(&base, &slow, Direction::LowerIsBetter, 3).unwrap().verdict,
+            cmp(&base, &slow, Direction::LowerIsBetter, 3)
+                .unwrap()
+                .verdict,
             Verdict::Worse
         );
         assert_eq!(
-            cmp(&base, &slow, Direction::HigherIsBetter, 3).unwrap().verdict,
+            cmp(&base, &slow, Direction::HigherIsBetter, 3)
+                .unwrap()
+                .verdict,
             Verdict::Better
         );
     }
@@ -380,7 +393,13 @@ mod tests {
         let tokens = [10.0, 12.0, 11.0, 9.0, 10.0, 0.0, 10.0, 11.0];
         let base = Sample::scalar("BASE", &tokens, Statistic::Rate { duration_s: 2.0 }).unwrap();
         let new = Sample::scalar("NEW", &tokens, Statistic::Rate { duration_s: 1.0 }).unwrap();
-        let c = compare(&base, &new, Direction::HigherIsBetter, &Bootstrap::default()).unwrap();
+        let c = compare(
+            &base,
+            &new,
+            Direction::HigherIsBetter,
+            &Bootstrap::default(),
+        )
+        .unwrap();
         assert_eq!(c.base, 36.5);
         assert_eq!(c.ratio, 2.0);
         assert!(c.lo <= 2.0 && 2.0 <= c.hi);

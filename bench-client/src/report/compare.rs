@@ -58,7 +58,9 @@ pub struct Row {
 impl Row {
     /// The verdict; a row that could not be compared is `unclear`.
     pub fn verdict(&self) -> Verdict {
-        self.outcome.as_ref().map_or(Verdict::Unclear, |c| c.verdict)
+        self.outcome
+            .as_ref()
+            .map_or(Verdict::Unclear, |c| c.verdict)
     }
 }
 
@@ -227,7 +229,12 @@ fn sweep_rows(
     for ctx in shared {
         let (x, y) = (&bv[&ctx], &nv[&ctx]);
         let metrics: [(&'static str, Direction, &Vec<f64>, &Vec<f64>); 3] = [
-            ("ttft_p50_ms", Direction::LowerIsBetter, &x.ttft_ms, &y.ttft_ms),
+            (
+                "ttft_p50_ms",
+                Direction::LowerIsBetter,
+                &x.ttft_ms,
+                &y.ttft_ms,
+            ),
             (
                 "decode_p50_tok_s",
                 Direction::HigherIsBetter,
@@ -332,7 +339,11 @@ fn load_rows(base: &[Record], new: &[Record], slo: Slo, b: &Bootstrap) -> Vec<Ro
             units(&y.tpot_ms),
         ),
         (
-            ["inter_chunk_p50_ms", "inter_chunk_p90_ms", "inter_chunk_p99_ms"],
+            [
+                "inter_chunk_p50_ms",
+                "inter_chunk_p90_ms",
+                "inter_chunk_p99_ms",
+            ],
             x.inter_chunk_ms.clone(),
             y.inter_chunk_ms.clone(),
         ),
@@ -545,7 +556,9 @@ pub fn manifest_slo(files: &[PathBuf]) -> Option<Slo> {
             let Ok(v) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
-            let Some(s) = v.get("slo").and_then(|s| serde_json::from_value::<Slo>(s.clone()).ok())
+            let Some(s) = v
+                .get("slo")
+                .and_then(|s| serde_json::from_value::<Slo>(s.clone()).ok())
             else {
                 continue;
             };

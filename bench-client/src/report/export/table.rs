@@ -260,7 +260,15 @@ pub fn compare(r: &CompareReport) -> String {
     }
     let _ = writeln!(o);
     let header = [
-        "context", "metric", "BASE", "NEW", "NEW/BASE", "95% interval", "verdict", "n", "better",
+        "context",
+        "metric",
+        "BASE",
+        "NEW",
+        "NEW/BASE",
+        "95% interval",
+        "verdict",
+        "n",
+        "better",
     ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut reasons = Vec::new();
