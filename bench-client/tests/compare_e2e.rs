@@ -1,6 +1,7 @@
 //! `compare` as a user runs it, against sweeps of the embedded mock: a decode 15% slower is `worse`
 //! at every context and fails `--fail-on-regression`; two runs of one setup with different seeds
 //! are never `worse`; inputs that cannot be compared, and bad thresholds, are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

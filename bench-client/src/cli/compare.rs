@@ -78,8 +78,16 @@ fn parse_threshold(s: &str) -> anyhow::Result<f64> {
     Ok(v / 100.0)
 }
 
-/// The checked flags: both sides' files, the bootstrap and the SLO.
-fn check(a: &CompareArgs) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>, Bootstrap, Option<Slo>)> {
+/// The checked flags.
+struct Checked {
+    base: Vec<PathBuf>,
+    new: Vec<PathBuf>,
+    bootstrap: Bootstrap,
+    slo: Option<Slo>,
+}
+
+/// Every flag checked before any file is read.
+fn check(a: &CompareArgs) -> anyhow::Result<Checked> {
     let (base, new) = if !a.base.is_empty() {
         (a.base.clone(), a.new.clone())
     } else if let [b, n] = a.files.as_slice() {
@@ -96,16 +104,26 @@ fn check(a: &CompareArgs) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>, Bootstr
         .map(Slo::parse)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let b = Bootstrap {
+    let bootstrap = Bootstrap {
         resamples: a.resamples,
         seed: a.seed,
         threshold: parse_threshold(&a.threshold)?,
     };
-    Ok((base, new, b, slo))
+    Ok(Checked {
+        base,
+        new,
+        bootstrap,
+        slo,
+    })
 }
 
 pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
-    let (base_files, new_files, b, slo) = check(&a).map_err(CliError::Usage)?;
+    let Checked {
+        base: base_files,
+        new: new_files,
+        bootstrap: b,
+        slo,
+    } = check(&a).map_err(CliError::Usage)?;
     let base = read_side("BASE", &base_files).map_err(CliError::Data)?;
     let new = read_side("NEW", &new_files).map_err(CliError::Data)?;
     let slo = slo

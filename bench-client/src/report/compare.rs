@@ -322,12 +322,15 @@ fn load_values(records: &[Record], slo: Slo) -> LoadValues {
     v
 }
 
+/// Requests, each with its values.
+type Units = Vec<Vec<f64>>;
+
 /// Load rows: TTFT, TPOT, inter-chunk and end-to-end p50/p90/p99, then output and request
 /// throughput and goodput (with an SLO).
 fn load_rows(base: &[Record], new: &[Record], slo: Slo, b: &Bootstrap) -> Vec<Row> {
     let (x, y) = (load_values(base, slo), load_values(new, slo));
     let units = |v: &[f64]| -> Vec<Vec<f64>> { v.iter().map(|&x| vec![x]).collect() };
-    let latencies: [([&'static str; 3], Vec<Vec<f64>>, Vec<Vec<f64>>); 4] = [
+    let latencies: [([&'static str; 3], Units, Units); 4] = [
         (
             ["ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"],
             units(&x.ttft_ms),
