@@ -2,8 +2,8 @@
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | every request succeeded (or, for `report` and `merge`, the files were read) |
-//! | 1 | the run finished, but some requests failed (their records say why) |
+//! | 0 | every request succeeded (or, for `report`, `merge` and `compare`, the files were read) |
+//! | 1 | the run finished, but some requests failed (their records say why); for `compare`, a row is `worse` and `--fail-on-regression` was given |
 //! | 2 | the server went away or never answered; the records so far are kept |
 //! | 64 | bad usage: a flag or its value, refused before anything started |
 //! | 65 | bad input data: a results or trace file that cannot be read or holds nothing usable |
@@ -16,6 +16,8 @@ use std::process::ExitCode;
 pub const OK: u8 = 0;
 /// Some requests failed.
 pub const FAILED_REQUESTS: u8 = 1;
+/// `compare --fail-on-regression`: a row is `worse` (the same code as [`FAILED_REQUESTS`]).
+pub const REGRESSION: u8 = 1;
 /// The server went away or never answered.
 pub const SERVER_GONE: u8 = 2;
 /// Bad usage (sysexits' `EX_USAGE`).

@@ -2,6 +2,7 @@
 //! turned into the library's configs here; the work itself is in `drive` and `report`.
 
 mod common;
+mod compare;
 pub mod exit;
 mod load;
 mod report;
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use compare::CompareArgs;
 use load::LoadArgs;
 use report::{MergeArgs, ReportArgs};
 use sweep::SweepArgs;
@@ -36,6 +38,8 @@ enum Cmd {
     Load(Box<LoadArgs>),
     /// Merge load results from several processes or machines into one summary.
     Merge(MergeArgs),
+    /// Compare two runs' results: NEW/BASE per statistic with a bootstrap interval and a verdict.
+    Compare(CompareArgs),
 }
 
 /// Parse the command line and run it: what `main` does after setting up logging. A usage error
@@ -84,6 +88,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Report(a) => report::run_report(a),
         Cmd::Load(a) => rt.block_on(load::run_load(*a)),
         Cmd::Merge(a) => report::run_merge(a),
+        Cmd::Compare(a) => compare::run_compare(a),
     };
     match result {
         Ok(code) => code,

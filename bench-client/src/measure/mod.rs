@@ -1,7 +1,9 @@
 //! The only arithmetic: every per-request number is defined here, from a trace, with no clock and
 //! no I/O. The streaming measurement, the two-point method with named failures, the per-request
-//! figures of load runs, contamination checks, and the one percentile definition used everywhere.
+//! figures of load runs, contamination checks, the one percentile definition used everywhere, and the bootstrap comparison
+//! of two runs.
 
+pub mod compare;
 mod contamination;
 mod load;
 mod percentile;

@@ -4,11 +4,20 @@
 /// sort the n values, h = (n - 1) * p / 100, result = x[floor h] + (h - floor h) * (x[ceil h] - x[floor h]).
 /// `p` is in [0, 100]. `None` for an empty input, a `p` outside [0, 100], or any non-finite value.
 pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
-    if values.is_empty() || !(0.0..=100.0).contains(&p) || values.iter().any(|v| !v.is_finite()) {
+    if values.iter().any(|v| !v.is_finite()) {
         return None;
     }
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
+    percentile_sorted(&v, p)
+}
+
+/// [`percentile`] of values already sorted ascending (and finite), without the copy: for the
+/// bootstrap, which sorts each resample itself.
+pub(crate) fn percentile_sorted(v: &[f64], p: f64) -> Option<f64> {
+    if v.is_empty() || !(0.0..=100.0).contains(&p) {
+        return None;
+    }
     let h = (v.len() - 1) as f64 * p / 100.0;
     let lo = h.floor() as usize;
     let hi = h.ceil() as usize;

@@ -1,7 +1,8 @@
 //! Reports: statistics over records (sweep points, load summaries, the server's `/metrics`
-//! changes), merged exactly across files, and the exporters that turn them into tables, JSON, CSV
+//! changes), merged exactly across files, the comparison of two runs, and the exporters that turn them into tables, JSON, CSV
 //! and plots (one file per format in `export/`).
 
+pub mod compare;
 pub mod export;
 pub mod load;
 pub mod server_metrics;

@@ -1,7 +1,9 @@
-//! CSV: one row per context length of a sweep.
+//! CSV: one row per context length of a sweep; one row per statistic of a comparison.
 
 use std::collections::BTreeMap;
 
+use crate::measure::compare::Direction;
+use crate::report::compare::CompareReport;
 use crate::report::sweep::Report;
 
 /// CSV: one row per context length; maps are written as `kind=count;...`.
@@ -54,6 +56,50 @@ pub fn sweep(report: &Report) -> anyhow::Result<String> {
             o(s.two_point_prefill_tok_s_p50),
             o(s.two_point_decode_tok_s_p50),
             m(&s.two_point_errors),
+        ])?;
+    }
+    Ok(String::from_utf8(
+        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?)
+}
+
+/// CSV of a comparison: one row per statistic; numbers are empty where a row could not be
+/// compared (its `error` says why). The manifest differences are not part of it.
+pub fn compare(r: &CompareReport) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "context_tokens",
+        "metric",
+        "better",
+        "n_base",
+        "n_new",
+        "base",
+        "new",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "verdict",
+        "error",
+    ])?;
+    for row in &r.rows {
+        let c = row.outcome.as_ref().ok();
+        let f = |x: Option<f64>| x.map_or(String::new(), |v| v.to_string());
+        w.write_record([
+            row.context_tokens.map_or(String::new(), |c| c.to_string()),
+            row.metric.to_string(),
+            match row.direction {
+                Direction::LowerIsBetter => "lower".to_string(),
+                Direction::HigherIsBetter => "higher".to_string(),
+            },
+            row.n_base.to_string(),
+            row.n_new.to_string(),
+            f(c.map(|c| c.base)),
+            f(c.map(|c| c.new)),
+            f(c.map(|c| c.ratio)),
+            f(c.map(|c| c.lo)),
+            f(c.map(|c| c.hi)),
+            row.verdict().as_str().to_string(),
+            row.outcome.as_ref().err().cloned().unwrap_or_default(),
         ])?;
     }
     Ok(String::from_utf8(

@@ -1,8 +1,11 @@
-//! JSON: the sweep report's per-context summaries, and the load summary with all latencies in ms.
+//! JSON: the sweep report's per-context summaries, the load summary with all latencies in ms, and
+//! comparisons.
 
 use serde_json::{json, Value};
 
 use super::{ms, PCTS};
+use crate::measure::compare::Direction;
+use crate::report::compare::CompareReport;
 use crate::report::load::{LoadSummary, METRICS};
 use crate::report::sweep::Report;
 
@@ -52,5 +55,45 @@ pub fn load(s: &LoadSummary) -> Value {
             "second": k - t0, "unix_s": k, "sent": v.sent, "completed": v.completed,
             "failed": v.failed, "output_tokens": v.output_tokens,
         })).collect::<Vec<_>>(),
+    })
+}
+
+/// The comparison as JSON: settings, manifest differences, rows, counts and notes. A row that
+/// could not be compared has null numbers, `unclear` and its `error`.
+pub fn compare(r: &CompareReport) -> Value {
+    let rows: Vec<Value> = r
+        .rows
+        .iter()
+        .map(|row| {
+            let c = row.outcome.as_ref().ok();
+            json!({
+                "context_tokens": row.context_tokens,
+                "metric": row.metric,
+                "better": match row.direction {
+                    Direction::LowerIsBetter => "lower",
+                    Direction::HigherIsBetter => "higher",
+                },
+                "n_base": row.n_base,
+                "n_new": row.n_new,
+                "base": c.map(|c| c.base),
+                "new": c.map(|c| c.new),
+                "ratio": c.map(|c| c.ratio),
+                "ci_low": c.map(|c| c.lo),
+                "ci_high": c.map(|c| c.hi),
+                "verdict": row.verdict().as_str(),
+                "error": row.outcome.as_ref().err(),
+            })
+        })
+        .collect();
+    json!({
+        "kind": r.kind.as_str(),
+        "method": "ratio NEW/BASE of each statistic; 95% percentile bootstrap interval (Efron & Tibshirani, An Introduction to the Bootstrap, 1993), requests resampled with replacement on each side",
+        "resamples": r.bootstrap.resamples,
+        "seed": r.bootstrap.seed,
+        "threshold": r.bootstrap.threshold,
+        "differences": r.differences.iter().map(|d| json!({"key": d.key, "base": d.base, "new": d.new})).collect::<Vec<_>>(),
+        "rows": rows,
+        "counts": r.counts(),
+        "notes": r.notes,
     })
 }

@@ -1,9 +1,12 @@
-//! Plain-text tables: one row per context length for sweeps, one row per metric for load runs.
+//! Plain-text tables: one row per context length for sweeps, one row per metric for load runs, one
+//! row per statistic for comparisons.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::{cell, ms, PCTS};
+use crate::measure::compare::Direction;
+use crate::report::compare::CompareReport;
 use crate::report::load::{LoadSummary, METRICS};
 use crate::report::sweep::Report;
 
@@ -257,6 +260,109 @@ pub fn load(s: &LoadSummary) -> String {
                 v.output_tokens
             );
         }
+    }
+    o
+}
+
+/// The comparison as text: the manifest differences first, then one row per statistic.
+pub fn compare(r: &CompareReport) -> String {
+    let mut o = String::new();
+    if r.differences.is_empty() {
+        let _ = writeln!(o, "manifests: no differences in server, model or settings");
+    } else {
+        let _ = writeln!(o, "what differs between the runs (BASE -> NEW):");
+        let w = r.differences.iter().map(|d| d.key.len()).max().unwrap_or(0);
+        for d in &r.differences {
+            let _ = writeln!(o, "  {:<w$}  {} -> {}", d.key, d.base, d.new);
+        }
+    }
+    let _ = writeln!(o);
+    let header = [
+        "context",
+        "metric",
+        "BASE",
+        "NEW",
+        "NEW/BASE",
+        "95% interval",
+        "verdict",
+        "n",
+        "better",
+    ];
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut reasons = Vec::new();
+    for row in &r.rows {
+        let ctx = row.context_tokens.map_or("-".into(), |c| c.to_string());
+        let (b, n, ratio, ci) = match &row.outcome {
+            Ok(c) => (
+                format!("{:.3}", c.base),
+                format!("{:.3}", c.new),
+                format!("{:.3}", c.ratio),
+                format!("[{:.3}, {:.3}]", c.lo, c.hi),
+            ),
+            Err(e) => {
+                reasons.push(format!("{} {}: {e}", ctx, row.metric));
+                ("-".into(), "-".into(), "-".into(), "-".into())
+            }
+        };
+        rows.push(vec![
+            ctx,
+            row.metric.to_string(),
+            b,
+            n,
+            ratio,
+            ci,
+            row.verdict().as_str().to_string(),
+            format!("{}/{}", row.n_base, row.n_new),
+            match row.direction {
+                Direction::LowerIsBetter => "lower".into(),
+                Direction::HigherIsBetter => "higher".into(),
+            },
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                if i == 1 || i >= 6 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let _ = writeln!(o, "{}", line(&header.map(String::from)));
+    for row in &rows {
+        let _ = writeln!(o, "{}", line(row));
+    }
+    let counts: Vec<String> = r.counts().iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let t = r.bootstrap.threshold;
+    let _ = writeln!(
+        o,
+        "\n{} rows: {}. NEW/BASE with a 95% percentile-bootstrap interval (Efron & Tibshirani 1993; B = {}, seed {}); same: the interval lies within [{:.3}, {:.3}], better/worse: wholly beyond it.",
+        r.rows.len(),
+        counts.join(", "),
+        r.bootstrap.resamples,
+        r.bootstrap.seed,
+        1.0 - t,
+        1.0 + t
+    );
+    for n in r.notes.iter().chain(&reasons) {
+        let _ = writeln!(o, "note: {n}");
     }
     o
 }

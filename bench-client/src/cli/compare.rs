@@ -1,0 +1,174 @@
+//! `bench-client compare`: NEW's results against BASE's, one row per statistic with the ratio, its
+//! bootstrap interval and a verdict; the statistics are in `measure::compare`, the rows in
+//! `report::compare`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::common::Format;
+use super::exit::{self, CliError};
+use crate::measure::compare::Bootstrap;
+use crate::report::compare::{
+    compare_records, manifest_differences, manifest_slo, read_side, CompareReport,
+};
+use crate::report::{export, Slo};
+
+const ABOUT: &str = "\
+Compare two runs: for each statistic (sweeps: TTFT, decode and prefill p50 per context length;
+load runs: TTFT, TPOT, inter-chunk and end-to-end p50/p90/p99, output and request throughput,
+goodput) the ratio NEW/BASE with a 95% interval, and a verdict.
+
+The interval is the percentile bootstrap (Efron & Tibshirani, \"An Introduction to the
+Bootstrap\", 1993, ch. 13): each side's requests are resampled with replacement --resamples times
+(seeded by --seed), the statistic is recomputed on each resample, and the interval is the 2.5th
+and 97.5th percentile of the ratios. Throughputs resample requests over each run's duration,
+held fixed. Verdict: `same` when the interval lies within [1 - t, 1 + t] for --threshold t;
+`better` or `worse` when it lies wholly beyond it (lower is better for latencies, higher for
+rates); `unclear` otherwise. What differs between the runs' manifests is printed first.
+
+Exit codes: 0 compared, 1 a row is `worse` and --fail-on-regression was given, 64 bad usage,
+65 files that cannot be compared (empty, failed-only, sweep against load, no shared context).";
+
+#[derive(Args, Debug)]
+#[command(long_about = ABOUT)]
+pub(super) struct CompareArgs {
+    /// BASE and NEW results files, when each side is one file.
+    #[arg(value_names = ["BASE", "NEW"], num_args = 0..=2, conflicts_with_all = ["base", "new"])]
+    files: Vec<PathBuf>,
+    /// BASE's results files (several: shards or repeats of one setup, merged).
+    #[arg(long, num_args = 1.., requires = "new")]
+    base: Vec<PathBuf>,
+    /// NEW's results files.
+    #[arg(long, num_args = 1.., requires = "base")]
+    new: Vec<PathBuf>,
+    /// Threshold in percent (5 or 5%): changes within it count as `same`.
+    #[arg(long, default_value = "5", allow_hyphen_values = true)]
+    threshold: String,
+    /// Bootstrap resamples (B).
+    #[arg(long, default_value_t = 2000)]
+    resamples: u32,
+    /// Seed of the bootstrap's resampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Goodput objective of load runs, e.g. ttft=500,tpot=50 (ms); default: the manifests' SLO.
+    #[arg(long)]
+    slo: Option<String>,
+    /// Exit with 1 when any row is `worse` (for CI gates).
+    #[arg(long)]
+    fail_on_regression: bool,
+    /// Output format (csv: the rows only; the manifest differences go to stderr).
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+/// `--threshold` as a fraction: a percentage in (0, 100), with or without `%`.
+fn parse_threshold(s: &str) -> anyhow::Result<f64> {
+    let t = s.trim();
+    let v: f64 = t
+        .strip_suffix('%')
+        .unwrap_or(t)
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--threshold {s:?}: expected a percentage, e.g. 5 or 5%"))?;
+    if !(v.is_finite() && v > 0.0 && v < 100.0) {
+        anyhow::bail!("--threshold {s:?}: must be a percentage above 0 and below 100");
+    }
+    Ok(v / 100.0)
+}
+
+/// The checked flags.
+struct Checked {
+    base: Vec<PathBuf>,
+    new: Vec<PathBuf>,
+    bootstrap: Bootstrap,
+    slo: Option<Slo>,
+}
+
+/// Every flag checked before any file is read.
+fn check(a: &CompareArgs) -> anyhow::Result<Checked> {
+    let (base, new) = if !a.base.is_empty() {
+        (a.base.clone(), a.new.clone())
+    } else if let [b, n] = a.files.as_slice() {
+        (vec![b.clone()], vec![n.clone()])
+    } else {
+        anyhow::bail!("compare needs BASE and NEW: two files, or --base FILE... --new FILE...");
+    };
+    if a.resamples == 0 {
+        anyhow::bail!("--resamples must be at least 1");
+    }
+    let slo = a
+        .slo
+        .as_deref()
+        .map(Slo::parse)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let bootstrap = Bootstrap {
+        resamples: a.resamples,
+        seed: a.seed,
+        threshold: parse_threshold(&a.threshold)?,
+    };
+    Ok(Checked {
+        base,
+        new,
+        bootstrap,
+        slo,
+    })
+}
+
+pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
+    let Checked {
+        base: base_files,
+        new: new_files,
+        bootstrap: b,
+        slo,
+    } = check(&a).map_err(CliError::Usage)?;
+    let base = read_side("BASE", &base_files).map_err(CliError::Data)?;
+    let new = read_side("NEW", &new_files).map_err(CliError::Data)?;
+    let slo = slo
+        .or_else(|| manifest_slo(&base_files).filter(|s| Some(*s) == manifest_slo(&new_files)))
+        .unwrap_or_default();
+    let mut report = compare_records(&base, &new, slo, &b).map_err(CliError::Data)?;
+    let (differences, notes) =
+        manifest_differences(&base_files, &new_files).map_err(CliError::Data)?;
+    report.differences = differences;
+    report.notes.extend(notes);
+    emit(&report, a.format)?;
+    if a.fail_on_regression && report.any_worse() {
+        eprintln!("regression: at least one row is worse beyond the threshold");
+        return Ok(ExitCode::from(exit::REGRESSION));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn emit(r: &CompareReport, format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Table => print!("{}", export::table::compare(r)),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&export::json::compare(r))?
+        ),
+        Format::Csv => {
+            for d in &r.differences {
+                eprintln!("differs: {}: {} -> {}", d.key, d.base, d.new);
+            }
+            print!("{}", export::csv::compare(r)?);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_are_percentages_above_zero() {
+        assert_eq!(parse_threshold("5").unwrap(), 0.05);
+        assert_eq!(parse_threshold("2.5%").unwrap(), 0.025);
+        for bad in ["0", "-5", "0%", "100", "abc", "nan", "inf", ""] {
+            assert!(parse_threshold(bad).is_err(), "{bad}");
+        }
+    }
+}

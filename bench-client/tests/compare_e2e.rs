@@ -1,0 +1,234 @@
+//! `compare` as a user runs it, against sweeps of the embedded mock: a decode 15% slower is `worse`
+//! at every context and fails `--fail-on-regression`; two runs of one setup with different seeds
+//! are never `worse`; inputs that cannot be compared, and bad thresholds, are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bench-client");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A small sweep of the embedded mock: two contexts, 16 runs of 128 tokens (a few seconds): enough
+/// decode steps per request that the speculative acceptance draws average out.
+fn sweep(dir: &Path, name: &str, seed: u64, extra: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let seed = seed.to_string();
+    let mock_seed = format!("seed={seed}");
+    let mut args = vec![
+        "sweep",
+        "--contexts",
+        "1k,4k",
+        "--runs",
+        "16",
+        "--output-tokens",
+        "128",
+        "--no-progress",
+        "--seed",
+        &seed,
+        "--mock-set",
+        &mock_seed,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    out
+}
+
+fn compare_json(base: &Path, new: &Path) -> Value {
+    let o = run(&[
+        "compare",
+        base.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn verdicts<'a>(v: &'a Value, metric: &str) -> Vec<(u64, &'a str)> {
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["metric"] == metric)
+        .map(|r| {
+            (
+                r["context_tokens"].as_u64().unwrap(),
+                r["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_slower_decode_is_worse_at_every_context_and_a_rerun_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = sweep(dir.path(), "base.jsonl", 1, &[]);
+    // The preset's decode_base_s is 0.002 s a step; 0.00235 makes decode about 15% slower.
+    let slow = sweep(
+        dir.path(),
+        "slow.jsonl",
+        2,
+        &["--mock-set", "decode_base_s=0.00235"],
+    );
+    let v = compare_json(&base, &slow);
+    assert_eq!(
+        verdicts(&v, "decode_p50_tok_s"),
+        vec![(1000, "worse"), (4000, "worse")],
+        "{v:#}"
+    );
+    assert!(v["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["key"] == "server_info.decode_base_s"));
+    let gate = run(&[
+        "compare",
+        base.to_str().unwrap(),
+        slow.to_str().unwrap(),
+        "--fail-on-regression",
+    ]);
+    let table = String::from_utf8_lossy(&gate.stdout);
+    assert_eq!(gate.status.code(), Some(1), "{table}{}", stderr(&gate));
+    assert!(
+        table.starts_with("what differs between the runs"),
+        "{table}"
+    );
+    assert!(stderr(&gate).contains("regression"), "{}", stderr(&gate));
+
+    let again = sweep(dir.path(), "again.jsonl", 3, &[]);
+    let v = compare_json(&base, &again);
+    let worse: Vec<&Value> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verdict"] == "worse")
+        .collect();
+    assert!(worse.is_empty(), "{worse:#?}");
+    // Several files a side: the shards or repeats of one setup are pooled.
+    let o = run(&[
+        "compare",
+        "--base",
+        base.to_str().unwrap(),
+        again.to_str().unwrap(),
+        "--new",
+        slow.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let csv = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("1000,decode_p50_tok_s,higher,32,16,")),
+        "{csv}"
+    );
+}
+
+/// Refused with `code` and one `error:` line containing `what`.
+fn refused(args: &[&str], code: i32, what: &str) {
+    let o = run(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("error: ") && l.contains(what)),
+        "{args:?}: {err}"
+    );
+    assert!(o.stdout.is_empty(), "{args:?}");
+    assert!(!err.contains("panicked") && !err.contains("NaN"), "{err}");
+}
+
+#[test]
+fn inputs_that_cannot_be_compared_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tiny = |name: &str, ctx: &str, extra: &[&str]| {
+        let out = d.join(name);
+        let mut args = vec![
+            "sweep",
+            "--contexts",
+            ctx,
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--output-tokens",
+            "4",
+            "--no-progress",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let o = run(&args);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+        out.to_str().unwrap().to_string()
+    };
+    let a = tiny("a.jsonl", "64", &[]);
+    let other = tiny("other.jsonl", "128", &[]);
+    let failed = tiny("failed.jsonl", "64", &["--mock-set", "context_length=32"]);
+    let load = d.join("load.jsonl");
+    let o = run(&[
+        "load",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "64",
+        "--output-len",
+        "4",
+        "--no-progress",
+        "--out",
+        load.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let load = load.to_str().unwrap();
+    let empty = d.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let empty = empty.to_str().unwrap();
+
+    refused(&["compare", &a, &a, "--threshold", "0"], 64, "--threshold");
+    refused(&["compare", &a, &a, "--threshold", "-5"], 64, "--threshold");
+    refused(&["compare", &a, &a, "--threshold", "x%"], 64, "--threshold");
+    refused(&["compare", &a], 64, "BASE and NEW");
+    refused(&["compare", &a, load], 65, "nothing to compare");
+    refused(&["compare", &a, &other], 65, "no context length in common");
+    refused(&["compare", &a, empty], 65, "NEW has no records");
+    refused(&["compare", &failed, &a], 65, "BASE has no successful");
+    refused(&["compare", &a, "/nonexistent.jsonl"], 65, "NEW");
+
+    // A load run against itself: every row there, none worse, the throughputs included.
+    let o = run(&[
+        "compare",
+        load,
+        load,
+        "--format",
+        "json",
+        "--slo",
+        "ttft=10000",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 15, "{v:#}");
+    assert!(rows.iter().all(|r| r["verdict"] != "worse"), "{v:#}");
+    assert!(rows.iter().any(|r| r["metric"] == "goodput_req_s"));
+}
