@@ -64,7 +64,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let simulate = match &cli.cmd {
         Cmd::Sweep(a) => a.simulate(),
         Cmd::Load(a) => a.simulate(),
-        Cmd::Report(_) | Cmd::Merge(_) => false,
+        Cmd::Report(_) | Cmd::Merge(_) | Cmd::Compare(_) => false,
     };
     // A simulated run is one thread on tokio's paused clock: time jumps to the next timer whenever
     // every task waits, so the mock's model time passes without waiting.

@@ -3,11 +3,10 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use bench_client::drive::sweep::{run_sweep, OnCrash, SweepConfig};
+use bench_client::drive::sweep::{run_sweep, SweepConfig};
 use bench_client::measure::percentile;
 use bench_client::net::stamped::Stamping;
-use bench_client::plan::{parse_contexts, Timeouts, DEFAULT_CONTEXTS};
-use bench_client::results::Method;
+use bench_client::plan::{parse_contexts, DEFAULT_CONTEXTS};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -53,24 +52,13 @@ pub(crate) fn run() -> Result<Report> {
             let cfg = SweepConfig {
                 // The paused clock: the kernel's real-time stamps mean nothing on it.
                 stamping: Stamping::Socket,
-                target: target(mock.url()),
                 contexts: contexts.clone(),
-                output_tokens: 64,
                 runs: 1,
-                warmup: 1,
-                method: Method::Streaming,
-                flush_cache: false,
-                two_point_tokens: (1, 17),
-                out: out.clone(),
-                resume: false,
                 seed: 7,
-                token_id_range: bench_client::plan::prompt::DEFAULT_ID_RANGE,
-                return_token_ids: false,
-                timeouts: Timeouts::default(),
-                on_crash: OnCrash::Stop,
                 crash_wait: Duration::from_secs(0),
-                progress: false,
                 command: "perf kimi-sweep-paused".into(),
+                simulated: true,
+                ..SweepConfig::new(target(mock.url()), out.clone())
             };
             let outcome = run_sweep(&cfg).await?;
             mock.stop().await;

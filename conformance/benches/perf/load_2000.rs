@@ -21,8 +21,8 @@ const LOAD_REQUESTS: u64 = 8000;
 /// the instant its HTTP layer sent the first chunk).
 pub(crate) fn run(external: bool) -> Result<Report> {
     use bench_client::drive::LoadConfig;
-    use bench_client::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
-    use bench_client::report::Slo;
+    use bench_client::plan::{Arrivals, LenDist, Schedule, Stop, Workload};
+
     let rt = multi_thread_runtime()?;
     rt.block_on(async {
         let sets = [("max_running_requests", "2048".to_string())];
@@ -41,33 +41,27 @@ pub(crate) fn run(external: bool) -> Result<Report> {
         ));
         let dir = tempfile::tempdir()?;
         let out = dir.path().join("load.jsonl");
+        let schedule = Schedule::new(
+            Arrivals::Closed {
+                concurrency: LOAD_CONCURRENCY,
+            },
+            Stop::Requests(LOAD_REQUESTS),
+            5,
+        )
+        .map_err(|e| anyhow!(e))?;
+        let workload = Workload::Random {
+            input: LenDist::Fixed { n: 256 },
+            output: LenDist::Uniform { lo: 32, hi: 96 },
+        };
         let cfg = LoadConfig {
             stamping: bench_stamping(),
-            target: target(mock.url()),
             timeouts: Timeouts::default(),
-            schedule: Schedule::new(
-                Arrivals::Closed { concurrency: LOAD_CONCURRENCY },
-                Stop::Requests(LOAD_REQUESTS),
-                5,
-            )
-            .map_err(|e| anyhow!(e))?,
-            workload: Workload::Random {
-                input: LenDist::Fixed { n: 256 },
-                output: LenDist::Uniform { lo: 32, hi: 96 },
-            },
-            warmup: 0,
-            max_concurrency: None,
-            shard: Shard::default(),
-            start_at_unix_ms: None,
             prompt_salt: Some(5),
-            out: out.clone(),
-            resume: false,
             seed: 5,
             token_id_range: (100, 30000),
-            slo: Slo::default(),
             scrape_metrics: false,
-            progress: false,
             command: "perf load-2000".into(),
+            ..LoadConfig::new(target(mock.url()), schedule, workload, out.clone())
         };
         let cpu0 = cpu_seconds(None);
         let started = Instant::now();
