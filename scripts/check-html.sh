@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The HTML report as a person sees it: a sweep and a load run against the embedded mock, each turned
-# into `report --html`, then loaded in headless Chromium. Fails when a page logs a console message,
-# refers to anything outside itself, or lacks its tables and plots. Screenshots and the rendered DOM
+# The HTML reports as a person sees them: a sweep, a load run and a compare of two sweeps against the
+# embedded mock (`report --html`, `compare --html`), each loaded in headless Chromium. Fails when a
+# page logs a console message, refers to anything outside itself, or lacks its tables and plots. Screenshots and the rendered DOM
 # go to target/html-check/ to look at.
 #   scripts/check-html.sh            (BENCH_CLIENT=path picks the binary; default target/debug)
 set -euo pipefail
@@ -17,6 +17,8 @@ OUT=target/html-check
 rm -rf "$OUT"
 mkdir -p "$OUT"
 "$BIN" sweep --contexts 1k,4k,16k --runs 2 --warmup 0 --output-tokens 16 --out "$OUT/sweep.jsonl" --no-progress >/dev/null 2>"$OUT/sweep.log"
+"$BIN" sweep --contexts 1k,4k,16k --runs 2 --warmup 0 --output-tokens 16 --mock-set decode_base_s=0.0024 \
+    --out "$OUT/sweep-new.jsonl" --no-progress >/dev/null 2>"$OUT/sweep-new.log"
 "$BIN" load --concurrency 4 --num-requests 40 --input-len 512 --output-len 32 --out "$OUT/load.jsonl" --no-progress >/dev/null 2>"$OUT/load.log"
 
 fail=0
@@ -26,8 +28,11 @@ check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match th
         fail=1
     fi
 }
-for page in sweep load; do
-    "$BIN" report "$OUT/$page.jsonl" --html "$OUT/$page.html" >/dev/null 2>>"$OUT/$page.log"
+"$BIN" compare "$OUT/sweep.jsonl" "$OUT/sweep-new.jsonl" --html "$OUT/compare.html" >/dev/null 2>"$OUT/compare.log"
+for page in sweep load compare; do
+    if [[ "$page" != compare ]]; then
+        "$BIN" report "$OUT/$page.jsonl" --html "$OUT/$page.html" >/dev/null 2>>"$OUT/$page.log"
+    fi
     if grep -qiE '(src|href)=|@import|url\(' "$OUT/$page.html"; then
         echo "check-html: $page.html refers to something outside itself" >&2
         fail=1
@@ -44,13 +49,18 @@ for page in sweep load; do
         grep 'CONSOLE' "$OUT/$page.console" >&2
         fail=1
     fi
+done
+for page in sweep load; do
     check "$page" "manifest table" 'id="manifest"'
     check "$page" "chunk timelines" 'class="plot timeline"><svg'
 done
 check sweep "sweep table" 'id="sweep-table"'
 check sweep "sweep plot" 'id="sweep-plot"><svg'
 check load "load plot" 'id="load-plot"><svg'
+check compare "differences table" 'id="differences"'
+check compare "comparison table" 'id="compare-table"'
+check compare "overlay plot" 'id="compare-plot"><svg'
 if [[ "$fail" == 0 ]]; then
-    echo "check-html: sweep.html and load.html render with their tables and plots; screenshots in $OUT/"
+    echo "check-html: sweep.html, load.html and compare.html render with their tables and plots; screenshots in $OUT/"
 fi
 exit "$fail"

@@ -5,14 +5,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
 
 use super::common::Format;
 use super::exit::{self, CliError};
 use crate::measure::compare::Bootstrap;
 use crate::report::compare::{
-    compare_records, manifest_differences, manifest_slo, read_side, CompareReport,
+    compare_records, manifest_differences, manifest_slo, read_side, CompareReport, Kind,
 };
+use crate::report::Report;
 use crate::report::{export, Slo};
 
 const ABOUT: &str = "\
@@ -61,6 +63,12 @@ pub(super) struct CompareArgs {
     /// Output format (csv: the rows only; the manifest differences go to stderr).
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Write an SVG of both sweeps overlaid, with each row's ratio and interval (sweeps only).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Write one self-contained HTML page: the differences, the rows, and the plot for sweeps.
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 /// `--threshold` as a fraction: a percentage in (0, 100), with or without `%`.
@@ -135,6 +143,28 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     report.differences = differences;
     report.notes.extend(notes);
     emit(&report, a.format)?;
+    let plot = match report.kind {
+        Kind::Sweep if a.plot.is_some() || a.html.is_some() => Some(export::svg::compare_sweeps(
+            &Report::from_records(&base),
+            &Report::from_records(&new),
+            &report,
+        )?),
+        _ => None,
+    };
+    if let Some(p) = &a.plot {
+        match &plot {
+            Some(svg) => {
+                std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
+                eprintln!("plot written to {}", p.display());
+            }
+            None => eprintln!("--plot: only sweep comparisons are plotted; no plot written"),
+        }
+    }
+    if let Some(h) = &a.html {
+        let page = export::html::compare_page(&report, plot.as_deref());
+        std::fs::write(h, page).with_context(|| format!("writing {}", h.display()))?;
+        eprintln!("HTML report written to {}", h.display());
+    }
     if a.fail_on_regression && report.any_worse() {
         eprintln!("regression: at least one row is worse beyond the threshold");
         return Ok(ExitCode::from(exit::REGRESSION));

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::{cell, svg, table};
+use crate::report::compare::CompareReport;
 use crate::report::load::LoadSummary;
 use crate::report::sweep::Report;
 use crate::results::Record;
@@ -162,6 +163,43 @@ fn sweep_table(o: &mut String, r: &Report) {
         o.push_str("</tr>\n");
     }
     o.push_str("</table>\n");
+}
+
+/// A comparison as one self-contained page: what differs between the runs, every row with its
+/// ratio, interval and verdict, and the overlay plot (`svg`, for sweeps).
+pub fn compare_page(r: &CompareReport, svg: Option<&str>) -> String {
+    let mut o = String::new();
+    let title = format!("llm-bench compare ({})", r.kind.as_str());
+    let _ = writeln!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>",
+        esc(&title),
+        esc(&title)
+    );
+    o.push_str("<h2>What differs between the runs</h2>\n<table id=\"differences\"><tr><th class=\"l\">setting</th><th class=\"l\">BASE</th><th class=\"l\">NEW</th></tr>\n");
+    for d in &r.differences {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            esc(&d.key),
+            esc(&d.base),
+            esc(&d.new)
+        );
+    }
+    o.push_str("</table>\n<h2>NEW against BASE</h2>\n");
+    let _ = writeln!(
+        o,
+        "<pre id=\"compare-table\">{}</pre>",
+        esc(&table::compare(r))
+    );
+    if let Some(svg) = svg {
+        let _ = writeln!(
+            o,
+            "<figure class=\"plot\" id=\"compare-plot\">{svg}<figcaption>Both runs' medians with their p10-p90 bands, and each row's ratio NEW/BASE with its 95% bootstrap interval; the dashed lines are the threshold of `same`.</figcaption></figure>"
+        );
+    }
+    o.push_str("</body></html>\n");
+    o
 }
 
 #[cfg(test)]
