@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{connect, default_out, parse_duration, redact_args, Format, IdRange, ServerArgs};
+use super::common::{
+    connect, default_out, parse_duration, redact_args, Format, IdRange, ServerArgs,
+};
 use super::exit::{self, CliError};
 use crate::drive::{self, CapacityConfig, LoadConfig};
 use crate::measure::capacity::{geometric, CapacityPlan};
@@ -96,10 +98,16 @@ fn positive(name: &str, v: f64) -> anyhow::Result<f64> {
 
 fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
     if !(a.target > 0.0 && a.target <= 1.0) {
-        anyhow::bail!("--target must be a share in (0, 1], e.g. 0.95, got {}", a.target);
+        anyhow::bail!(
+            "--target must be a share in (0, 1], e.g. 0.95, got {}",
+            a.target
+        );
     }
     if !(0.0..=1.0).contains(&a.max_failed) {
-        anyhow::bail!("--max-failed must be a share in [0, 1], got {}", a.max_failed);
+        anyhow::bail!(
+            "--max-failed must be a share in [0, 1], got {}",
+            a.max_failed
+        );
     }
     let coarse = match &a.rates {
         Some(list) => {

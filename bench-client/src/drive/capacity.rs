@@ -63,8 +63,8 @@ impl CapacityConfig {
             kind: self.arrival,
             burstiness: self.burstiness,
         };
-        let schedule =
-            Schedule::new(arrivals, self.stop.clone(), self.load.seed).map_err(anyhow::Error::msg)?;
+        let schedule = Schedule::new(arrivals, self.stop.clone(), self.load.seed)
+            .map_err(anyhow::Error::msg)?;
         Ok(LoadConfig {
             schedule,
             out: step_path(&self.out, n),
@@ -77,7 +77,10 @@ impl CapacityConfig {
 
 /// How many load records a step file holds.
 fn records_in(path: &Path) -> anyhow::Result<Vec<crate::results::Record>> {
-    if std::fs::metadata(path).map(|m| m.len() > 0).unwrap_or(false) {
+    if std::fs::metadata(path)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false)
+    {
         Ok(read_records(path)?
             .into_iter()
             .filter(|r| r.load.is_some())
@@ -137,13 +140,7 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
             }
         }
         let summary = LoadSummary::from_records(&records_in(&step.out)?, cfg.load.slo);
-        let mut row = CapacityRow::new(
-            n,
-            rate,
-            &summary,
-            false,
-            step.out.display().to_string(),
-        );
+        let mut row = CapacityRow::new(n, rate, &summary, false, step.out.display().to_string());
         row.passed = cfg.plan.passes(&row.result());
         eprintln!(
             "capacity step {n}: {rate:.3} req/s, {}/{} requests met the SLO ({:.1}%): {}",

@@ -135,9 +135,7 @@ impl CapacityPlan {
 
 /// `start`, `start * factor`, ... : `steps` rates.
 pub fn geometric(start: f64, factor: f64, steps: u32) -> Vec<f64> {
-    (0..steps)
-        .map(|k| start * factor.powi(k as i32))
-        .collect()
+    (0..steps).map(|k| start * factor.powi(k as i32)).collect()
 }
 
 #[cfg(test)]

@@ -423,7 +423,10 @@ mod tests {
 pub fn capacity(r: &crate::report::capacity::CapacityReport) -> anyhow::Result<String> {
     let curve = r.curve();
     let mut ttft = [Line::new("TTFT p50", BLUE_), Line::new("TTFT p99", ORANGE_)];
-    let mut tpot = [Line::new("TPOT p50", GREEN_), Line::new("TPOT p99", PURPLE_)];
+    let mut tpot = [
+        Line::new("TPOT p50", GREEN_),
+        Line::new("TPOT p99", PURPLE_),
+    ];
     ttft[1].dashed = true;
     tpot[1].dashed = true;
     let mut pts: Vec<_> = curve
