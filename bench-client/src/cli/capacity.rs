@@ -174,7 +174,7 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
         kind: a.arrival,
         burstiness: a.burstiness,
     };
-    let schedule = Schedule::new(arrivals, stop.clone(), a.seed).map_err(anyhow::Error::msg)?;
+    let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
     let out = a.out.clone().unwrap_or_else(|| default_out("capacity"));
     let load = LoadConfig {
         stamping: a.server.stamping(),

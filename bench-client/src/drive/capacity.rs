@@ -63,8 +63,8 @@ impl CapacityConfig {
             kind: self.arrival,
             burstiness: self.burstiness,
         };
-        let schedule = Schedule::new(arrivals, self.stop.clone(), self.load.seed)
-            .map_err(anyhow::Error::msg)?;
+        let schedule =
+            Schedule::new(arrivals, self.stop, self.load.seed).map_err(anyhow::Error::msg)?;
         Ok(LoadConfig {
             schedule,
             out: step_path(&self.out, n),

@@ -396,28 +396,6 @@ pub fn timeline(trace: &RequestTrace) -> anyhow::Result<String> {
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_labels_read_as_people_write_contexts() {
-        assert_eq!(tokens_label(512.0), "512");
-        assert_eq!(tokens_label(1000.0), "1k");
-        assert_eq!(tokens_label(2500.0), "2.5k");
-        assert_eq!(tokens_label(185_000.0), "185k");
-    }
-
-    #[test]
-    fn value_labels_are_short() {
-        assert_eq!(value_label(0.0), "0");
-        assert_eq!(value_label(0.5), "0.5");
-        assert_eq!(value_label(45.0), "45");
-        assert_eq!(value_label(800_000.0), "800k");
-        assert_eq!(value_label(1_400_000.0), "1.4M");
-    }
-}
-
 /// The capacity search's latency-throughput curve, 1100 x 400: TTFT p50/p99 (left) and TPOT
 /// p50/p99 (right), in ms, against the achieved request throughput, one dot per step.
 pub fn capacity(r: &crate::report::capacity::CapacityReport) -> anyhow::Result<String> {
@@ -474,4 +452,26 @@ pub fn capacity(r: &crate::report::capacity::CapacityReport) -> anyhow::Result<S
         root.present().map_err(plot_err)?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_labels_read_as_people_write_contexts() {
+        assert_eq!(tokens_label(512.0), "512");
+        assert_eq!(tokens_label(1000.0), "1k");
+        assert_eq!(tokens_label(2500.0), "2.5k");
+        assert_eq!(tokens_label(185_000.0), "185k");
+    }
+
+    #[test]
+    fn value_labels_are_short() {
+        assert_eq!(value_label(0.0), "0");
+        assert_eq!(value_label(0.5), "0.5");
+        assert_eq!(value_label(45.0), "45");
+        assert_eq!(value_label(800_000.0), "800k");
+        assert_eq!(value_label(1_400_000.0), "1.4M");
+    }
 }
