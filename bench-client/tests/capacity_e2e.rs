@@ -64,20 +64,20 @@ fn the_search_agrees_with_a_fine_scan_and_its_curve_is_monotone() {
     let cap = f(&search, "capacity");
     assert!(search["first_fail"].is_number(), "{search}");
 
-    // More rate, more latency, where the mock is: TPOT p50 grows with the rate at every step, and
-    // TTFT p99 between rates at least 1.5x apart (closer steps are within its noise).
-    let mut steps: Vec<&Value> = search["steps"].as_array().unwrap().iter().collect();
-    steps.sort_by(|a, b| f(a, "rate").total_cmp(&f(b, "rate")));
-    for w in steps.windows(2) {
-        assert!(
-            f(w[1], "tpot_p50_ms") >= f(w[0], "tpot_p50_ms"),
-            "TPOT p50 falls from {} to {} req/s: {search}",
-            w[0]["rate"],
-            w[1]["rate"]
-        );
-    }
+    // More rate, more latency, where the mock is: TPOT p50 grows between rates at least 1.09x
+    // apart, TTFT p99 between rates at least 1.5x apart (closer steps are within their noise: two
+    // runs at one rate differ by a few percent).
+    let steps: Vec<&Value> = search["steps"].as_array().unwrap().iter().collect();
     for a in &steps {
         for b in &steps {
+            if f(b, "rate") >= 1.09 * f(a, "rate") {
+                assert!(
+                    f(b, "tpot_p50_ms") >= f(a, "tpot_p50_ms"),
+                    "TPOT p50 falls from {} to {} req/s: {search}",
+                    a["rate"],
+                    b["rate"]
+                );
+            }
             if f(b, "rate") >= 1.5 * f(a, "rate") {
                 assert!(
                     f(b, "ttft_p99_ms") >= f(a, "ttft_p99_ms"),
