@@ -216,3 +216,41 @@ fn bad_flags_are_refused_with_64() {
         "nothing written"
     );
 }
+
+#[test]
+fn a_server_failing_requests_stops_the_search_early() {
+    let dir = tempfile::tempdir().unwrap();
+    // Prompts of up to 1,500 tokens against a 1,000-token context: most requests fail.
+    let o = Command::new(BIN)
+        .args([
+            "capacity",
+            "--simulate",
+            "--slo",
+            "ttft=500",
+            "--num-requests",
+            "20",
+        ])
+        .args([
+            "--mock-set",
+            "context_length=1000",
+            "--input-len",
+            "uniform:500:1500",
+        ])
+        .arg("--out")
+        .arg(dir.path().join("c.jsonl"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("stopped early: the server failed"), "{out}");
+    assert!(dir.path().join("c.step-0.jsonl").exists());
+    assert!(
+        !dir.path().join("c.step-1.jsonl").exists(),
+        "no step after the failing one"
+    );
+}
