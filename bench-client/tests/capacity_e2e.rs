@@ -145,6 +145,20 @@ fn a_killed_search_resumes_from_its_step_files() {
     };
     assert_eq!(rates(&first), rates(&second));
     assert_eq!(first["capacity"], second["capacity"]);
+    // Resumed with other rates, the step files are another search's: refused.
+    let other = [
+        "--start",
+        "8",
+        "--max-steps",
+        "3",
+        "--refine",
+        "1",
+        "--resume",
+    ];
+    let o = run(&other, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("another search"), "{err}");
     assert!(text.lines().count() > 2);
     assert_eq!(
         std::fs::read_to_string(step(2))

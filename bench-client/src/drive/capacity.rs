@@ -90,6 +90,28 @@ fn records_in(path: &Path) -> anyhow::Result<Vec<crate::results::Record>> {
     }
 }
 
+/// A step file being resumed must be of the step's schedule: the same rate and arrivals (a search
+/// resumed with other flags would otherwise read steps of another search as its own).
+fn check_step_file(step: &LoadConfig) -> anyhow::Result<()> {
+    let want: String = format!("{:?}", step.schedule.arrivals)
+        .chars()
+        .take(400)
+        .collect();
+    let manifest = crate::results::read_manifest(&step.out)?;
+    let got = manifest
+        .as_ref()
+        .and_then(|m| m.get("schedule"))
+        .and_then(serde_json::Value::as_str);
+    if got != Some(want.as_str()) {
+        anyhow::bail!(
+            "--resume: {} holds a step of another search (schedule {}, this step is {want}): resume with the flags of the search that wrote it, or choose another --out",
+            step.out.display(),
+            got.unwrap_or("unknown")
+        );
+    }
+    Ok(())
+}
+
 /// Run the search.
 pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcome> {
     let mut rows: Vec<CapacityRow> = Vec::new();
@@ -115,6 +137,9 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         } else {
             Vec::new()
         };
+        if !existing.is_empty() {
+            check_step_file(&step)?;
+        }
         let complete = matches!(cfg.stop, Stop::Requests(k) if existing.len() as u64 >= k);
         if complete {
             resumed_steps += 1;
