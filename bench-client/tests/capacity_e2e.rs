@@ -184,6 +184,8 @@ fn no_rate_meeting_the_slo_says_so_and_exits_1() {
         ])
         .args(["--max-steps", "1", "--refine", "1", "--out"])
         .arg(dir.path().join("c.jsonl"))
+        .arg("--plot")
+        .arg(dir.path().join("c.svg"))
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
@@ -191,6 +193,8 @@ fn no_rate_meeting_the_slo_says_so_and_exits_1() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(out.contains("no rate meets the SLO"), "{out}");
     assert!(out.contains("rate req/s"), "the curve is printed: {out}");
+    let svg = std::fs::read_to_string(dir.path().join("c.svg")).expect("the plot is written");
+    assert!(svg.starts_with("<svg") && svg.contains("TTFT p99") && svg.contains("TPOT p50"));
 }
 
 #[test]
