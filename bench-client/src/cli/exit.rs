@@ -3,7 +3,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | every request succeeded (or, for `report`, `merge` and `compare`, the files were read) |
-//! | 1 | the run finished, but some requests failed (their records say why); for `compare`, a row is `worse` and `--fail-on-regression` was given |
+//! | 1 | the run finished, but some requests failed (their records say why); for `compare`, a row is `worse` and `--fail-on-regression` was given; for `capacity`, no rate meets the SLO or a step stopped the search by failing requests |
 //! | 2 | the server went away or never answered; the records so far are kept |
 //! | 64 | bad usage: a flag or its value, refused before anything started |
 //! | 65 | bad input data: a results or trace file that cannot be read or holds nothing usable |

@@ -1,6 +1,7 @@
 //! The command line: clap types and the wiring of each subcommand. Raw flags are checked and
 //! turned into the library's configs here; the work itself is in `drive` and `report`.
 
+mod capacity;
 mod common;
 mod compare;
 pub mod exit;
@@ -12,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use capacity::CapacityArgs;
 use compare::CompareArgs;
 use load::LoadArgs;
 use report::{MergeArgs, ReportArgs};
@@ -40,6 +42,8 @@ enum Cmd {
     Merge(MergeArgs),
     /// Compare two runs' results: NEW/BASE per statistic with a bootstrap interval and a verdict.
     Compare(CompareArgs),
+    /// Capacity under an SLO: step the open-loop request rate, bisect, and print the curve.
+    Capacity(Box<CapacityArgs>),
 }
 
 /// Parse the command line and run it: what `main` does after setting up logging. A usage error
@@ -64,6 +68,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let simulate = match &cli.cmd {
         Cmd::Sweep(a) => a.simulate(),
         Cmd::Load(a) => a.simulate(),
+        Cmd::Capacity(a) => a.simulate(),
         Cmd::Report(_) | Cmd::Merge(_) | Cmd::Compare(_) => false,
     };
     // A simulated run is one thread on tokio's paused clock: time jumps to the next timer whenever
@@ -89,6 +94,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Load(a) => rt.block_on(load::run_load(*a)),
         Cmd::Merge(a) => report::run_merge(a),
         Cmd::Compare(a) => compare::run_compare(a),
+        Cmd::Capacity(a) => rt.block_on(capacity::run_capacity(*a)),
     };
     match result {
         Ok(code) => code,

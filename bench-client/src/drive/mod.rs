@@ -1,6 +1,7 @@
 //! Drivers: run a sweep or a load run end to end. Scheduling and pacing, progress, resume, crash
 //! handling, Ctrl-C, and the embedded mock when no server is given.
 
+pub mod capacity;
 pub mod cpu;
 #[cfg(feature = "embedded-mock")]
 pub mod embedded;
@@ -9,6 +10,7 @@ mod pacer;
 mod progress;
 pub mod sweep;
 
+pub use capacity::{run_capacity, CapacityConfig, CapacityOutcome};
 pub use cpu::process_cpu_seconds;
 pub use load::{run_load, LoadConfig, LoadOutcome};
 pub use sweep::{run_sweep, run_sweep_with, OnCrash, PromptSource, SweepConfig, SweepOutcome};

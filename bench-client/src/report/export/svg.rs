@@ -539,6 +539,64 @@ pub fn timeline(trace: &RequestTrace) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// The capacity search's latency-throughput curve, 1100 x 400: TTFT p50/p99 (left) and TPOT
+/// p50/p99 (right), in ms, against the achieved request throughput, one dot per step.
+pub fn capacity(r: &crate::report::capacity::CapacityReport) -> anyhow::Result<String> {
+    let curve = r.curve();
+    let mut ttft = [Line::new("TTFT p50", BLUE_), Line::new("TTFT p99", ORANGE_)];
+    let mut tpot = [
+        Line::new("TPOT p50", GREEN_),
+        Line::new("TPOT p99", PURPLE_),
+    ];
+    ttft[1].dashed = true;
+    tpot[1].dashed = true;
+    let mut pts: Vec<_> = curve
+        .iter()
+        .filter_map(|s| s.request_throughput.map(|x| (x, *s)))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (x, s) in &pts {
+        let x = *x;
+        for (l, v) in ttft.iter_mut().zip([s.ttft_p50_ms, s.ttft_p99_ms]) {
+            if let Some(v) = v {
+                l.points.push((x, v));
+            }
+        }
+        for (l, v) in tpot.iter_mut().zip([s.tpot_p50_ms, s.tpot_p99_ms]) {
+            if let Some(v) = v {
+                l.points.push((x, v));
+            }
+        }
+    }
+    if pts.is_empty() {
+        anyhow::bail!("no step of the search completed a request: nothing to plot");
+    }
+    let x_max = pts.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-3);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (1100, 400)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let panels = root.split_evenly((1, 2));
+        for (area, title, lines) in [
+            (&panels[0], "TTFT against throughput", &ttft),
+            (&panels[1], "TPOT against throughput", &tpot),
+        ] {
+            let p = Panel {
+                title,
+                x_desc: "completed requests per second",
+                y_desc: "ms",
+                x_tokens: false,
+                dots: true,
+                legend: SeriesLabelPosition::UpperLeft,
+            };
+            let x: RangedCoordf64 = (0.0..x_max * 1.05).into();
+            panel(area, p, x, lines)?;
+        }
+        root.present().map_err(plot_err)?;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -366,3 +366,62 @@ pub fn compare(r: &CompareReport) -> String {
     }
     o
 }
+
+/// The capacity curve, one row per step ordered by rate, and the answer.
+pub fn capacity(r: &crate::report::capacity::CapacityReport) -> String {
+    let header = [
+        "rate req/s",
+        "step",
+        "ok/n",
+        "req/s",
+        "out tok/s",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "TPOT p99 ms",
+        "goodput req/s",
+        "good share",
+        "",
+    ];
+    let rows: Vec<Vec<String>> = r
+        .curve()
+        .iter()
+        .map(|s| {
+            vec![
+                format!("{:.3}", s.rate),
+                s.step.to_string(),
+                format!("{}/{}", s.succeeded, s.requests),
+                cell(s.request_throughput, 2),
+                cell(s.output_throughput, 1),
+                cell(s.ttft_p50_ms, 1),
+                cell(s.ttft_p99_ms, 1),
+                cell(s.tpot_p50_ms, 2),
+                cell(s.tpot_p99_ms, 2),
+                cell(s.goodput, 2),
+                format!("{:.1}%", s.goodput_share * 100.0),
+                if s.passed { "pass" } else { "FAIL" }.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let cells: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    };
+    line(header.to_vec(), &mut out);
+    for row in &rows {
+        line(row.iter().map(String::as_str).collect(), &mut out);
+    }
+    let _ = writeln!(out, "{}", r.answer());
+    out
+}

@@ -1,0 +1,268 @@
+//! `bench-client capacity`: the highest open-loop request rate at which a target share of requests
+//! meets the SLO, found by stepping the rate and bisecting; the flags and the run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::common::{
+    connect, default_out, parse_duration, redact_args, Format, IdRange, ServerArgs,
+};
+use super::exit::{self, CliError};
+use crate::drive::{self, CapacityConfig, LoadConfig};
+use crate::measure::capacity::{geometric, CapacityPlan};
+
+#[derive(Args, Debug)]
+pub(super) struct CapacityArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The objective, e.g. ttft=500,tpot=50 (ms); required.
+    #[arg(long)]
+    slo: Option<String>,
+    /// A rate passes when at least this share of its requests meet the SLO (0 < target <= 1).
+    #[arg(long, default_value_t = 0.95)]
+    target: f64,
+    /// The coarse rates to step through, req/s, e.g. 1,2,4,8 (else --start, --factor, --max-steps).
+    #[arg(long, conflicts_with_all = ["start", "factor", "max_steps"])]
+    rates: Option<String>,
+    /// First coarse rate, req/s.
+    #[arg(long, default_value_t = 1.0)]
+    start: f64,
+    /// Each coarse rate is the last times this.
+    #[arg(long, default_value_t = 2.0)]
+    factor: f64,
+    /// Coarse steps at most.
+    #[arg(long, default_value_t = 8)]
+    max_steps: u32,
+    /// Bisections between the last passing and the first failing rate.
+    #[arg(long, default_value_t = 4)]
+    refine: u32,
+    /// A step whose failed-request share is above this stops the search (the server is failing).
+    #[arg(long, default_value_t = 0.05)]
+    max_failed: f64,
+    /// Requests per step.
+    #[arg(long, conflicts_with = "duration")]
+    num_requests: Option<u64>,
+    /// Length of each step, e.g. 60s.
+    #[arg(long)]
+    duration: Option<String>,
+    /// Open-loop arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    arrival: crate::plan::ArrivalKind,
+    /// Gamma shape; needs --arrival gamma.
+    #[arg(long, default_value_t = 1.0)]
+    burstiness: f64,
+    /// Prompt length distribution, as for `load`.
+    #[arg(long, default_value = "512")]
+    input_len: String,
+    /// Output length distribution, as for `load`.
+    #[arg(long, default_value = "128")]
+    output_len: String,
+    /// Warm-up requests before each step (not recorded).
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
+    /// Base results path; step N goes to NAME.step-N.jsonl beside it (default results/capacity-<unix time>.jsonl).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue a search: steps whose files are complete are read back, a partial one is resumed.
+    #[arg(long)]
+    resume: bool,
+    /// Seed of every step's schedule and prompts.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    #[command(flatten)]
+    ids: IdRange,
+    /// Write an SVG of the latency-throughput curve.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+impl CapacityArgs {
+    /// Whether the run is simulated (`--simulate`).
+    pub(super) fn simulate(&self) -> bool {
+        self.server.simulate
+    }
+}
+
+fn positive(name: &str, v: f64) -> anyhow::Result<f64> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        anyhow::bail!("--{name} must be a positive number, got {v}")
+    }
+}
+
+fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
+    if !(a.target > 0.0 && a.target <= 1.0) {
+        anyhow::bail!(
+            "--target must be a share in (0, 1], e.g. 0.95, got {}",
+            a.target
+        );
+    }
+    if !(0.0..=1.0).contains(&a.max_failed) {
+        anyhow::bail!(
+            "--max-failed must be a share in [0, 1], got {}",
+            a.max_failed
+        );
+    }
+    let coarse = match &a.rates {
+        Some(list) => {
+            let mut v = Vec::new();
+            for r in list.split(',') {
+                let x: f64 = r
+                    .trim()
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--rates: {r:?} is not a number"))?;
+                v.push(positive("rates", x)?);
+            }
+            if v.windows(2).any(|w| w[1] <= w[0]) {
+                anyhow::bail!("--rates must increase, got {list}");
+            }
+            v
+        }
+        None => {
+            positive("start", a.start)?;
+            if !(a.factor.is_finite() && a.factor > 1.0) {
+                anyhow::bail!("--factor must be above 1, got {}", a.factor);
+            }
+            if a.max_steps == 0 {
+                anyhow::bail!("--max-steps must be at least 1");
+            }
+            geometric(a.start, a.factor, a.max_steps)
+        }
+    };
+    Ok(CapacityPlan {
+        coarse,
+        refine: a.refine,
+        target: a.target,
+        max_failed: a.max_failed,
+    })
+}
+
+/// The search the flags ask for, every flag checked, with a stand-in target.
+fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
+    use crate::plan::{Arrivals, LenDist, Schedule, Stop, Workload};
+    use crate::report::Slo;
+    a.server.check()?;
+    if matches!(a.format, Format::Csv) {
+        anyhow::bail!("--format csv: the capacity curve is printed as table or json");
+    }
+    let Some(slo_text) = &a.slo else {
+        anyhow::bail!("--slo is required, e.g. --slo ttft=500,tpot=50 (ms)");
+    };
+    let slo = Slo::parse(slo_text).map_err(|e| anyhow::anyhow!("--slo: {e}"))?;
+    if !slo.is_set() {
+        anyhow::bail!("--slo must set ttft or tpot, e.g. ttft=500,tpot=50");
+    }
+    let plan = plan(a)?;
+    let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
+    let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
+    let stop = match (&a.duration, a.num_requests) {
+        (Some(d), None) => Stop::Duration(parse_duration(d)?),
+        (None, Some(0)) => anyhow::bail!("--num-requests must be at least 1"),
+        (None, Some(n)) => Stop::Requests(n),
+        (None, None) => Stop::Requests(200),
+        (Some(_), Some(_)) => anyhow::bail!("give --num-requests or --duration, not both"),
+    };
+    // Checks the arrival settings once, at the first rate.
+    let arrivals = Arrivals::Open {
+        rate: plan.coarse[0],
+        kind: a.arrival,
+        burstiness: a.burstiness,
+    };
+    let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
+    let out = a.out.clone().unwrap_or_else(|| default_out("capacity"));
+    let load = LoadConfig {
+        stamping: a.server.stamping(),
+        simulated: a.server.simulate,
+        warmup: a.warmup,
+        seed: a.seed,
+        token_id_range: a.ids.range(),
+        slo,
+        scrape_metrics: false,
+        command: redact_args(std::env::args()),
+        ..LoadConfig::new(
+            a.server.stand_in_target(),
+            schedule,
+            Workload::Random { input, output },
+            out.clone(),
+        )
+    };
+    let cfg = CapacityConfig {
+        load,
+        arrival: a.arrival,
+        burstiness: a.burstiness,
+        stop,
+        plan,
+        slo_text: slo_text.clone(),
+        out,
+        resume: a.resume,
+    };
+    // The first step's run is checked as a load run is: its file must hold nothing unless resumed.
+    cfg.step_config(0, cfg.plan.coarse[0])?.validate()?;
+    Ok(cfg)
+}
+
+pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> {
+    let mut cfg = capacity_config(&a).map_err(CliError::Usage)?;
+    let timeouts = cfg.load.timeouts.clone();
+    let (target, mock) = connect(&a.server, &timeouts)
+        .await
+        .map_err(CliError::Usage)?;
+    cfg.load.target = target;
+    eprintln!(
+        "capacity search against {} ({}), SLO {} for {:.0}% of requests, step results beside {}",
+        cfg.load.target.base_url,
+        cfg.load.target.dialect.as_str(),
+        cfg.slo_text,
+        cfg.plan.target * 100.0,
+        cfg.out.display()
+    );
+    let wall0 = std::time::Instant::now();
+    let model0 = tokio::time::Instant::now();
+    let outcome = drive::run_capacity(&cfg).await;
+    if cfg.load.simulated {
+        super::common::simulated_note(wall0, model0);
+    }
+    if let Some(m) = mock {
+        m.shutdown().await;
+    }
+    let outcome = outcome?;
+    if outcome.interrupted {
+        eprintln!("interrupted: rerun with --resume (same flags) to continue the search");
+        return Ok(ExitCode::from(exit::INTERRUPTED));
+    }
+    if outcome.resumed_steps > 0 {
+        eprintln!(
+            "--resume: {} steps read back from their files",
+            outcome.resumed_steps
+        );
+    }
+    let r = &outcome.report;
+    match a.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::report::export::json::capacity(r))
+                .map_err(anyhow::Error::from)?
+        ),
+        _ => print!("{}", crate::report::export::table::capacity(r)),
+    }
+    if let Some(p) = &a.plot {
+        let svg = crate::report::export::svg::capacity(r)?;
+        std::fs::write(p, svg)
+            .map_err(|e| anyhow::anyhow!("writing the plot {}: {e}", p.display()))?;
+        eprintln!("plot written to {}", p.display());
+    }
+    if r.capacity.is_none() {
+        eprintln!("no rate meets the SLO");
+        return Ok(ExitCode::from(exit::FAILED_REQUESTS));
+    }
+    if r.server_failing.is_some() {
+        return Ok(ExitCode::from(exit::FAILED_REQUESTS));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,179 @@
+//! The capacity search end to end: one open-loop load run per step, at the rate the search
+//! ([`CapacityPlan::next`]) asks for, until it is done. Each step's records go to a results file
+//! of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
+//! `--resume` of a step needs its own seed and schedule. A resumed search replays the steps whose
+//! files are complete, continues a partial one, and goes on from there.
+
+use std::path::{Path, PathBuf};
+
+use crate::measure::capacity::{CapacityPlan, Next};
+use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
+use crate::report::capacity::{CapacityReport, CapacityRow};
+use crate::report::load::LoadSummary;
+use crate::results::read_records;
+
+use super::load::{run_load, LoadConfig};
+
+/// A validated capacity search.
+#[derive(Clone, Debug)]
+pub struct CapacityConfig {
+    /// Every step's load run, but for its schedule and results file.
+    pub load: LoadConfig,
+    /// How requests arrive at each step's rate.
+    pub arrival: ArrivalKind,
+    /// Gamma shape of the arrivals.
+    pub burstiness: f64,
+    /// How long each step runs.
+    pub stop: Stop,
+    /// The search.
+    pub plan: CapacityPlan,
+    /// The SLO as given, for the report.
+    pub slo_text: String,
+    /// The base results path; steps go beside it.
+    pub out: PathBuf,
+    /// Continue a search whose step files exist.
+    pub resume: bool,
+}
+
+/// What a capacity search did.
+#[derive(Debug)]
+pub struct CapacityOutcome {
+    /// The curve and the answer.
+    pub report: CapacityReport,
+    /// Steps taken from files of an earlier search (`--resume`).
+    pub resumed_steps: usize,
+    /// Ctrl-C ended the search.
+    pub interrupted: bool,
+}
+
+/// The results file of step `n` beside `out`: `NAME.step-N.jsonl`.
+pub fn step_path(out: &Path, n: usize) -> PathBuf {
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "capacity".into());
+    out.with_file_name(format!("{stem}.step-{n}.jsonl"))
+}
+
+impl CapacityConfig {
+    /// The load run of step `n` at `rate`.
+    pub fn step_config(&self, n: usize, rate: f64) -> anyhow::Result<LoadConfig> {
+        let arrivals = Arrivals::Open {
+            rate,
+            kind: self.arrival,
+            burstiness: self.burstiness,
+        };
+        let schedule =
+            Schedule::new(arrivals, self.stop, self.load.seed).map_err(anyhow::Error::msg)?;
+        Ok(LoadConfig {
+            schedule,
+            out: step_path(&self.out, n),
+            resume: self.resume,
+            command: format!("{} (capacity step {n}, {rate} req/s)", self.load.command),
+            ..self.load.clone()
+        })
+    }
+}
+
+/// How many load records a step file holds.
+fn records_in(path: &Path) -> anyhow::Result<Vec<crate::results::Record>> {
+    if std::fs::metadata(path)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false)
+    {
+        Ok(read_records(path)?
+            .into_iter()
+            .filter(|r| r.load.is_some())
+            .collect())
+    } else {
+        Ok(Vec::new())
+    }
+}
+
+/// A step file being resumed must be of the step's schedule: the same rate and arrivals (a search
+/// resumed with other flags would otherwise read steps of another search as its own).
+fn check_step_file(step: &LoadConfig) -> anyhow::Result<()> {
+    let want: String = format!("{:?}", step.schedule.arrivals)
+        .chars()
+        .take(400)
+        .collect();
+    let manifest = crate::results::read_manifest(&step.out)?;
+    let got = manifest
+        .as_ref()
+        .and_then(|m| m.get("schedule"))
+        .and_then(serde_json::Value::as_str);
+    if got != Some(want.as_str()) {
+        anyhow::bail!(
+            "--resume: {} holds a step of another search (schedule {}, this step is {want}): resume with the flags of the search that wrote it, or choose another --out",
+            step.out.display(),
+            got.unwrap_or("unknown")
+        );
+    }
+    Ok(())
+}
+
+/// Run the search.
+pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcome> {
+    let mut rows: Vec<CapacityRow> = Vec::new();
+    let mut resumed_steps = 0;
+    loop {
+        let results: Vec<_> = rows.iter().map(CapacityRow::result).collect();
+        let rate = match cfg.plan.next(&results) {
+            Next::Run(r) => r,
+            Next::Done(answer) => {
+                let report =
+                    CapacityReport::new(cfg.slo_text.clone(), cfg.plan.target, rows, &answer);
+                return Ok(CapacityOutcome {
+                    report,
+                    resumed_steps,
+                    interrupted: false,
+                });
+            }
+        };
+        let n = rows.len();
+        let step = cfg.step_config(n, rate)?;
+        let existing = if cfg.resume {
+            records_in(&step.out)?
+        } else {
+            Vec::new()
+        };
+        if !existing.is_empty() {
+            check_step_file(&step)?;
+        }
+        let complete = matches!(cfg.stop, Stop::Requests(k) if existing.len() as u64 >= k);
+        if complete {
+            resumed_steps += 1;
+        } else {
+            eprintln!(
+                "capacity step {n}: {rate:.3} req/s into {}",
+                step.out.display()
+            );
+            let outcome = run_load(&step).await?;
+            if outcome.interrupted {
+                let answer = crate::measure::capacity::CapacityAnswer {
+                    rate: None,
+                    first_fail: None,
+                    server_failing: None,
+                };
+                let report =
+                    CapacityReport::new(cfg.slo_text.clone(), cfg.plan.target, rows, &answer);
+                return Ok(CapacityOutcome {
+                    report,
+                    resumed_steps,
+                    interrupted: true,
+                });
+            }
+        }
+        let summary = LoadSummary::from_records(&records_in(&step.out)?, cfg.load.slo);
+        let mut row = CapacityRow::new(n, rate, &summary, false, step.out.display().to_string());
+        row.passed = cfg.plan.passes(&row.result());
+        eprintln!(
+            "capacity step {n}: {rate:.3} req/s, {}/{} requests met the SLO ({:.1}%): {}",
+            row.good,
+            row.requests,
+            row.goodput_share * 100.0,
+            if row.passed { "pass" } else { "fail" }
+        );
+        rows.push(row);
+    }
+}

@@ -1,0 +1,152 @@
+//! The capacity curve: one row per step of the search (rate, throughput, TTFT and TPOT p50/p99,
+//! goodput), and the answer.
+
+use serde::Serialize;
+
+use crate::measure::capacity::{CapacityAnswer, StepResult};
+use crate::measure::ms;
+use crate::report::load::LoadSummary;
+
+/// One step of the search.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CapacityRow {
+    /// The order the step ran in (0-based).
+    pub step: usize,
+    /// Offered rate, requests per second.
+    pub rate: f64,
+    /// Requests sent, succeeded and meeting the SLO.
+    pub requests: u64,
+    /// Requests that succeeded.
+    pub succeeded: u64,
+    /// Requests that met the SLO.
+    pub good: u64,
+    /// `good / requests`.
+    pub goodput_share: f64,
+    /// Whether the step met the target.
+    pub passed: bool,
+    /// Completed requests per second.
+    pub request_throughput: Option<f64>,
+    /// Output tokens per second.
+    pub output_throughput: Option<f64>,
+    /// Requests meeting the SLO per second.
+    pub goodput: Option<f64>,
+    /// TTFT p50, ms.
+    pub ttft_p50_ms: Option<f64>,
+    /// TTFT p99, ms.
+    pub ttft_p99_ms: Option<f64>,
+    /// TPOT p50, ms.
+    pub tpot_p50_ms: Option<f64>,
+    /// TPOT p99, ms.
+    pub tpot_p99_ms: Option<f64>,
+    /// The step's results file.
+    pub file: String,
+}
+
+impl CapacityRow {
+    /// The row of a step at `rate` summarised by `s`.
+    pub fn new(step: usize, rate: f64, s: &LoadSummary, passed: bool, file: String) -> Self {
+        let d = s.derived();
+        let p = |key: &str, q: f64| s.metrics.get(key).and_then(|m| m.percentile(q)).map(ms);
+        let r = StepResult {
+            rate,
+            requests: s.requests,
+            succeeded: s.succeeded,
+            good: s.good,
+        };
+        CapacityRow {
+            step,
+            rate,
+            requests: s.requests,
+            succeeded: s.succeeded,
+            good: s.good,
+            goodput_share: r.goodput_share(),
+            passed,
+            request_throughput: d.request_throughput,
+            output_throughput: d.output_throughput,
+            goodput: d.goodput,
+            ttft_p50_ms: p("ttft", 50.0),
+            ttft_p99_ms: p("ttft", 99.0),
+            tpot_p50_ms: p("tpot", 50.0),
+            tpot_p99_ms: p("tpot", 99.0),
+            file,
+        }
+    }
+
+    /// What the search needs of the row.
+    pub fn result(&self) -> StepResult {
+        StepResult {
+            rate: self.rate,
+            requests: self.requests,
+            succeeded: self.succeeded,
+            good: self.good,
+        }
+    }
+}
+
+/// A finished search: its steps and its answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CapacityReport {
+    /// The SLO, as given.
+    pub slo: String,
+    /// The goodput share a step must reach.
+    pub target: f64,
+    /// The steps in the order they ran.
+    pub steps: Vec<CapacityRow>,
+    /// The highest passing rate, `None` when no step passed.
+    pub capacity: Option<f64>,
+    /// The lowest failing rate above it, `None` when every step passed.
+    pub first_fail: Option<f64>,
+    /// The step whose failed-request share stopped the search.
+    pub server_failing: Option<usize>,
+}
+
+impl CapacityReport {
+    /// The report of `steps` ending in `answer`.
+    pub fn new(slo: String, target: f64, steps: Vec<CapacityRow>, answer: &CapacityAnswer) -> Self {
+        CapacityReport {
+            slo,
+            target,
+            steps,
+            capacity: answer.rate,
+            first_fail: answer.first_fail,
+            server_failing: answer.server_failing,
+        }
+    }
+
+    /// The steps ordered by rate: the curve.
+    pub fn curve(&self) -> Vec<&CapacityRow> {
+        let mut v: Vec<_> = self.steps.iter().collect();
+        v.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        v
+    }
+
+    /// The answer in one line.
+    pub fn answer(&self) -> String {
+        let pct = self.target * 100.0;
+        let mut s = match (self.capacity, self.first_fail) {
+            (None, _) => format!(
+                "no rate meets the SLO ({}) for {pct:.0}% of requests",
+                self.slo
+            ),
+            (Some(r), Some(f)) => format!(
+                "capacity: {r:.3} req/s ({pct:.0}% of requests meet {}; {f:.3} req/s does not)",
+                self.slo
+            ),
+            (Some(r), None) => format!(
+                "capacity: at least {r:.3} req/s ({pct:.0}% of requests meet {} at every rate tried; try higher rates)",
+                self.slo
+            ),
+        };
+        if let Some(i) = self.server_failing {
+            if let Some(row) = self.steps.get(i) {
+                s.push_str(&format!(
+                    "; stopped early: the server failed {} of {} requests at {:.3} req/s",
+                    row.requests - row.succeeded,
+                    row.requests,
+                    row.rate
+                ));
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,274 @@
+//! `bench-client capacity` on the embedded mock with `--simulate`: the search's answer agrees with
+//! a fine scan of the same configuration, the curve it prints is monotone where the mock is, a
+//! killed search resumes, and bad flags are refused before anything starts.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bench-client");
+
+/// The workload every test here runs: an SLO that the small-cpu-demo mock meets up to about 85
+/// requests per second (its TPOT passes 2 ms there).
+const WORKLOAD: [&str; 6] = [
+    "--simulate",
+    "--slo",
+    "ttft=20,tpot=2",
+    "--num-requests",
+    "100",
+    "--format=json",
+];
+
+fn run(args: &[&str], out: &Path) -> Output {
+    Command::new(BIN)
+        .arg("capacity")
+        .args(WORKLOAD)
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs")
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+#[test]
+fn the_search_agrees_with_a_fine_scan_and_its_curve_is_monotone() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &["--start", "16", "--max-steps", "5", "--refine", "4"],
+        &dir.path().join("search.jsonl"),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let search = json(&o);
+    let cap = f(&search, "capacity");
+    assert!(search["first_fail"].is_number(), "{search}");
+
+    // More rate, more latency, where the mock is: TPOT p50 grows between rates at least 1.09x
+    // apart, TTFT p99 between rates at least 1.5x apart (closer steps are within their noise: two
+    // runs at one rate differ by a few percent).
+    let steps: Vec<&Value> = search["steps"].as_array().unwrap().iter().collect();
+    for a in &steps {
+        for b in &steps {
+            if f(b, "rate") >= 1.09 * f(a, "rate") {
+                assert!(
+                    f(b, "tpot_p50_ms") >= f(a, "tpot_p50_ms"),
+                    "TPOT p50 falls from {} to {} req/s: {search}",
+                    a["rate"],
+                    b["rate"]
+                );
+            }
+            if f(b, "rate") >= 1.5 * f(a, "rate") {
+                assert!(
+                    f(b, "ttft_p99_ms") >= f(a, "ttft_p99_ms"),
+                    "TTFT p99 falls from {} to {} req/s: {search}",
+                    a["rate"],
+                    b["rate"]
+                );
+            }
+        }
+    }
+
+    // The fine scan: rates 4% of the answer apart around it, no refinement; it stops at its first
+    // failing rate, so its answer is the highest rate of the first passing run of steps.
+    let rates: Vec<String> = (0..16)
+        .map(|k| format!("{:.3}", cap * (0.7 + 0.04 * f64::from(k))))
+        .collect();
+    let o = run(
+        &["--rates", &rates.join(","), "--refine", "0"],
+        &dir.path().join("scan.jsonl"),
+    );
+    let scan = json(&o);
+    let fine = f(&scan, "capacity");
+    assert!(
+        scan["first_fail"].is_number(),
+        "the scan never failed: {scan}"
+    );
+    assert!(
+        (cap - fine).abs() <= 0.10 * fine,
+        "search {cap} req/s, fine scan {fine} req/s"
+    );
+}
+
+#[test]
+fn a_killed_search_resumes_from_its_step_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c.jsonl");
+    let args = ["--start", "32", "--max-steps", "3", "--refine", "1"];
+    let first = json(&run(&args, &out));
+    assert_eq!(first["steps"].as_array().unwrap().len(), 4, "{first}");
+    // Kill it after its third step: the last file goes, the third is torn in half.
+    let step = |n: usize| dir.path().join(format!("c.step-{n}.jsonl"));
+    std::fs::remove_file(step(3)).unwrap();
+    let text = std::fs::read_to_string(step(2)).unwrap();
+    std::fs::write(step(2), &text[..text.len() / 2]).unwrap();
+
+    let again = run(&args, &out);
+    assert_eq!(
+        again.status.code(),
+        Some(64),
+        "a search is not rerun over its files"
+    );
+    let mut resumed = args.to_vec();
+    resumed.push("--resume");
+    let o = run(&resumed, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("2 steps read back"), "{err}");
+    let second = json(&o);
+    let rates = |v: &Value| -> Vec<f64> {
+        v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| f(s, "rate"))
+            .collect()
+    };
+    assert_eq!(rates(&first), rates(&second));
+    assert_eq!(first["capacity"], second["capacity"]);
+    // Resumed with other rates, the step files are another search's: refused.
+    let other = [
+        "--start",
+        "8",
+        "--max-steps",
+        "3",
+        "--refine",
+        "1",
+        "--resume",
+    ];
+    let o = run(&other, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("another search"), "{err}");
+    assert!(text.lines().count() > 2);
+    assert_eq!(
+        std::fs::read_to_string(step(2))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"load\""))
+            .count(),
+        100
+    );
+}
+
+#[test]
+fn no_rate_meeting_the_slo_says_so_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "capacity",
+            "--simulate",
+            "--slo",
+            "ttft=0.001",
+            "--num-requests",
+            "10",
+        ])
+        .args(["--max-steps", "1", "--refine", "1", "--out"])
+        .arg(dir.path().join("c.jsonl"))
+        .arg("--plot")
+        .arg(dir.path().join("c.svg"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(out.contains("no rate meets the SLO"), "{out}");
+    assert!(out.contains("rate req/s"), "the curve is printed: {out}");
+    let svg = std::fs::read_to_string(dir.path().join("c.svg")).expect("the plot is written");
+    assert!(svg.starts_with("<svg") && svg.contains("TTFT p99") && svg.contains("TPOT p50"));
+}
+
+#[test]
+fn bad_flags_are_refused_with_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c.jsonl");
+    let o = out.to_str().unwrap();
+    for (args, flag) in [
+        (vec!["--num-requests", "10"], "--slo"),
+        (vec!["--slo", "ttft=500", "--target", "0"], "--target"),
+        (vec!["--slo", "ttft=500", "--target", "1.5"], "--target"),
+        (vec!["--slo", "ttft=500", "--rates", "0,1"], "--rates"),
+        (vec!["--slo", "ttft=500", "--rates", "4,2"], "--rates"),
+        (vec!["--slo", "ttft=500", "--start=-1"], "--start"),
+        (vec!["--slo", "ttft=500", "--factor", "1"], "--factor"),
+        (vec!["--slo", "nonsense"], "--slo"),
+    ] {
+        let r = Command::new(BIN)
+            .args(["capacity", "--simulate", "--out", o])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(64), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(flag),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !err.contains("started the embedded mock"),
+            "{args:?}: {err}"
+        );
+        assert!(r.stdout.is_empty(), "{args:?}");
+    }
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
+}
+
+#[test]
+fn a_server_failing_requests_stops_the_search_early() {
+    let dir = tempfile::tempdir().unwrap();
+    // Prompts of up to 1,500 tokens against a 1,000-token context: most requests fail.
+    let o = Command::new(BIN)
+        .args([
+            "capacity",
+            "--simulate",
+            "--slo",
+            "ttft=500",
+            "--num-requests",
+            "20",
+        ])
+        .args([
+            "--mock-set",
+            "context_length=1000",
+            "--input-len",
+            "uniform:500:1500",
+        ])
+        .arg("--out")
+        .arg(dir.path().join("c.jsonl"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("stopped early: the server failed"), "{out}");
+    assert!(dir.path().join("c.step-0.jsonl").exists());
+    assert!(
+        !dir.path().join("c.step-1.jsonl").exists(),
+        "no step after the failing one"
+    );
+}
