@@ -4,23 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_bench-client");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod bin_util;
+use bin_util::{run, stderr};
 
 /// A small sweep of the embedded mock: two contexts, 16 runs of 128 tokens (a few seconds): enough
 /// decode steps per request that the speculative acceptance draws average out.

@@ -2,21 +2,9 @@
 //! names the flag and the documented exit code; runs end with the code of what happened.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_bench-client");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod bin_util;
+use bin_util::{run, stderr};
 
 /// Refused with exit code 64, one `error:` line naming `flag`, no mock started, no file written.
 fn refused(args: &[&str], flag: &str, out: &Path) {
