@@ -132,6 +132,16 @@ stop_on_exit() {
     trap 'exit 143' TERM
 }
 
+# use_server: SERVER_URL is $LLMB_URL when set, else a fresh server (the script's `start`), stopped on exit.
+use_server() {
+    if [[ -n "${LLMB_URL:-}" ]]; then
+        SERVER_URL="$LLMB_URL"
+    else
+        stop_on_exit "$SERVER_NAME"
+        SERVER_URL="$(start)"
+    fi
+}
+
 # A prompt of N token ids in [100, 4000), deterministic per SEED, as a JSON list on stdout.
 prompt_ids() {
     python3 -c '

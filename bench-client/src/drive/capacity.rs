@@ -65,6 +65,22 @@ impl CapacityConfig {
         }
     }
 
+    /// The search's outcome: the steps so far and how it ended.
+    fn outcome(
+        &self,
+        rows: Vec<CapacityRow>,
+        answer: &crate::measure::capacity::CapacityAnswer,
+        resumed_steps: usize,
+        interrupted: bool,
+    ) -> CapacityOutcome {
+        let (slo, target) = (self.slo_text.clone(), self.plan.target);
+        CapacityOutcome {
+            report: CapacityReport::new(slo, target, self.level(), rows, answer),
+            resumed_steps,
+            interrupted,
+        }
+    }
+
     /// The load run of step `n` at `rate` (open loop), or at `rate` requests in flight (closed
     /// loop) for a search by concurrency.
     pub fn step_config(&self, n: usize, rate: f64) -> anyhow::Result<LoadConfig> {
@@ -139,20 +155,7 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         let results: Vec<_> = rows.iter().map(CapacityRow::result).collect();
         let rate = match cfg.plan.next(&results) {
             Next::Run(r) => r,
-            Next::Done(answer) => {
-                let report = CapacityReport::new(
-                    cfg.slo_text.clone(),
-                    cfg.plan.target,
-                    cfg.level(),
-                    rows,
-                    &answer,
-                );
-                return Ok(CapacityOutcome {
-                    report,
-                    resumed_steps,
-                    interrupted: false,
-                });
-            }
+            Next::Done(answer) => return Ok(cfg.outcome(rows, &answer, resumed_steps, false)),
         };
         let n = rows.len();
         let step = cfg.step_config(n, rate)?;
@@ -180,18 +183,7 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
                     first_fail: None,
                     server_failing: None,
                 };
-                let report = CapacityReport::new(
-                    cfg.slo_text.clone(),
-                    cfg.plan.target,
-                    cfg.level(),
-                    rows,
-                    &answer,
-                );
-                return Ok(CapacityOutcome {
-                    report,
-                    resumed_steps,
-                    interrupted: true,
-                });
+                return Ok(cfg.outcome(rows, &answer, resumed_steps, true));
             }
         }
         let summary = LoadSummary::from_records(&records_in(&step.out)?, cfg.load.slo);
