@@ -268,10 +268,10 @@ run_decide() {
     run_step "capacity --slo ${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" "$out/capacity.txt" bench-client capacity \
         "${target[@]}" --slo "${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" \
         --rates "${LLMB_DECIDE_RATES:-0.25,0.5,1,2,4}" --refine 2 --num-requests 16 --input-len 512 \
-        --output-len 32 --no-progress --out "$out/capacity.jsonl" --plot "$out/capacity.svg" || rc=1
+        --output-len 32 --out "$out/capacity.jsonl" --plot "$out/capacity.svg" || rc=1
     run_step "capacity --concurrencies 1,2,4,8" "$out/capacity-concurrency.txt" bench-client capacity \
         "${target[@]}" --slo "${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" --concurrencies 1,2,4,8 \
-        --refine 2 --num-requests 12 --input-len 512 --output-len 32 --no-progress \
+        --refine 2 --num-requests 12 --input-len 512 --output-len 32 \
         --out "$out/capacity-concurrency.jsonl" || rc=1
     log "decide: outputs in $out"
     return "$rc"
