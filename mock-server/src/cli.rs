@@ -23,6 +23,10 @@ pub struct Args {
     /// Preset name (small-cpu-demo, kimi-k2.6-dflash-8xrtx-pro-6000).
     #[arg(long, default_value = "small-cpu-demo")]
     pub preset: String,
+    /// Preset TOML file (e.g. one `bench-client calibrate` wrote), instead of a named --preset;
+    /// an unknown key or an impossible value is refused with the key named.
+    #[arg(long, conflicts_with = "preset")]
+    pub preset_file: Option<std::path::PathBuf>,
     /// Address to listen on (SGLang `--host`; default from the preset, 127.0.0.1).
     #[arg(long)]
     pub host: Option<String>,
@@ -95,7 +99,10 @@ fn toml_str(v: &str) -> String {
 
 /// The preset, then the SGLang-named flags, then every `--set` in order; validated.
 pub fn build(a: &Args) -> Result<Config, CliError> {
-    let mut c = Config::preset(&a.preset)?;
+    let mut c = match &a.preset_file {
+        Some(p) => Config::preset_file(p)?,
+        None => Config::preset(&a.preset)?,
+    };
     let mut kv: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| kv.push((k.to_string(), v));
     if let Some(v) = &a.host {
@@ -195,7 +202,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     tracing::info!(
         target: "mock_server",
         "mock-server ({}) serving {} on {}",
-        args.preset,
+        args.preset_file
+            .as_ref()
+            .map_or(args.preset.clone(), |p| p.display().to_string()),
         config.served_model_name,
         server.url()
     );
