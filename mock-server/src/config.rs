@@ -97,6 +97,11 @@ pub struct Config {
     /// truth records when each left); 0 wakes up for every event. The paused test clock ignores it.
     #[serde(default = "default_output_tick_s")]
     pub output_tick_s: f64,
+    /// Model seconds added to every stream event's instant: the constant way in and out of a
+    /// request that is not prefill (tokenizing, the server's internal hops, HTTP). It shifts TTFT
+    /// and the end of a stream, never the gaps between events or the scheduler.
+    #[serde(default)]
+    pub stream_latency_s: f64,
     // --- speculative decoding ---
     /// "none", "EAGLE" or "DFLASH".
     pub speculative_algorithm: String,
@@ -261,6 +266,7 @@ impl Config {
             ("decode_per_request_s", self.decode_per_request_s),
             ("output_per_request_s", self.output_per_request_s),
             ("output_tick_s", self.output_tick_s),
+            ("stream_latency_s", self.stream_latency_s),
             (
                 "activation_bytes_per_extend_token",
                 self.activation_bytes_per_extend_token,
@@ -380,7 +386,7 @@ mod tests {
         refused("unknown.toml", format!("{kimi}\nprefill_bogus_s = 1.0\n"), "prefill_bogus_s");
         refused(
             "negative.toml",
-            kimi.replace("decode_base_s = 0.0002", "decode_base_s = -0.0002"),
+            kimi.replace("decode_base_s = 0.00005", "decode_base_s = -0.00005"),
             "decode_base_s",
         );
         refused(
@@ -390,7 +396,7 @@ mod tests {
         );
         refused(
             "missing.toml",
-            kimi.replace("decode_base_s = 0.0002", ""),
+            kimi.replace("decode_base_s = 0.00005", ""),
             "decode_base_s",
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -63,11 +63,13 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
     cfg.prefill_base_s = p.base_s;
     cfg.prefill_per_token_s = p.per_token_s;
     cfg.prefill_per_token_pair_s = p.per_token_pair_s;
+    cfg.stream_latency_s = p.way_s;
     let pm = fit("TTFT", &p.points, p.r_squared);
     for k in [
         "prefill_base_s",
         "prefill_per_token_s",
         "prefill_per_token_pair_s",
+        "stream_latency_s",
     ] {
         marks.insert(k, pm.clone());
     }
@@ -179,8 +181,7 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
     );
     let _ = writeln!(
         out,
-        "# Not in the mock: the constant way in and out of TTFT, {:.6} s (a twin over HTTP adds its own).\n",
-        c.prefill.way_s
+        "# stream_latency_s is the constant way in and out of TTFT; a twin over HTTP adds its own to it.\n"
     );
     for line in body.lines() {
         let key = line.split('=').next().unwrap_or("").trim();

@@ -114,7 +114,7 @@ pub struct PrefillFit {
 /// three quantities prefill time is linear in.
 pub fn prefill_terms(prompt: u32, cached: u32, chunk: usize) -> (f64, f64, f64) {
     let (mut ctx, end) = (cached.min(prompt) as usize, prompt as usize);
-    let (mut passes, mut pairs) = (0.0, 0.0);
+    let (mut passes, mut pairs) = (0.0f64, 0.0f64);
     let tokens = (end - ctx) as f64;
     while ctx < end {
         let n = (end - ctx).min(chunk);
