@@ -334,6 +334,24 @@ mod tests {
     }
 
     #[test]
+    fn a_preset_file_is_read_and_a_bad_one_refused_with_the_key_named() {
+        let dir = std::env::temp_dir().join(format!("mock-cli-preset-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kimi = include_str!("../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
+        let good = dir.join("good.toml");
+        std::fs::write(&good, kimi).unwrap();
+        let c = parse(&["--preset-file", good.to_str().unwrap(), "--port", "0"]).unwrap();
+        let mut want = Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
+        want.port = 0;
+        assert_eq!(c, want);
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, format!("{kimi}\ndecode_speed = 2\n")).unwrap();
+        let e = format!("{:#}", parse(&["--preset-file", bad.to_str().unwrap()]).unwrap_err());
+        assert!(e.contains("decode_speed") && e.contains("bad.toml"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn bad_flags_are_clear_errors() {
         let msg = |args: &[&str]| format!("{:#}", parse(args).unwrap_err());
         assert!(msg(&["--set", "nokey"]).contains("KEY=VALUE"));
