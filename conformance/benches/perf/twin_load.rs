@@ -16,13 +16,13 @@ use crate::DEMO;
 
 /// Requests (`PERF_TWIN_REQUESTS` overrides, for a quick look).
 const REQUESTS: u64 = 10_000;
-const RATE: f64 = 20.0;
+const RATE: f64 = 10.0;
 
 fn sets() -> [(&'static str, String); 3] {
     // Passes long enough that neither the paused clock's 1 ms steps nor the real clock's timer
     // move the medians much.
     [
-        ("prefill_base_s", "0.1".to_string()),
+        ("prefill_base_s", "0.05".to_string()),
         ("decode_base_s", "0.01".to_string()),
         ("max_running_requests", "512".to_string()),
     ]
@@ -78,7 +78,7 @@ pub(crate) fn run() -> Result<Report> {
         .unwrap_or(REQUESTS);
     let mut r = Report::new("twin-load");
     r.note(format!(
-        "preset {DEMO} with prefill_base_s 0.1, decode_base_s 0.01, max_running_requests 512; open \
+        "preset {DEMO} with prefill_base_s 0.05, decode_base_s 0.01, max_running_requests 512; open \
          loop, Poisson arrivals at {RATE} req/s, {requests} requests, input 256 tokens, output 32; \
          bench_client::drive::run_load against the mock in-process: once on a current-thread \
          runtime with a paused clock (load --simulate), once on the real clock (multi-thread runtime)"

@@ -60,8 +60,17 @@ fn identity(m: &Value) -> Option<String> {
     ))
 }
 
+/// An integer of `/server_info`: at its top level, else in SGLang's `internal_states` (where
+/// recent versions report the scheduler's figures).
 fn int(infos: &[Value], key: &str) -> Option<i64> {
-    infos.iter().find_map(|i| i.get(key)?.as_i64())
+    infos.iter().find_map(|i| {
+        i.get(key).and_then(Value::as_i64).or_else(|| {
+            i.get("internal_states")?
+                .as_array()?
+                .iter()
+                .find_map(|s| s.get(key)?.as_i64())
+        })
+    })
 }
 
 /// The facts the server reported in any manifest's `/server_info`.
