@@ -52,7 +52,12 @@ fn calibrate_refuses_what_cannot_determine_the_model() {
     let d = dir.path();
     let two = sweep(d, "two.jsonl", "1k,2k", &[]);
     refused(d, &[&two], "three or more context lengths (have 2)");
-    let failed = sweep(d, "failed.jsonl", "1k,2k,3k", &["--mock-set", "context_length=32"]);
+    let failed = sweep(
+        d,
+        "failed.jsonl",
+        "1k,2k,3k",
+        &["--mock-set", "context_length=32"],
+    );
     refused(d, &[&failed], "no successful streaming request");
     let good = sweep(d, "good.jsonl", "1k,2k,3k", &[]);
     let torn = d.join("torn.jsonl");
@@ -126,7 +131,11 @@ fn a_calibrated_preset_runs_as_the_embedded_mock() {
 fn a_preset_file_with_a_bad_key_is_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     for (name, text, key) in [
-        ("unknown.toml", format!("{KIMI}\nprefill_speed = 3\n"), "prefill_speed"),
+        (
+            "unknown.toml",
+            format!("{KIMI}\nprefill_speed = 3\n"),
+            "prefill_speed",
+        ),
         (
             "negative.toml",
             KIMI.replace("prefill_base_s = 0.05", "prefill_base_s = -0.05"),

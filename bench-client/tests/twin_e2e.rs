@@ -61,7 +61,8 @@ async fn sweep(s: &MockServer, out: &Path) {
 }
 
 async fn load(s: &MockServer, out: &Path) {
-    let schedule = Schedule::new(Arrivals::Closed { concurrency: 4 }, Stop::Requests(16), 5).unwrap();
+    let schedule =
+        Schedule::new(Arrivals::Closed { concurrency: 4 }, Stop::Requests(16), 5).unwrap();
     let workload = Workload::Random {
         input: LenDist::Fixed { n: 128 },
         output: LenDist::Fixed { n: 128 },
@@ -112,13 +113,23 @@ fn model() -> impl Strategy<Value = Config> {
             let mut c = Config::preset("small-cpu-demo").unwrap();
             c.port = 0;
             c.chunked_prefill_size = chunk;
-            (c.prefill_base_s, c.prefill_per_token_s, c.prefill_per_token_pair_s) = (pb, pt, pp);
-            (c.decode_base_s, c.decode_per_context_token_s, c.decode_per_request_s) = (db, dc, dr);
+            (
+                c.prefill_base_s,
+                c.prefill_per_token_s,
+                c.prefill_per_token_pair_s,
+            ) = (pb, pt, pp);
+            (
+                c.decode_base_s,
+                c.decode_per_context_token_s,
+                c.decode_per_request_s,
+            ) = (db, dc, dr);
             if draft == 0 {
                 c.speculative_algorithm = "none".into();
             } else {
                 c.speculative_num_draft_tokens = draft;
-                c.spec_accept_rates = (0..draft).map(|i| f64::from(u8::from(i < accepted))).collect();
+                c.spec_accept_rates = (0..draft)
+                    .map(|i| f64::from(u8::from(i < accepted)))
+                    .collect();
             }
             c
         })

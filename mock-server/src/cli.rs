@@ -346,7 +346,10 @@ mod tests {
         assert_eq!(c, want);
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, format!("{kimi}\ndecode_speed = 2\n")).unwrap();
-        let e = format!("{:#}", parse(&["--preset-file", bad.to_str().unwrap()]).unwrap_err());
+        let e = format!(
+            "{:#}",
+            parse(&["--preset-file", bad.to_str().unwrap()]).unwrap_err()
+        );
         assert!(e.contains("decode_speed") && e.contains("bad.toml"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

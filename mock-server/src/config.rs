@@ -161,7 +161,9 @@ impl Config {
         };
         let text = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
         let c: Config = toml::from_str(&text).map_err(|e| {
-            let line = e.span().map_or(0, |sp| text[..sp.start].lines().count().max(1));
+            let line = e
+                .span()
+                .map_or(0, |sp| text[..sp.start].lines().count().max(1));
             file(format!("line {line}: {}", e.message()))
         })?;
         c.validate_preset().map_err(|e| file(e.to_string()))?;
@@ -262,7 +264,10 @@ impl Config {
             ("prefill_per_token_s", self.prefill_per_token_s),
             ("prefill_per_token_pair_s", self.prefill_per_token_pair_s),
             ("decode_base_s", self.decode_base_s),
-            ("decode_per_context_token_s", self.decode_per_context_token_s),
+            (
+                "decode_per_context_token_s",
+                self.decode_per_context_token_s,
+            ),
             ("decode_per_request_s", self.decode_per_request_s),
             ("output_per_request_s", self.output_per_request_s),
             ("output_tick_s", self.output_tick_s),
@@ -378,12 +383,21 @@ mod tests {
             p
         };
         let ok = Config::preset_file(&write("ok.toml", kimi)).unwrap();
-        assert_eq!(ok, Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap());
+        assert_eq!(
+            ok,
+            Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap()
+        );
         let refused = |name: &str, text: String, key: &str| {
-            let e = Config::preset_file(&write(name, &text)).unwrap_err().to_string();
+            let e = Config::preset_file(&write(name, &text))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(key) && e.contains(name), "{e}");
         };
-        refused("unknown.toml", format!("{kimi}\nprefill_bogus_s = 1.0\n"), "prefill_bogus_s");
+        refused(
+            "unknown.toml",
+            format!("{kimi}\nprefill_bogus_s = 1.0\n"),
+            "prefill_bogus_s",
+        );
         refused(
             "negative.toml",
             kimi.replace("decode_base_s = 0.00005", "decode_base_s = -0.00005"),

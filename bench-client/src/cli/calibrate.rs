@@ -68,7 +68,9 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         },
         facts
             .kv_pool_tokens
-            .map_or("from the base preset".into(), |p| format!("{p} tokens (server)"))
+            .map_or("from the base preset".into(), |p| format!(
+                "{p} tokens (server)"
+            ))
     );
     print!("{}", render(cal));
     if let (Some(b), Some(g)) = (a.kv_bytes_per_token, a.mem_bandwidth_gbs) {

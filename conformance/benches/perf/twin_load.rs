@@ -5,7 +5,7 @@
 use anyhow::{anyhow, Result};
 use bench_client::drive::{run_load, LoadConfig, LoadOutcome};
 use bench_client::net::stamped::Stamping;
-use bench_client::plan::{Arrivals, ArrivalKind, LenDist, Schedule, Stop, Workload};
+use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -116,7 +116,10 @@ pub(crate) fn run() -> Result<Report> {
                 _ => "n/a".into(),
             },
         );
-        diffs.insert(metric.into(), json!({ "simulated_ms": a, "real_ms": b, "diff_pct": d }));
+        diffs.insert(
+            metric.into(),
+            json!({ "simulated_ms": a, "real_ms": b, "diff_pct": d }),
+        );
     }
     r.set("p50", json!(diffs));
     r.set("sim_model_s", json!(sim_model_s));

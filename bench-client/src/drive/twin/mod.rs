@@ -142,13 +142,14 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
         (Some(_), None) => Some(Source::Server),
         (None, None) => None,
     };
-    let calibration = calibrate(&sweep, &loads, &facts, base.decode_per_request_s).map_err(|u| {
-        data(anyhow::anyhow!(
-            "cannot fit {}: need {}; no preset written",
-            u.param,
-            u.missing
-        ))
-    })?;
+    let calibration =
+        calibrate(&sweep, &loads, &facts, base.decode_per_request_s).map_err(|u| {
+            data(anyhow::anyhow!(
+                "cannot fit {}: need {}; no preset written",
+                u.param,
+                u.missing
+            ))
+        })?;
     let model = infos
         .iter()
         .find_map(|i| i.get("model_path").and_then(Value::as_str))

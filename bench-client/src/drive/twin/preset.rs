@@ -135,7 +135,9 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
         cfg.weights_bytes = (cfg.static_bytes() - kv).floor().max(0.0) as u64;
         marks.insert(
             "weights_bytes",
-            format!("DERIVED: leaves the KV pool the server reported (max_total_num_tokens {pool})"),
+            format!(
+                "DERIVED: leaves the KV pool the server reported (max_total_num_tokens {pool})"
+            ),
         );
     }
     if let Some(m) = t.max_running_requests {
@@ -146,7 +148,11 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
         );
     }
     let pool = cfg.kv_pool_tokens();
-    let ctx = t.context_length.unwrap_or(cfg.context_length).min(pool).max(2);
+    let ctx = t
+        .context_length
+        .unwrap_or(cfg.context_length)
+        .min(pool)
+        .max(2);
     if ctx != cfg.context_length || t.context_length.is_some() {
         cfg.context_length = ctx;
         marks.insert(
@@ -193,6 +199,9 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
     }
     // What is written is what `--preset-file` reads back.
     let back: Config = toml::from_str(&out).context("reading the rendered preset back")?;
-    anyhow::ensure!(back == cfg, "the rendered preset does not read back as itself");
+    anyhow::ensure!(
+        back == cfg,
+        "the rendered preset does not read back as itself"
+    );
     Ok((cfg, out))
 }

@@ -125,12 +125,11 @@ fn run_terms(
         };
         // Chunks of one pass arrive within a fraction of a step of each other: a third of the
         // request's shortest gap (a step without a stall) tells them from the next pass's.
-        let tol = r
-            .at
-            .windows(2)
-            .map(|w| w[1] - w[0])
-            .fold(f64::INFINITY, f64::min)
-            / 3.0;
+        let tol =
+            r.at.windows(2)
+                .map(|w| w[1] - w[0])
+                .fold(f64::INFINITY, f64::min)
+                / 3.0;
         for j in 1..r.at.len() {
             let (s, e) = (r.at[j - 1], r.at[j]);
             let cut = e - tol;
@@ -141,7 +140,8 @@ fn run_terms(
                 .collect();
             let b = batch.len() + 1;
             max_batch = max_batch.max(b);
-            let ctx0 = r.context_before(cut) + batch.iter().map(|q| q.context_before(cut)).sum::<f64>();
+            let ctx0 =
+                r.context_before(cut) + batch.iter().map(|q| q.context_before(cut)).sum::<f64>();
             let tokens = f64::from(r.r.chunks[j].1.max(1));
             let steps = if spec { 1.0 } else { tokens };
             t.steps += steps;
@@ -149,7 +149,10 @@ fn run_terms(
             t.context += steps * ctx0 + b as f64 * steps * (steps - 1.0) / 2.0;
             // Prefills that ended in this gap stalled it.
             let (mut k, mut n, mut q) = (0.0, 0.0, 0.0);
-            for p in others.iter().filter(|p| p.first() > s + tol && p.first() < cut) {
+            for p in others
+                .iter()
+                .filter(|p| p.first() > s + tol && p.first() < cut)
+            {
                 let (_, pn, pq) = prefill_terms(p.r.prompt_tokens, p.r.cached_tokens, chunk);
                 n += pn;
                 q += pq;
@@ -265,9 +268,13 @@ pub fn fit_decode(
             (vec![b[0], base_per_request_s, b[1]], false)
         }
     };
-    for (i, name) in ["decode_base_s", "decode_per_request_s", "decode_per_context_token_s"]
-        .iter()
-        .enumerate()
+    for (i, name) in [
+        "decode_base_s",
+        "decode_per_request_s",
+        "decode_per_context_token_s",
+    ]
+    .iter()
+    .enumerate()
     {
         if b[i] == 0.0 && (i != 1 || per_request_fitted) {
             notes.push(format!("{name} fitted negative and was set to 0"));

@@ -137,7 +137,9 @@ mod tests {
     #[test]
     fn a_negative_cost_is_dropped_and_the_rest_refitted() {
         // y = 2 + 3u exactly, v pulls the wrong way only through noise-free collinearity-free data.
-        let x: Vec<Vec<f64>> = (1..6).map(|i| vec![1.0, i as f64, (i * i) as f64]).collect();
+        let x: Vec<Vec<f64>> = (1..6)
+            .map(|i| vec![1.0, i as f64, (i * i) as f64])
+            .collect();
         let y: Vec<f64> = x.iter().map(|r| 2.0 + 3.0 * r[1] - 0.1 * r[2]).collect();
         let b = solve_non_negative(&x, &y).unwrap();
         assert_eq!(b[2], 0.0);

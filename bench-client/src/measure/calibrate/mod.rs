@@ -189,14 +189,21 @@ pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit
             let merged: Vec<Vec<f64>> = rows.iter().map(|r| vec![r[1], r[2], r[3]]).collect();
             let b = lsq::solve_non_negative(&merged, &y).ok_or_else(|| Unfit {
                 param: "prefill_per_token_s, prefill_per_token_pair_s",
-                missing: "contexts whose prefill terms are not proportional (three distinct lengths)".into(),
+                missing:
+                    "contexts whose prefill terms are not proportional (three distinct lengths)"
+                        .into(),
             })?;
             vec![0.0, b[0], b[1], b[2]]
         }
     };
-    for (i, name) in ["way in and out", "prefill_base_s", "prefill_per_token_s", "prefill_per_token_pair_s"]
-        .iter()
-        .enumerate()
+    for (i, name) in [
+        "way in and out",
+        "prefill_base_s",
+        "prefill_per_token_s",
+        "prefill_per_token_pair_s",
+    ]
+    .iter()
+    .enumerate()
     {
         if b[i] == 0.0 {
             notes.push(format!("{name} fitted negative and was set to 0"));
@@ -321,10 +328,21 @@ pub fn calibrate(
     base_per_request_s: f64,
 ) -> Result<Calibration, Unfit> {
     let prefill = fit_prefill(sweep, facts)?;
-    let all: Vec<Observed> = sweep.iter().chain(loads.iter().flatten()).cloned().collect();
+    let all: Vec<Observed> = sweep
+        .iter()
+        .chain(loads.iter().flatten())
+        .cloned()
+        .collect();
     let spec = speculative(&all, facts);
     let shape = fit_shape(&all, facts);
-    let decode = decode::fit_decode(sweep, loads, spec, &prefill, facts.chunk(), base_per_request_s)?;
+    let decode = decode::fit_decode(
+        sweep,
+        loads,
+        spec,
+        &prefill,
+        facts.chunk(),
+        base_per_request_s,
+    )?;
     Ok(Calibration {
         prefill,
         decode,
@@ -334,7 +352,11 @@ pub fn calibrate(
 
 /// The share of memory bandwidth a per-context decode cost implies: reading `kv_bytes_per_token`
 /// of KV per context token in `per_context_token_s` seconds, over `bandwidth_gbs` (10^9 bytes/s).
-pub fn bandwidth_share(per_context_token_s: f64, kv_bytes_per_token: f64, bandwidth_gbs: f64) -> Option<f64> {
+pub fn bandwidth_share(
+    per_context_token_s: f64,
+    kv_bytes_per_token: f64,
+    bandwidth_gbs: f64,
+) -> Option<f64> {
     (per_context_token_s > 0.0 && bandwidth_gbs > 0.0)
         .then(|| kv_bytes_per_token / per_context_token_s / (bandwidth_gbs * 1e9))
 }

@@ -125,9 +125,15 @@ fn two_contexts_are_refused_with_what_is_missing() {
         dc: 1e-6,
         dr: 1e-3,
     };
-    let sweep: Vec<Observed> = [500u32, 1000].iter().map(|&p| alone(&c, p, 512, 8, 1)).collect();
+    let sweep: Vec<Observed> = [500u32, 1000]
+        .iter()
+        .map(|&p| alone(&c, p, 512, 8, 1))
+        .collect();
     let e = fit_prefill(&sweep, &ServerFacts::default()).unwrap_err();
-    assert!(e.missing.contains("three or more context lengths (have 2)"), "{e:?}");
+    assert!(
+        e.missing.contains("three or more context lengths (have 2)"),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -147,7 +153,11 @@ fn without_chunking_the_way_in_and_out_is_counted_as_prefill() {
         .collect();
     let p = fit_prefill(&sweep, &ServerFacts::default()).unwrap();
     assert!(near(p.base_s, c.pb + c.way) && p.way_s == 0.0, "{p:?}");
-    assert!(p.notes.iter().any(|n| n.contains("way in and out")), "{:?}", p.notes);
+    assert!(
+        p.notes.iter().any(|n| n.contains("way in and out")),
+        "{:?}",
+        p.notes
+    );
 }
 
 #[test]
