@@ -177,8 +177,8 @@ pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit
         labels.push((format!("context {ctx}"), reqs.len()));
     }
     let mut notes = Vec::new();
-    let b = match lsq::solve_non_negative(&rows, &y) {
-        Some(b) => b,
+    let (b, merged) = match lsq::solve_non_negative(&rows, &y) {
+        Some(b) => (b, false),
         None => {
             // One pass per request (no chunking, or every prompt under one chunk): the way in and
             // out cannot be told from the pass's base cost. Both are counted as prefill_base_s,
@@ -186,14 +186,14 @@ pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit
             notes.push(
                 "every context is the same number of prefill passes: the constant way in and out is counted in prefill_base_s".into(),
             );
-            let merged: Vec<Vec<f64>> = rows.iter().map(|r| vec![r[1], r[2], r[3]]).collect();
-            let b = lsq::solve_non_negative(&merged, &y).ok_or_else(|| Unfit {
+            let terms: Vec<Vec<f64>> = rows.iter().map(|r| vec![r[1], r[2], r[3]]).collect();
+            let b = lsq::solve_non_negative(&terms, &y).ok_or_else(|| Unfit {
                 param: "prefill_per_token_s, prefill_per_token_pair_s",
                 missing:
                     "contexts whose prefill terms are not proportional (three distinct lengths)"
                         .into(),
             })?;
-            vec![0.0, b[0], b[1], b[2]]
+            (vec![0.0, b[0], b[1], b[2]], true)
         }
     };
     for (i, name) in [
@@ -205,7 +205,8 @@ pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit
     .iter()
     .enumerate()
     {
-        if b[i] == 0.0 {
+        // Merged into prefill_base_s, the way in and out is 0 by construction.
+        if b[i] == 0.0 && !(i == 0 && merged) {
             notes.push(format!("{name} fitted negative and was set to 0"));
         }
     }
