@@ -31,9 +31,10 @@ pub fn observed(rec: &Record) -> Option<Observed> {
         let completion = b.completion_tokens.unwrap_or(line.len() as u32).max(1);
         let rest = chunks.len().saturating_sub(1) as u32;
         chunks[0].1 = 1;
-        if rest > 0 {
-            let each = (completion - 1) / rest;
-            let extra = (completion - 1) % rest;
+        if let (Some(each), Some(extra)) = (
+            (completion - 1).checked_div(rest),
+            (completion - 1).checked_rem(rest),
+        ) {
             let last = chunks.len() - 1;
             for (i, c) in chunks.iter_mut().enumerate().skip(1) {
                 c.1 = each + u32::from(i == last) * extra;

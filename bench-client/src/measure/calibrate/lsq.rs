@@ -33,11 +33,12 @@ pub fn solve(x: &[Vec<f64>], y: &[f64]) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(col, piv);
-        for row in 0..k {
+        let pivot_row = a[col].clone();
+        for (row, r) in a.iter_mut().enumerate() {
             if row != col {
-                let f = a[row][col] / a[col][col];
-                for j in col..=k {
-                    a[row][j] -= f * a[col][j];
+                let f = r[col] / pivot_row[col];
+                for (x, p) in r.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= f * p;
                 }
             }
         }
