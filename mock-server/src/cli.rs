@@ -23,6 +23,10 @@ pub struct Args {
     /// Preset name (small-cpu-demo, kimi-k2.6-dflash-8xrtx-pro-6000).
     #[arg(long, default_value = "small-cpu-demo")]
     pub preset: String,
+    /// Preset TOML file (e.g. one `bench-client calibrate` wrote), instead of a named --preset;
+    /// an unknown key or an impossible value is refused with the key named.
+    #[arg(long, conflicts_with = "preset")]
+    pub preset_file: Option<std::path::PathBuf>,
     /// Address to listen on (SGLang `--host`; default from the preset, 127.0.0.1).
     #[arg(long)]
     pub host: Option<String>,
@@ -98,7 +102,10 @@ fn toml_str(v: &str) -> String {
 
 /// The preset, then the SGLang-named flags, then every `--set` in order; validated.
 pub fn build(a: &Args) -> Result<Config, CliError> {
-    let mut c = Config::preset(&a.preset)?;
+    let mut c = match &a.preset_file {
+        Some(p) => Config::preset_file(p)?,
+        None => Config::preset(&a.preset)?,
+    };
     let mut kv: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| kv.push((k.to_string(), v));
     if let Some(v) = &a.host {
@@ -199,7 +206,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     tracing::info!(
         target: "mock_server",
         "mock-server ({}) serving {} on {}",
-        args.preset,
+        args.preset_file
+            .as_ref()
+            .map_or(args.preset.clone(), |p| p.display().to_string()),
         config.served_model_name,
         server.url()
     );
@@ -326,6 +335,27 @@ mod tests {
         assert_eq!(c.spec_accept_rates, vec![0.5, 0.25]);
         assert_eq!(c.startup_s, 3.0);
         assert_eq!(c.served_model_name, "a=b");
+    }
+
+    #[test]
+    fn a_preset_file_is_read_and_a_bad_one_refused_with_the_key_named() {
+        let dir = std::env::temp_dir().join(format!("mock-cli-preset-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kimi = include_str!("../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
+        let good = dir.join("good.toml");
+        std::fs::write(&good, kimi).unwrap();
+        let c = parse(&["--preset-file", good.to_str().unwrap(), "--port", "0"]).unwrap();
+        let mut want = Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
+        want.port = 0;
+        assert_eq!(c, want);
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, format!("{kimi}\ndecode_speed = 2\n")).unwrap();
+        let e = format!(
+            "{:#}",
+            parse(&["--preset-file", bad.to_str().unwrap()]).unwrap_err()
+        );
+        assert!(e.contains("decode_speed") && e.contains("bad.toml"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub enum ConfigError {
     },
     #[error("invalid configuration: {0}")]
     Invalid(String),
+    #[error("preset file {path}: {reason}")]
+    File { path: String, reason: String },
 }
 
 /// Every parameter of the simulated server. TOML keys equal the field names; the CLI flags
@@ -98,6 +100,11 @@ pub struct Config {
     /// truth records when each left); 0 wakes up for every event. The paused test clock ignores it.
     #[serde(default = "default_output_tick_s")]
     pub output_tick_s: f64,
+    /// Model seconds added to every stream event's instant: the constant way in and out of a
+    /// request that is not prefill (tokenizing, the server's internal hops, HTTP). It shifts TTFT
+    /// and the end of a stream, never the gaps between events or the scheduler.
+    #[serde(default)]
+    pub stream_latency_s: f64,
     // --- speculative decoding ---
     /// "none", "EAGLE" or "DFLASH".
     pub speculative_algorithm: String,
@@ -146,6 +153,38 @@ impl Config {
             name: name.to_string(),
             source,
         })
+    }
+
+    /// Loads a preset file: every key known and every value possible (the key named when not),
+    /// checked by [`Config::validate_preset`].
+    pub fn preset_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let file = |reason: String| ConfigError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
+        let c: Config = toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map_or(0, |sp| text[..sp.start].lines().count().max(1));
+            file(format!("line {line}: {}", e.message()))
+        })?;
+        c.validate_preset().map_err(|e| file(e.to_string()))?;
+        Ok(c)
+    }
+
+    /// [`Config::validate`], and the KV pool holds one request of `context_length` tokens: a
+    /// preset that cannot serve its own longest request is a mistake, not a what-if.
+    pub fn validate_preset(&self) -> Result<(), ConfigError> {
+        self.validate()?;
+        let pool = self.kv_pool_tokens();
+        if pool < self.context_length {
+            return Err(ConfigError::Invalid(format!(
+                "the KV pool holds {pool} tokens (gpu_total_bytes, mem_fraction_static, weights_bytes, kv_bytes_per_token), fewer than one request of context_length {}",
+                self.context_length
+            )));
+        }
+        Ok(())
     }
 
     /// Names accepted by [`Config::preset`].
@@ -224,21 +263,36 @@ impl Config {
             return inv("eos_probability must be in [0, 1]");
         }
         let costs = [
-            self.prefill_base_s,
-            self.prefill_per_token_s,
-            self.prefill_per_token_pair_s,
-            self.decode_base_s,
-            self.decode_per_context_token_s,
-            self.decode_per_request_s,
-            self.output_per_request_s,
-            self.output_tick_s,
-            self.activation_bytes_per_extend_token,
-            self.activation_bytes_per_context_token,
-            self.fragmentation_bytes_per_context_token,
-            self.startup_s,
+            ("prefill_base_s", self.prefill_base_s),
+            ("prefill_per_token_s", self.prefill_per_token_s),
+            ("prefill_per_token_pair_s", self.prefill_per_token_pair_s),
+            ("decode_base_s", self.decode_base_s),
+            (
+                "decode_per_context_token_s",
+                self.decode_per_context_token_s,
+            ),
+            ("decode_per_request_s", self.decode_per_request_s),
+            ("output_per_request_s", self.output_per_request_s),
+            ("output_tick_s", self.output_tick_s),
+            ("stream_latency_s", self.stream_latency_s),
+            (
+                "activation_bytes_per_extend_token",
+                self.activation_bytes_per_extend_token,
+            ),
+            (
+                "activation_bytes_per_context_token",
+                self.activation_bytes_per_context_token,
+            ),
+            (
+                "fragmentation_bytes_per_context_token",
+                self.fragmentation_bytes_per_context_token,
+            ),
+            ("startup_s", self.startup_s),
         ];
-        if costs.iter().any(|c| !c.is_finite() || *c < 0.0) {
-            return inv("cost-model and activation parameters must be finite and non-negative");
+        if let Some((key, v)) = costs.iter().find(|(_, c)| !c.is_finite() || *c < 0.0) {
+            return Err(ConfigError::Invalid(format!(
+                "{key} = {v}: cost-model and activation parameters must be finite and non-negative"
+            )));
         }
         match self.speculative_algorithm.to_ascii_uppercase().as_str() {
             "NONE" | "" => {}
@@ -319,6 +373,50 @@ mod tests {
         ));
         assert!(c.set("port", "banana").is_err());
         assert!(Config::preset("nope").is_err());
+    }
+
+    #[test]
+    fn preset_files_are_read_and_refused_with_the_key_named() {
+        let dir = std::env::temp_dir().join(format!("mock-preset-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kimi = include_str!("../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let ok = Config::preset_file(&write("ok.toml", kimi)).unwrap();
+        assert_eq!(
+            ok,
+            Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap()
+        );
+        let refused = |name: &str, text: String, key: &str| {
+            let e = Config::preset_file(&write(name, &text))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains(name), "{e}");
+        };
+        refused(
+            "unknown.toml",
+            format!("{kimi}\nprefill_bogus_s = 1.0\n"),
+            "prefill_bogus_s",
+        );
+        refused(
+            "negative.toml",
+            kimi.replace("decode_base_s = 0.00005", "decode_base_s = -0.00005"),
+            "decode_base_s",
+        );
+        refused(
+            "pool.toml",
+            kimi.replace("kv_bytes_per_token = 70272", "kv_bytes_per_token = 7027200"),
+            "context_length",
+        );
+        refused(
+            "missing.toml",
+            kimi.replace("decode_base_s = 0.00005", ""),
+            "decode_base_s",
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub(super) struct ServerArgs {
     /// Embedded mock preset.
     #[arg(long, default_value = "small-cpu-demo")]
     pub(super) preset: String,
+    /// Embedded mock preset file (e.g. one `calibrate` wrote), instead of a named --preset.
+    #[arg(long, conflicts_with = "preset")]
+    pub(super) preset_file: Option<PathBuf>,
     /// Embedded mock setting, KEY=VALUE (repeatable), e.g. mem_fraction_static=0.94.
     #[arg(long = "mock-set", value_parser = parse_kv)]
     pub(super) mock_set: Vec<(String, String)>,
@@ -50,6 +53,13 @@ impl ServerArgs {
                 "--simulate runs the embedded mock on a paused clock and cannot drive a real server: leave out --url"
             );
         }
+        if self.url.is_some() && self.preset_file.is_some() {
+            anyhow::bail!("--preset-file configures the embedded mock: leave out --url");
+        }
+        if self.url.is_none() {
+            // The embedded mock's configuration is checked before anything starts.
+            self.mock_config()?;
+        }
         if let Some(u) = &self.url {
             let parsed = reqwest::Url::parse(u).map_err(|e| {
                 anyhow::anyhow!("--url {u:?} is not a URL ({e}); give e.g. http://127.0.0.1:30000")
@@ -61,6 +71,31 @@ impl ServerArgs {
             }
         }
         Ok(())
+    }
+
+    /// The embedded mock's configuration: the preset (named or a file), then every `--mock-set`,
+    /// on a free port; validated.
+    #[cfg(feature = "embedded-mock")]
+    pub(super) fn mock_config(&self) -> anyhow::Result<mock_server::Config> {
+        crate::drive::embedded::EmbeddedMock::config(
+            &self.preset,
+            self.preset_file.as_deref(),
+            &self.mock_set,
+        )
+    }
+
+    /// Without the embedded mock there is no configuration to check.
+    #[cfg(not(feature = "embedded-mock"))]
+    pub(super) fn mock_config(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// What the embedded mock runs, for messages: the preset's name or file.
+    #[cfg_attr(not(feature = "embedded-mock"), allow(dead_code))]
+    fn mock_name(&self) -> String {
+        self.preset_file
+            .as_ref()
+            .map_or_else(|| self.preset.clone(), |p| p.display().to_string())
     }
 
     /// Where streams are stamped: as asked, except that a simulated run stamps at the socket on
@@ -146,7 +181,7 @@ pub(super) async fn connect(
         .filter(|k| !k.is_empty());
     let (base_url, mock) = match &s.url {
         Some(u) => (u.clone(), None),
-        None => start_mock(&s.preset, &s.mock_set).await?,
+        None => start_mock(s).await?,
     };
     let http = net::http_client(timeouts)?;
     let dialect = match s.api {
@@ -168,21 +203,18 @@ pub(super) async fn connect(
 }
 
 #[cfg(feature = "embedded-mock")]
-pub(super) async fn start_mock(
-    preset: &str,
-    sets: &[(String, String)],
-) -> anyhow::Result<(String, Option<Mock>)> {
-    let m = crate::drive::embedded::EmbeddedMock::start(preset, sets).await?;
+pub(super) async fn start_mock(s: &ServerArgs) -> anyhow::Result<(String, Option<Mock>)> {
+    let m = crate::drive::embedded::EmbeddedMock::start_config(s.mock_config()?).await?;
     let url = m.url();
-    eprintln!("started the embedded mock server (preset {preset}) at {url}");
+    eprintln!(
+        "started the embedded mock server (preset {}) at {url}",
+        s.mock_name()
+    );
     Ok((url, Some(m)))
 }
 
 #[cfg(not(feature = "embedded-mock"))]
-pub(super) async fn start_mock(
-    _preset: &str,
-    _sets: &[(String, String)],
-) -> anyhow::Result<(String, Option<Mock>)> {
+pub(super) async fn start_mock(_s: &ServerArgs) -> anyhow::Result<(String, Option<Mock>)> {
     anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
 }
 

@@ -1,6 +1,8 @@
 //! The command line: clap types and the wiring of each subcommand. Raw flags are checked and
 //! turned into the library's configs here; the work itself is in `drive` and `report`.
 
+#[cfg(feature = "embedded-mock")]
+mod calibrate;
 mod capacity;
 mod common;
 mod compare;
@@ -13,6 +15,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "embedded-mock")]
+use calibrate::CalibrateArgs;
 use capacity::CapacityArgs;
 use compare::CompareArgs;
 use load::LoadArgs;
@@ -44,6 +48,9 @@ enum Cmd {
     Compare(CompareArgs),
     /// Capacity under an SLO: step the open-loop request rate, bisect, and print the curve.
     Capacity(Box<CapacityArgs>),
+    /// Fit the mock's cost model to a server's sweep (and load) results: write a twin preset.
+    #[cfg(feature = "embedded-mock")]
+    Calibrate(CalibrateArgs),
 }
 
 /// Parse the command line and run it: what `main` does after setting up logging. A usage error
@@ -70,6 +77,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Load(a) => a.simulate(),
         Cmd::Capacity(a) => a.simulate(),
         Cmd::Report(_) | Cmd::Merge(_) | Cmd::Compare(_) => false,
+        #[cfg(feature = "embedded-mock")]
+        Cmd::Calibrate(_) => false,
     };
     // A simulated run is one thread on tokio's paused clock: time jumps to the next timer whenever
     // every task waits, so the mock's model time passes without waiting.
@@ -95,6 +104,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Merge(a) => report::run_merge(a),
         Cmd::Compare(a) => compare::run_compare(a),
         Cmd::Capacity(a) => rt.block_on(capacity::run_capacity(*a)),
+        #[cfg(feature = "embedded-mock")]
+        Cmd::Calibrate(a) => calibrate::run_calibrate(a),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! The embedded mock: with no `--url`, start the simulated server in-process on a free loopback port.
-//! The only place the client touches the mock crate; all requests still go over HTTP.
+//! With `twin.rs` (the calibrated preset), the only place the client touches the mock crate; all
+//! requests still go over HTTP.
 
 use anyhow::Context;
 
@@ -32,6 +33,37 @@ impl EmbeddedMock {
                 .set(k, v)
                 .map_err(|e| anyhow::anyhow!("--mock-set {k}={v}: {e}"))?;
         }
+        Self::start_config(config).await
+    }
+
+    /// The configuration of `preset` (or of the preset file, when given) with `key=value`
+    /// overrides on a free port, validated: checked before anything starts.
+    pub fn config(
+        preset: &str,
+        preset_file: Option<&std::path::Path>,
+        sets: &[(String, String)],
+    ) -> anyhow::Result<mock_server::Config> {
+        let mut config = match preset_file {
+            Some(p) => mock_server::Config::preset_file(p)?,
+            None => mock_server::Config::preset(preset)
+                .map_err(|e| anyhow::anyhow!("mock preset {preset:?}: {e}"))?,
+        };
+        config
+            .set("port", "0")
+            .map_err(|e| anyhow::anyhow!("mock setting port=0: {e}"))?;
+        for (k, v) in sets {
+            config
+                .set(k, v)
+                .map_err(|e| anyhow::anyhow!("--mock-set {k}={v}: {e}"))?;
+        }
+        config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("embedded mock: {e}"))?;
+        Ok(config)
+    }
+
+    /// Start the mock with a configuration already built and validated.
+    pub async fn start_config(config: mock_server::Config) -> anyhow::Result<Self> {
         let server = mock_server::MockServer::start(config)
             .await
             .context("starting the embedded mock server")?;

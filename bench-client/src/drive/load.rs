@@ -272,6 +272,10 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         while set.join_next().await.is_some() {}
     }
 
+    // The server's description, for the manifest (`calibrate` reads its chunked prefill size and
+    // KV pool), before the run's clock starts.
+    let server_info =
+        net::server_info(&http, &cfg.target.base_url, cfg.target.api_key.as_deref()).await;
     let before = if cfg.scrape_metrics {
         scrape_samples(&http, &cfg.target).await
     } else {
@@ -298,6 +302,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             "url": cfg.target.base_url,
             "dialect": cfg.target.dialect,
             "model": cfg.target.model,
+            "server_info": server_info,
             "seed": cfg.seed,
             "shard": cfg.shard.to_string(),
             "start_unix_ms": start_unix_ms,

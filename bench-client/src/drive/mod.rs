@@ -9,6 +9,8 @@ pub mod load;
 mod pacer;
 mod progress;
 pub mod sweep;
+#[cfg(feature = "embedded-mock")]
+pub mod twin;
 
 pub use capacity::{run_capacity, CapacityConfig, CapacityOutcome};
 pub use cpu::process_cpu_seconds;

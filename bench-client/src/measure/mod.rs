@@ -3,6 +3,7 @@
 //! figures of load runs, contamination checks, the one percentile definition used everywhere, and the bootstrap comparison
 //! of two runs.
 
+pub mod calibrate;
 pub mod capacity;
 pub mod compare;
 mod contamination;

@@ -57,6 +57,29 @@ pub fn read_records(path: impl AsRef<Path>) -> anyhow::Result<Vec<Record>> {
     Ok(out)
 }
 
+/// Read every record of a file whose every line must be one: a torn or foreign line anywhere
+/// is an error naming it (for `calibrate`, which must not fit what it could not read).
+pub fn read_records_strict(path: impl AsRef<Path>) -> anyhow::Result<Vec<Record>> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading results file {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) => out.push(r),
+            Err(e) => anyhow::bail!(
+                "{}: line {} is not a whole record ({e}); a torn line means the run was killed: rerun it or remove the line",
+                path.display(),
+                i + 1
+            ),
+        }
+    }
+    Ok(out)
+}
+
 /// The run manifest beside a results file: `RESULTS.jsonl.manifest.jsonl`.
 pub fn manifest_path(out: &Path) -> PathBuf {
     PathBuf::from(format!("{}.manifest.jsonl", out.display()))

@@ -7,7 +7,8 @@ mod record;
 mod tests;
 
 pub use file::{
-    append_manifest, existing_results, manifest_path, read_manifest, read_records, RecordWriter,
+    append_manifest, existing_results, manifest_path, read_manifest, read_records,
+    read_records_strict, RecordWriter,
 };
 pub use record::{
     failure_kind, load_record, LoadInfo, Method, Record, RecordError, TwoPointDetail,

@@ -180,8 +180,9 @@ impl Engine {
                 }
             });
             let tokens = new_ids.len();
-            let model_at = self.output_free.map_or(pass_end, |f| f.max(pass_end));
-            self.output_free = Some(model_at + self.scaled(self.cfg.output_per_request_s));
+            let processed = self.output_free.map_or(pass_end, |f| f.max(pass_end));
+            self.output_free = Some(processed + self.scaled(self.cfg.output_per_request_s));
+            let model_at = processed + self.scaled(self.cfg.stream_latency_s);
             let at = r.ns(model_at);
             let chunk = r.chunks;
             r.chunks += 1;

@@ -1,0 +1,104 @@
+//! `bench-client calibrate`: fit the mock's cost model to a server's sweep (and load) results
+//! and write the twin preset that reproduces them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::exit::CliError;
+use crate::drive::twin::{calibrate_files, CalibrateError, CalibrateOptions, Source};
+use crate::measure::calibrate::bandwidth_share;
+use crate::report::calibrate::{render, secs};
+
+#[derive(Args, Debug)]
+pub(super) struct CalibrateArgs {
+    /// Results files: sweeps (three or more context lengths) and, for the batch cost, load runs
+    /// at concurrency above 1, each with its manifest beside it.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// The twin preset to write (TOML, for --preset-file).
+    #[arg(long)]
+    out: PathBuf,
+    /// Preset (name or TOML file) whose values stand for what the results cannot determine.
+    #[arg(long, default_value = "small-cpu-demo")]
+    base: String,
+    /// The server's chunked prefill size, when its /server_info does not say (-1: none).
+    #[arg(long, allow_hyphen_values = true)]
+    chunked_prefill_size: Option<i64>,
+    /// KV cache bytes per token of context, for the bandwidth diagnosis (with --mem-bandwidth-gbs).
+    #[arg(long, requires = "mem_bandwidth_gbs")]
+    kv_bytes_per_token: Option<f64>,
+    /// The GPU's memory bandwidth in GB/s (10^9 bytes/s), for the bandwidth diagnosis.
+    #[arg(long, requires = "kv_bytes_per_token")]
+    mem_bandwidth_gbs: Option<f64>,
+}
+
+pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
+    let usage = |m: String| CliError::Usage(anyhow::anyhow!(m));
+    if let (Some(b), Some(g)) = (a.kv_bytes_per_token, a.mem_bandwidth_gbs) {
+        if !(b.is_finite() && b > 0.0 && g.is_finite() && g > 0.0) {
+            return Err(usage(
+                "--kv-bytes-per-token and --mem-bandwidth-gbs must be positive".into(),
+            ));
+        }
+    }
+    let twin = calibrate_files(&CalibrateOptions {
+        files: a.files.clone(),
+        base: a.base.clone(),
+        chunked_prefill_size: a.chunked_prefill_size,
+    })
+    .map_err(|e| match e {
+        CalibrateError::Usage(e) => CliError::Usage(e),
+        CalibrateError::Data(e) => CliError::Data(e),
+    })?;
+    let (facts, cal, chunk_source) = (&twin.facts, &twin.calibration, twin.chunk_source);
+    if chunk_source.is_none() {
+        eprintln!("note: no chunked prefill size in the manifests' /server_info and no --chunked-prefill-size: prefill is fitted as one pass per request");
+    }
+    eprintln!(
+        "calibrating from {} sweep requests and {} load run(s); chunked prefill {}; KV pool {}",
+        twin.sweep_requests,
+        twin.load_runs,
+        match (facts.chunked_prefill_size, chunk_source) {
+            (Some(c), Some(Source::Server)) if c > 0 => format!("{c} (server)"),
+            (Some(c), Some(Source::Flag)) if c > 0 => format!("{c} (flag)"),
+            _ => "none".into(),
+        },
+        facts
+            .kv_pool_tokens
+            .map_or("from the base preset".into(), |p| format!(
+                "{p} tokens (server)"
+            ))
+    );
+    print!("{}", render(cal));
+    if let (Some(b), Some(g)) = (a.kv_bytes_per_token, a.mem_bandwidth_gbs) {
+        let d = cal.decode.per_context_token_s;
+        match bandwidth_share(d, b, g) {
+            Some(s) => println!(
+                "bandwidth: {} per context token reading {b} bytes of KV is {:.2} GB/s, {:.3}% of {g} GB/s: {}",
+                secs(d),
+                b / d / 1e9,
+                100.0 * s,
+                if s < 0.5 { "far from the bandwidth limit" } else { "near the bandwidth limit" }
+            ),
+            None => println!("bandwidth: the fitted per-context decode cost is 0: nothing to compare"),
+        }
+    }
+    let text = &twin.text;
+    println!(
+        "kept from the base preset {}: memory (unless the server reported its KV pool), activation and fragmentation, output_per_request_s and every value not named above (marked ASSUMED in the preset)",
+        a.base
+    );
+    let tmp = a.out.with_extension("toml.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &a.out))
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    eprintln!(
+        "wrote {}: run the twin with --preset-file {}",
+        a.out.display(),
+        a.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

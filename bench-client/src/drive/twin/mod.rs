@@ -1,0 +1,181 @@
+//! The measured twin: read results files (sweeps, load runs) and their manifests, fit the mock's
+//! cost model to them ([`crate::measure::calibrate`]) and make the preset that reproduces them.
+
+mod preset;
+
+pub use preset::{base_preset, twin_preset, Source, TwinInputs};
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::measure::calibrate::{calibrate, Calibration, Observed, ServerFacts};
+use crate::report::calibrate::observed;
+use crate::results::{read_manifest, read_records_strict};
+
+/// What `calibrate` is asked.
+#[derive(Clone, Debug)]
+pub struct CalibrateOptions {
+    /// Results files.
+    pub files: Vec<PathBuf>,
+    /// The base preset, a name or a TOML file.
+    pub base: String,
+    /// The chunked prefill size, when the manifests' `/server_info` does not say.
+    pub chunked_prefill_size: Option<i64>,
+}
+
+/// Why calibration stopped: the options (usage) or the data.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("{0:#}")]
+    Usage(anyhow::Error),
+    #[error("{0:#}")]
+    Data(anyhow::Error),
+}
+
+/// A calibration and the twin preset made from it.
+#[derive(Debug)]
+pub struct Twin {
+    pub calibration: Calibration,
+    pub facts: ServerFacts,
+    pub chunk_source: Option<Source>,
+    pub sweep_requests: usize,
+    pub load_runs: usize,
+    pub config: mock_server::Config,
+    /// The preset's TOML text, each value marked.
+    pub text: String,
+}
+
+/// The server's identity in a manifest, to refuse mixing servers: `/server_info`'s model path,
+/// else the manifest's model, with the dialect.
+fn identity(m: &Value) -> Option<String> {
+    let model = m
+        .get("server_info")
+        .and_then(|i| i.get("model_path"))
+        .or_else(|| m.get("model").filter(|v| !v.is_null()))
+        .map(Value::to_string)?;
+    Some(format!(
+        "{model} ({})",
+        m.get("dialect").map(Value::to_string).unwrap_or_default()
+    ))
+}
+
+/// An integer of `/server_info`: at its top level, else in SGLang's `internal_states` (where
+/// recent versions report the scheduler's figures).
+fn int(infos: &[Value], key: &str) -> Option<i64> {
+    infos.iter().find_map(|i| {
+        i.get(key).and_then(Value::as_i64).or_else(|| {
+            i.get("internal_states")?
+                .as_array()?
+                .iter()
+                .find_map(|s| s.get(key)?.as_i64())
+        })
+    })
+}
+
+/// The facts the server reported in any manifest's `/server_info`.
+fn facts_of(infos: &[Value]) -> ServerFacts {
+    let spec = infos.iter().find_map(|i| {
+        let v = i.get("speculative_algorithm")?;
+        Some(
+            v.as_str()
+                .is_some_and(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")),
+        )
+    });
+    let us = |k: &str| int(infos, k).and_then(|v| usize::try_from(v).ok());
+    ServerFacts {
+        chunked_prefill_size: int(infos, "chunked_prefill_size"),
+        kv_pool_tokens: int(infos, "max_total_num_tokens").and_then(|v| u64::try_from(v).ok()),
+        speculative: spec,
+        draft_tokens: us("speculative_num_draft_tokens").filter(|_| spec == Some(true)),
+        stream_interval: us("stream_interval"),
+    }
+}
+
+/// Reads the files, fits, and makes the twin preset. Nothing is written.
+pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
+    let data = |e: anyhow::Error| CalibrateError::Data(e);
+    if o.chunked_prefill_size == Some(0) || o.chunked_prefill_size.is_some_and(|c| c < -1) {
+        return Err(CalibrateError::Usage(anyhow::anyhow!(
+            "--chunked-prefill-size must be positive or -1 (none)"
+        )));
+    }
+    let base = base_preset(&o.base).map_err(CalibrateError::Usage)?;
+    let (mut sweep, mut loads) = (Vec::<Observed>::new(), Vec::<Vec<Observed>>::new());
+    let (mut infos, mut servers) = (Vec::new(), Vec::<(String, String)>::new());
+    for f in &o.files {
+        let records = read_records_strict(f).map_err(data)?;
+        let obs: Vec<Observed> = records.iter().filter_map(observed).collect();
+        if obs.is_empty() {
+            return Err(data(anyhow::anyhow!(
+                "{}: no successful streaming request with its trace ({} records)",
+                f.display(),
+                records.len()
+            )));
+        }
+        if let Some(m) = read_manifest(f).map_err(data)? {
+            if let Some(id) = identity(&m) {
+                if let Some((other, file)) = servers.iter().find(|(s, _)| *s != id) {
+                    return Err(data(anyhow::anyhow!(
+                        "mixed servers: {} ran against {id}, {file} against {other}; calibrate one server at a time",
+                        f.display()
+                    )));
+                }
+                servers.push((id, f.display().to_string()));
+            }
+            if let Some(i) = m.get("server_info").filter(|v| v.is_object()) {
+                infos.push(i.clone());
+            }
+        }
+        if records.iter().any(|r| r.load.is_some()) {
+            loads.push(obs);
+        } else {
+            sweep.extend(obs);
+        }
+    }
+    let mut facts = facts_of(&infos);
+    let chunk_source = match (facts.chunked_prefill_size, o.chunked_prefill_size) {
+        (_, Some(c)) => {
+            facts.chunked_prefill_size = Some(c);
+            Some(Source::Flag)
+        }
+        (Some(_), None) => Some(Source::Server),
+        (None, None) => None,
+    };
+    let calibration =
+        calibrate(&sweep, &loads, &facts, base.decode_per_request_s).map_err(|u| {
+            data(anyhow::anyhow!(
+                "cannot fit {}: need {}; no preset written",
+                u.param,
+                u.missing
+            ))
+        })?;
+    let model = infos
+        .iter()
+        .find_map(|i| i.get("model_path").and_then(Value::as_str))
+        .map(str::to_string);
+    let us = |k: &str| int(&infos, k).and_then(|v| usize::try_from(v).ok());
+    let (config, text) = twin_preset(
+        &calibration,
+        TwinInputs {
+            base,
+            base_name: &o.base,
+            facts: &facts,
+            chunk_source,
+            max_running_requests: us("max_running_requests"),
+            context_length: us("context_length"),
+            model,
+            files: o.files.len(),
+        },
+    )
+    .map_err(data)?;
+    Ok(Twin {
+        calibration,
+        facts,
+        chunk_source,
+        sweep_requests: sweep.len(),
+        load_runs: loads.len(),
+        config,
+        text,
+    })
+}

@@ -1,0 +1,363 @@
+//! Fitting the mock's own cost model to measured requests, so that a preset made from the fit
+//! reproduces them (`bench-client calibrate`). Pure arithmetic on the mock's cost functions
+//! (`mock-server/src/engine/{prefill,decode}.rs`), by least squares:
+//!
+//! - TTFT of a request alone = way + passes x `prefill_base_s` + uncached tokens x
+//!   `prefill_per_token_s` + sum over passes of n x (context before + n / 2) x
+//!   `prefill_per_token_pair_s`, the prompt cut into passes of the chunked prefill size. `way` is the
+//!   constant way in and out (HTTP, network, the client), kept apart from prefill.
+//! - A decode step = `decode_base_s` + sum of the batch's contexts x `decode_per_context_token_s`
+//!   + batch size x `decode_per_request_s` (see [`decode`]).
+//! - Speculative acceptance: position i's rate is the share of verify steps that accepted i
+//!   drafts, among those that accepted at least i - 1 (the maximum-likelihood estimate).
+
+pub mod decode;
+pub mod lsq;
+#[cfg(test)]
+mod tests;
+
+use serde::Serialize;
+
+/// One successful request as calibration reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// The context length asked (the sweep's point), which groups requests.
+    pub context: u32,
+    /// Prompt tokens (server-reported, else sent).
+    pub prompt_tokens: u32,
+    /// Prompt tokens the server had cached.
+    pub cached_tokens: u32,
+    /// When it was sent, seconds after its run's start (0 for a sweep's requests, which run alone).
+    pub sent_s: f64,
+    /// Each output-carrying chunk: seconds after the send, and its tokens (1 each when unknown).
+    pub chunks: Vec<(f64, u32)>,
+    /// Whether the per-chunk token counts are known.
+    pub counts_known: bool,
+}
+
+impl Observed {
+    /// TTFT in seconds.
+    pub fn ttft_s(&self) -> Option<f64> {
+        self.chunks.first().map(|c| c.0)
+    }
+}
+
+/// What the server said about itself (SGLang's `/server_info`), or flags in its place.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServerFacts {
+    /// Prefill tokens per pass; `None` or -1: no chunking.
+    pub chunked_prefill_size: Option<i64>,
+    /// KV pool tokens (`max_total_num_tokens`).
+    pub kv_pool_tokens: Option<u64>,
+    /// Whether speculative decoding is on, when the server says.
+    pub speculative: Option<bool>,
+    /// Draft tokens per verify step, when the server says.
+    pub draft_tokens: Option<usize>,
+    /// Tokens per stream event without speculation (1 unless the server says).
+    pub stream_interval: Option<usize>,
+}
+
+impl ServerFacts {
+    /// Prefill tokens per pass (`usize::MAX` without chunking).
+    pub fn chunk(&self) -> usize {
+        match self.chunked_prefill_size {
+            Some(c) if c > 0 => c as usize,
+            _ => usize::MAX,
+        }
+    }
+}
+
+/// A measured figure beside the model's prediction.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FitPoint {
+    /// What the point is (e.g. `context 1000`).
+    pub label: String,
+    /// Requests behind it.
+    pub n: usize,
+    pub measured: f64,
+    pub predicted: f64,
+}
+
+impl FitPoint {
+    /// (predicted - measured) / measured.
+    pub fn rel_error(&self) -> f64 {
+        if self.measured != 0.0 {
+            (self.predicted - self.measured) / self.measured
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Why a parameter was not fitted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Unfit {
+    pub param: &'static str,
+    pub missing: String,
+}
+
+/// The prefill fit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PrefillFit {
+    pub way_s: f64,
+    pub base_s: f64,
+    pub per_token_s: f64,
+    pub per_token_pair_s: f64,
+    /// Median TTFT per context, seconds.
+    pub points: Vec<FitPoint>,
+    pub r_squared: f64,
+    /// What the data could not separate, and how it was handled.
+    pub notes: Vec<String>,
+}
+
+/// How the prompt's uncached tokens fall into prefill passes: (passes, tokens, token pairs), the
+/// three quantities prefill time is linear in.
+pub fn prefill_terms(prompt: u32, cached: u32, chunk: usize) -> (f64, f64, f64) {
+    let (mut ctx, end) = (cached.min(prompt) as usize, prompt as usize);
+    let (mut passes, mut pairs) = (0.0f64, 0.0f64);
+    let tokens = (end - ctx) as f64;
+    while ctx < end {
+        let n = (end - ctx).min(chunk);
+        passes += 1.0;
+        pairs += n as f64 * (ctx as f64 + n as f64 / 2.0);
+        ctx += n;
+    }
+    (passes.max(1.0), tokens, pairs)
+}
+
+/// The median of `v` (the mean of the middle two for an even count); 0 for none.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// Requests grouped by prompt length, in increasing order.
+pub(crate) fn by_context(reqs: &[Observed]) -> Vec<(u32, Vec<&Observed>)> {
+    let mut groups: std::collections::BTreeMap<u32, Vec<&Observed>> = Default::default();
+    for r in reqs {
+        groups.entry(r.context).or_default().push(r);
+    }
+    groups.into_iter().collect()
+}
+
+/// Fits prefill to the sweep's requests (each alone on the server), on the median TTFT at each
+/// context. Needs three contexts; the way-in/out constant is kept apart from `prefill_base_s`
+/// only when the number of prefill passes varies in a way the tokens do not explain.
+pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit, Unfit> {
+    let chunk = facts.chunk();
+    let groups = by_context(sweep);
+    if groups.len() < 3 {
+        return Err(Unfit {
+            param: "prefill_base_s, prefill_per_token_s, prefill_per_token_pair_s",
+            missing: format!(
+                "successful sweep requests at three or more context lengths (have {})",
+                groups.len()
+            ),
+        });
+    }
+    let mut rows = Vec::new();
+    let mut y = Vec::new();
+    let mut labels = Vec::new();
+    for (ctx, reqs) in &groups {
+        let mut ttft: Vec<f64> = reqs.iter().filter_map(|r| r.ttft_s()).collect();
+        let mut cached: Vec<f64> = reqs.iter().map(|r| f64::from(r.cached_tokens)).collect();
+        let mut prompt: Vec<f64> = reqs.iter().map(|r| f64::from(r.prompt_tokens)).collect();
+        let prompt = median(&mut prompt).round() as u32;
+        let (k, n, q) = prefill_terms(prompt, median(&mut cached).round() as u32, chunk);
+        rows.push(vec![1.0, k, n, q]);
+        y.push(median(&mut ttft));
+        labels.push((format!("context {ctx}"), reqs.len()));
+    }
+    let mut notes = Vec::new();
+    let (b, merged) = match lsq::solve_non_negative(&rows, &y) {
+        Some(b) => (b, false),
+        None => {
+            // One pass per request (no chunking, or every prompt under one chunk): the way in and
+            // out cannot be told from the pass's base cost. Both are counted as prefill_base_s,
+            // which reproduces TTFT.
+            notes.push(
+                "every context is the same number of prefill passes: the constant way in and out is counted in prefill_base_s".into(),
+            );
+            let terms: Vec<Vec<f64>> = rows.iter().map(|r| vec![r[1], r[2], r[3]]).collect();
+            let b = lsq::solve_non_negative(&terms, &y).ok_or_else(|| Unfit {
+                param: "prefill_per_token_s, prefill_per_token_pair_s",
+                missing:
+                    "contexts whose prefill terms are not proportional (three distinct lengths)"
+                        .into(),
+            })?;
+            (vec![0.0, b[0], b[1], b[2]], true)
+        }
+    };
+    for (i, name) in [
+        "way in and out",
+        "prefill_base_s",
+        "prefill_per_token_s",
+        "prefill_per_token_pair_s",
+    ]
+    .iter()
+    .enumerate()
+    {
+        // Merged into prefill_base_s, the way in and out is 0 by construction.
+        if b[i] == 0.0 && !(i == 0 && merged) {
+            notes.push(format!("{name} fitted negative and was set to 0"));
+        }
+    }
+    let points: Vec<FitPoint> = rows
+        .iter()
+        .zip(&y)
+        .zip(labels)
+        .map(|((r, m), (label, n))| FitPoint {
+            label,
+            n,
+            measured: *m,
+            predicted: lsq::predict(r, &b),
+        })
+        .collect();
+    let pred: Vec<f64> = points.iter().map(|p| p.predicted).collect();
+    Ok(PrefillFit {
+        way_s: b[0],
+        base_s: b[1],
+        per_token_s: b[2],
+        per_token_pair_s: b[3],
+        r_squared: lsq::r_squared(&y, &pred),
+        points,
+        notes,
+    })
+}
+
+/// The stream's shape.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Shape {
+    /// Speculative decoding: draft tokens per verify step and each position's acceptance rate.
+    Speculative {
+        draft_tokens: usize,
+        accept_rates: Vec<f64>,
+        /// Mean tokens per verify step.
+        mean_accept_length: f64,
+        steps: usize,
+    },
+    /// One token per step, `stream_interval` tokens per stream event.
+    Plain { stream_interval: usize },
+}
+
+/// Whether the requests' chunks are verify steps of several tokens (speculation): the server
+/// says so, or the known chunk sizes vary before the last chunk.
+pub fn speculative(reqs: &[Observed], facts: &ServerFacts) -> bool {
+    facts.speculative.unwrap_or_else(|| {
+        let mut sizes = reqs
+            .iter()
+            .filter(|r| r.counts_known && r.chunks.len() > 2)
+            .flat_map(|r| r.chunks[1..r.chunks.len() - 1].iter().map(|c| c.1));
+        sizes.next().is_some_and(|s| sizes.any(|t| t != s))
+    })
+}
+
+/// The stream's shape from the per-chunk token counts: acceptance rates when speculative (every
+/// chunk but each request's clipped last one is one verify step), else the tokens per event
+/// (token coalescing), from the counts or from completion tokens over chunks when they are unknown.
+pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
+    if speculative(reqs, facts) {
+        let lens: Vec<usize> = reqs
+            .iter()
+            .filter(|r| r.counts_known)
+            .flat_map(|r| r.chunks[..r.chunks.len().saturating_sub(1)].iter())
+            .map(|c| c.1 as usize)
+            .filter(|&l| l > 0)
+            .collect();
+        let draft = facts
+            .draft_tokens
+            .unwrap_or_else(|| lens.iter().max().copied().unwrap_or(1).saturating_sub(1))
+            .max(1);
+        let at_least = |l: usize| lens.iter().filter(|&&x| x >= l).count() as f64;
+        let accept_rates = (1..=draft)
+            .map(|i| {
+                let base = at_least(i);
+                if base > 0.0 {
+                    at_least(i + 1) / base
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mean = lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
+        return Shape::Speculative {
+            draft_tokens: draft,
+            accept_rates,
+            mean_accept_length: mean,
+            steps: lens.len(),
+        };
+    }
+    let known: Vec<f64> = reqs
+        .iter()
+        .filter(|r| r.chunks.len() > 2)
+        .map(|r| {
+            let mid = &r.chunks[1..r.chunks.len() - 1];
+            mid.iter().map(|c| f64::from(c.1)).sum::<f64>() / mid.len() as f64
+        })
+        .collect();
+    let interval = facts.stream_interval.unwrap_or_else(|| {
+        let mut k = known;
+        median(&mut k).round().max(1.0) as usize
+    });
+    Shape::Plain {
+        stream_interval: interval.max(1),
+    }
+}
+
+/// Everything `calibrate` fits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Calibration {
+    pub prefill: PrefillFit,
+    pub decode: decode::DecodeFit,
+    pub shape: Shape,
+}
+
+/// Fits prefill, the stream's shape and decode. `base_per_request_s` stands in for
+/// `decode_per_request_s` when no load run had a batch above one (a note says so).
+pub fn calibrate(
+    sweep: &[Observed],
+    loads: &[Vec<Observed>],
+    facts: &ServerFacts,
+    base_per_request_s: f64,
+) -> Result<Calibration, Unfit> {
+    let prefill = fit_prefill(sweep, facts)?;
+    let all: Vec<Observed> = sweep
+        .iter()
+        .chain(loads.iter().flatten())
+        .cloned()
+        .collect();
+    let spec = speculative(&all, facts);
+    let shape = fit_shape(&all, facts);
+    let decode = decode::fit_decode(
+        sweep,
+        loads,
+        spec,
+        &prefill,
+        facts.chunk(),
+        base_per_request_s,
+    )?;
+    Ok(Calibration {
+        prefill,
+        decode,
+        shape,
+    })
+}
+
+/// The share of memory bandwidth a per-context decode cost implies: reading `kv_bytes_per_token`
+/// of KV per context token in `per_context_token_s` seconds, over `bandwidth_gbs` (10^9 bytes/s).
+pub fn bandwidth_share(
+    per_context_token_s: f64,
+    kv_bytes_per_token: f64,
+    bandwidth_gbs: f64,
+) -> Option<f64> {
+    (per_context_token_s > 0.0 && bandwidth_gbs > 0.0)
+        .then(|| kv_bytes_per_token / per_context_token_s / (bandwidth_gbs * 1e9))
+}

@@ -1,0 +1,168 @@
+//! The fits on requests made exactly by the mock's formulas: they give the parameters back, and
+//! they refuse data that cannot determine them.
+
+use super::*;
+use proptest::prelude::*;
+
+#[derive(Clone, Copy, Debug)]
+struct Costs {
+    way: f64,
+    pb: f64,
+    pt: f64,
+    pp: f64,
+    db: f64,
+    dc: f64,
+    dr: f64,
+}
+
+/// A request alone, timed as the mock times it: TTFT from its prefill passes, then one verify step
+/// of `step_tokens` per chunk (the last clipped to `out` tokens).
+fn alone(c: &Costs, prompt: u32, chunk: usize, out: u32, step_tokens: u32) -> Observed {
+    let (k, n, q) = prefill_terms(prompt, 0, chunk);
+    let mut t = c.way + k * c.pb + n * c.pt + q * c.pp;
+    let first = step_tokens.min(out);
+    let mut chunks = vec![(t, first)];
+    let (mut done, mut ctx) = (first, f64::from(prompt));
+    while done < out {
+        let tok = step_tokens.min(out - done);
+        t += c.db + c.dr + c.dc * ctx;
+        ctx += f64::from(tok);
+        done += tok;
+        chunks.push((t, tok));
+    }
+    Observed {
+        context: prompt,
+        prompt_tokens: prompt,
+        cached_tokens: 0,
+        sent_s: 0.0,
+        chunks,
+        counts_known: true,
+    }
+}
+
+fn costs() -> impl Strategy<Value = Costs> {
+    (
+        0.0f64..0.005,
+        (0.005f64..0.05, 1e-5f64..1e-4, 1e-10f64..1e-8),
+        (0.001f64..0.02, 1e-7f64..1e-5, 1e-4f64..1e-3),
+    )
+        .prop_map(|(way, (pb, pt, pp), (db, dc, dr))| Costs {
+            way,
+            pb,
+            pt,
+            pp,
+            db,
+            dc,
+            dr,
+        })
+}
+
+fn near(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 1e-6 * want.abs() + 1e-12
+}
+
+proptest! {
+    #[test]
+    fn exact_requests_give_the_parameters_back(c in costs(), chunk in prop_oneof![Just(512usize), Just(1024)], l in 1u32..4) {
+        let facts = ServerFacts {
+            chunked_prefill_size: Some(chunk as i64),
+            speculative: Some(l > 1),
+            ..ServerFacts::default()
+        };
+        let sweep: Vec<Observed> = [300u32, 900, 1700, 2600, 4000]
+            .iter()
+            .map(|&p| alone(&c, p, chunk, 40, l))
+            .collect();
+        let p = fit_prefill(&sweep, &facts).unwrap();
+        prop_assert!(near(p.way_s, c.way) && near(p.base_s, c.pb), "{p:?} {c:?}");
+        prop_assert!(near(p.per_token_s, c.pt) && near(p.per_token_pair_s, c.pp), "{p:?} {c:?}");
+        prop_assert!(p.r_squared > 1.0 - 1e-9);
+        // Alone, the batch cost cannot be told from the base: the base preset's stands in.
+        let d = decode::fit_decode(&sweep, &[], l > 1, &p, chunk, c.dr).unwrap();
+        prop_assert!(!d.per_request_fitted);
+        prop_assert!(near(d.base_s, c.db) && near(d.per_context_token_s, c.dc), "{d:?} {c:?}");
+    }
+}
+
+#[test]
+fn acceptance_rates_are_the_conditional_shares_of_verify_steps() {
+    // Verify steps of 1, 2, 2, 3 tokens (the last chunk, clipped, is left out): position 1 was
+    // accepted in 3 of 4 steps, position 2 in 1 of the 3 that reached it.
+    let r = Observed {
+        context: 10,
+        prompt_tokens: 10,
+        cached_tokens: 0,
+        sent_s: 0.0,
+        chunks: vec![(0.1, 1), (0.2, 2), (0.3, 2), (0.4, 3), (0.5, 1)],
+        counts_known: true,
+    };
+    let facts = ServerFacts {
+        speculative: Some(true),
+        draft_tokens: Some(3),
+        ..ServerFacts::default()
+    };
+    match fit_shape(&[r], &facts) {
+        Shape::Speculative {
+            accept_rates,
+            steps,
+            ..
+        } => {
+            assert_eq!(steps, 4);
+            assert_eq!(accept_rates, vec![0.75, 1.0 / 3.0, 0.0]);
+        }
+        s => panic!("{s:?}"),
+    }
+}
+
+#[test]
+fn two_contexts_are_refused_with_what_is_missing() {
+    let c = Costs {
+        way: 0.0,
+        pb: 0.01,
+        pt: 1e-4,
+        pp: 0.0,
+        db: 0.01,
+        dc: 1e-6,
+        dr: 1e-3,
+    };
+    let sweep: Vec<Observed> = [500u32, 1000]
+        .iter()
+        .map(|&p| alone(&c, p, 512, 8, 1))
+        .collect();
+    let e = fit_prefill(&sweep, &ServerFacts::default()).unwrap_err();
+    assert!(
+        e.missing.contains("three or more context lengths (have 2)"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn without_chunking_the_way_in_and_out_is_counted_as_prefill() {
+    let c = Costs {
+        way: 0.002,
+        pb: 0.01,
+        pt: 1e-4,
+        pp: 1e-9,
+        db: 0.01,
+        dc: 1e-6,
+        dr: 1e-3,
+    };
+    let sweep: Vec<Observed> = [500u32, 1000, 3000]
+        .iter()
+        .map(|&p| alone(&c, p, usize::MAX, 8, 1))
+        .collect();
+    let p = fit_prefill(&sweep, &ServerFacts::default()).unwrap();
+    assert!(near(p.base_s, c.pb + c.way) && p.way_s == 0.0, "{p:?}");
+    assert!(
+        p.notes.iter().any(|n| n.contains("way in and out")),
+        "{:?}",
+        p.notes
+    );
+}
+
+#[test]
+fn bandwidth_share_is_bytes_per_second_over_the_bandwidth() {
+    let s = bandwidth_share(2.55e-5, 70272.0, 1792.0).unwrap();
+    assert!(near(s, 70272.0 / 2.55e-5 / 1.792e12), "{s}");
+    assert!(bandwidth_share(0.0, 70272.0, 1792.0).is_none());
+}

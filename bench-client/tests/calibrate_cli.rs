@@ -1,0 +1,168 @@
+//! `calibrate` and `--preset-file` as a user meets them: bad input gives one clear message, the
+//! documented exit code and no preset; a good sweep gives a preset the embedded mock runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+mod bin_util;
+use bin_util::{run, stderr};
+
+const KIMI: &str = include_str!("../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
+
+/// A simulated sweep of the embedded mock into `dir/name`, with extra flags.
+fn sweep(dir: &Path, name: &str, contexts: &str, extra: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let mut args = vec![
+        "sweep",
+        "--simulate",
+        "--contexts",
+        contexts,
+        "--output-tokens",
+        "16",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(&args);
+    out
+}
+
+/// `calibrate FILES --out dir/twin.toml` refused as bad data (65) with `want` in its one error
+/// line, and no preset written.
+fn refused(dir: &Path, files: &[&Path], want: &str) {
+    let preset = dir.join("twin.toml");
+    let mut args = vec!["calibrate", "--out", preset.to_str().unwrap()];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    let o = run(&args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or("");
+    assert!(line.contains(want), "{err}");
+    assert!(!preset.exists(), "a preset was written: {err}");
+}
+
+#[test]
+fn calibrate_refuses_what_cannot_determine_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let two = sweep(d, "two.jsonl", "1k,2k", &[]);
+    refused(d, &[&two], "three or more context lengths (have 2)");
+    let failed = sweep(
+        d,
+        "failed.jsonl",
+        "1k,2k,3k",
+        &["--mock-set", "context_length=32"],
+    );
+    refused(d, &[&failed], "no successful streaming request");
+    let good = sweep(d, "good.jsonl", "1k,2k,3k", &[]);
+    let torn = d.join("torn.jsonl");
+    let mut text = std::fs::read_to_string(&good).unwrap();
+    text.push_str("{\"method\":\"streaming\",\"context_tok");
+    std::fs::write(&torn, text).unwrap();
+    refused(d, &[&torn], "line 4 is not a whole record");
+    let kimi = sweep(
+        d,
+        "kimi.jsonl",
+        "1k,2k,3k",
+        &["--preset", "kimi-k2.6-dflash-8xrtx-pro-6000"],
+    );
+    refused(d, &[&good, &kimi], "mixed servers");
+}
+
+#[test]
+fn a_calibrated_preset_runs_as_the_embedded_mock() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = sweep(
+        d,
+        "good.jsonl",
+        "1k,2k,3k,4k",
+        &["--preset", "kimi-k2.6-dflash-8xrtx-pro-6000"],
+    );
+    let preset = d.join("twin.toml");
+    let o = run(&[
+        "calibrate",
+        good.to_str().unwrap(),
+        "--out",
+        preset.to_str().unwrap(),
+        "--kv-bytes-per-token",
+        "70272",
+        "--mem-bandwidth-gbs",
+        "1792",
+    ]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    for want in [
+        "prefill pass",
+        "decode step",
+        "R-squared",
+        "decode_per_request_s needs a load run at concurrency above 1",
+        "of 1792 GB/s",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from\n{out}");
+    }
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert!(text.contains("prefill_base_s") && text.contains("# MEASURED: least squares"));
+    let twin = d.join("twin.jsonl");
+    let o = run(&[
+        "sweep",
+        "--simulate",
+        "--preset-file",
+        preset.to_str().unwrap(),
+        "--contexts",
+        "1k,8k",
+        "--output-tokens",
+        "16",
+        "--runs",
+        "1",
+        "--no-progress",
+        "--out",
+        twin.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn a_preset_file_with_a_bad_key_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, key) in [
+        (
+            "unknown.toml",
+            format!("{KIMI}\nprefill_speed = 3\n"),
+            "prefill_speed",
+        ),
+        (
+            "negative.toml",
+            KIMI.replace("prefill_base_s = 0.05", "prefill_base_s = -0.05"),
+            "prefill_base_s",
+        ),
+        (
+            "pool.toml",
+            KIMI.replace("kv_bytes_per_token = 70272", "kv_bytes_per_token = 7027200"),
+            "context_length",
+        ),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let out = dir.path().join("r.jsonl");
+        let o = run(&[
+            "sweep",
+            "--simulate",
+            "--preset-file",
+            p.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(64), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(key) && err.contains(name), "{name}: {err}");
+        assert!(!err.contains("started the embedded mock"), "{err}");
+        assert!(!out.exists());
+    }
+}

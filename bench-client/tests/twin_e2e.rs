@@ -1,0 +1,195 @@
+//! The measured twin's round trip on tokio's paused clock: a sweep and a load run of a generated
+//! mock, calibrated, give back the mock's own cost parameters, and the twin's sweep equals the
+//! original's.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use bench_client::drive::sweep::{run_sweep, SweepConfig};
+use bench_client::drive::twin::{calibrate_files, CalibrateOptions};
+use bench_client::drive::{run_load, LoadConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::schedule::{Arrivals, Schedule, Stop};
+use bench_client::plan::workload::{LenDist, Workload};
+use bench_client::plan::Timeouts;
+use bench_client::report::Report;
+use bench_client::results::read_records;
+use bench_client::{Dialect, Target};
+use mock_server::{Config, MockServer};
+use proptest::prelude::*;
+
+/// Sixteen contexts: the paused clock reads every TTFT up to 1 ms late, and enough points
+/// average that out of the fit.
+fn contexts() -> Vec<u32> {
+    (0..16).map(|i| 2000 + 450 * i).collect()
+}
+
+fn paused() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+fn target(s: &MockServer) -> Target {
+    Target {
+        base_url: s.url(),
+        dialect: Dialect::Sglang,
+        model: None,
+        api_key: None,
+    }
+}
+
+async fn sweep(s: &MockServer, out: &Path) {
+    let cfg = SweepConfig {
+        stamping: Stamping::Socket,
+        contexts: contexts(),
+        output_tokens: 64,
+        runs: 1,
+        warmup: 0,
+        seed: 11,
+        timeouts: Timeouts::default(),
+        crash_wait: Duration::from_secs(0),
+        command: "twin round trip".into(),
+        simulated: true,
+        ..SweepConfig::new(target(s), out.to_path_buf())
+    };
+    let o = run_sweep(&cfg).await.unwrap();
+    assert!(o.stopped.is_none(), "{:?}", o.stopped);
+}
+
+async fn load(s: &MockServer, out: &Path) {
+    let schedule =
+        Schedule::new(Arrivals::Closed { concurrency: 4 }, Stop::Requests(16), 5).unwrap();
+    let workload = Workload::Random {
+        input: LenDist::Fixed { n: 128 },
+        output: LenDist::Fixed { n: 128 },
+    };
+    let cfg = LoadConfig {
+        stamping: Stamping::Socket,
+        prompt_salt: Some(3),
+        seed: 5,
+        scrape_metrics: false,
+        command: "twin round trip".into(),
+        simulated: true,
+        ..LoadConfig::new(target(s), schedule, workload, out.to_path_buf())
+    };
+    run_load(&cfg).await.unwrap();
+}
+
+/// Median TTFT and decode rate per context of a sweep's results.
+fn medians(out: &Path) -> Vec<(u32, f64, f64)> {
+    Report::from_records(&read_records(out).unwrap())
+        .summary()
+        .iter()
+        .map(|s| {
+            (
+                s.context_tokens,
+                s.ttft_ms_p50.expect("ttft"),
+                s.decode_tok_s_p50.expect("decode"),
+            )
+        })
+        .collect()
+}
+
+fn close(got: f64, want: f64, tol: f64) -> bool {
+    (got - want).abs() <= tol * want.abs()
+}
+
+/// A mock with generated costs: chunked prefill, a batch cost, and speculation whose verify steps
+/// accept a fixed number of drafts (rates 1 then 0), so the twin draws the same tokens. Passes
+/// last tens of milliseconds, so that the paused clock's 1 ms steps stay well under 1% of what
+/// is compared.
+fn model() -> impl Strategy<Value = Config> {
+    (
+        prop_oneof![Just(512i64), Just(1024), Just(2048)],
+        (0.05f64..0.15, 5e-5f64..2e-4, 2e-9f64..1e-8),
+        (0.02f64..0.05, 5e-7f64..4e-6, 0.002f64..0.01),
+        (0usize..=3).prop_flat_map(|d| (Just(d), 0..=d)),
+    )
+        .prop_map(|(chunk, (pb, pt, pp), (db, dc, dr), (draft, accepted))| {
+            let mut c = Config::preset("small-cpu-demo").unwrap();
+            c.port = 0;
+            c.chunked_prefill_size = chunk;
+            (
+                c.prefill_base_s,
+                c.prefill_per_token_s,
+                c.prefill_per_token_pair_s,
+            ) = (pb, pt, pp);
+            (
+                c.decode_base_s,
+                c.decode_per_context_token_s,
+                c.decode_per_request_s,
+            ) = (db, dc, dr);
+            if draft == 0 {
+                c.speculative_algorithm = "none".into();
+            } else {
+                c.speculative_num_draft_tokens = draft;
+                c.spec_accept_rates = (0..draft)
+                    .map(|i| f64::from(u8::from(i < accepted)))
+                    .collect();
+            }
+            c
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_calibrated_twin_gives_back_the_mock(mock in model()) {
+        let dir = tempfile::tempdir().unwrap();
+        let (sw, ld, twin_sw) = (
+            dir.path().join("sweep.jsonl"),
+            dir.path().join("load.jsonl"),
+            dir.path().join("twin.jsonl"),
+        );
+        let twin = paused().block_on(async {
+            let s = MockServer::start(mock.clone()).await.unwrap();
+            sweep(&s, &sw).await;
+            load(&s, &ld).await;
+            s.shutdown().await;
+            calibrate_files(&CalibrateOptions {
+                files: vec![sw.clone(), ld.clone()],
+                base: "small-cpu-demo".into(),
+                chunked_prefill_size: None,
+            })
+            .unwrap()
+        });
+        let c = &twin.config;
+        for (name, got, want) in [
+            ("prefill_base_s", c.prefill_base_s, mock.prefill_base_s),
+            ("prefill_per_token_s", c.prefill_per_token_s, mock.prefill_per_token_s),
+            ("prefill_per_token_pair_s", c.prefill_per_token_pair_s, mock.prefill_per_token_pair_s),
+            ("decode_base_s", c.decode_base_s, mock.decode_base_s),
+            ("decode_per_context_token_s", c.decode_per_context_token_s, mock.decode_per_context_token_s),
+            ("decode_per_request_s", c.decode_per_request_s, mock.decode_per_request_s),
+        ] {
+            prop_assert!(close(got, want, 0.02), "{name}: fitted {got}, mock {want}\n{}", twin.text);
+        }
+        prop_assert_eq!(c.chunked_prefill_size, mock.chunked_prefill_size);
+        prop_assert_eq!(c.speculative(), mock.speculative());
+        if mock.speculative() {
+            prop_assert_eq!(&c.spec_accept_rates, &mock.spec_accept_rates);
+        }
+        prop_assert_eq!(c.kv_pool_tokens(), mock.kv_pool_tokens());
+        // The twin, run from the preset file as a user would, sweeps like the original.
+        let file = dir.path().join("twin.toml");
+        std::fs::write(&file, &twin.text).unwrap();
+        let mut twin_cfg = Config::preset_file(&file).unwrap();
+        twin_cfg.port = 0;
+        paused().block_on(async {
+            let s = MockServer::start(twin_cfg).await.unwrap();
+            sweep(&s, &twin_sw).await;
+            s.shutdown().await;
+        });
+        let (a, b) = (medians(&sw), medians(&twin_sw));
+        prop_assert_eq!(a.len(), contexts().len());
+        for ((ctx, ttft, dec), (_, ttft2, dec2)) in a.iter().zip(&b) {
+            prop_assert!(close(*ttft2, *ttft, 0.01), "TTFT p50 at {ctx}: twin {ttft2}, mock {ttft}");
+            prop_assert!(close(*dec2, *dec, 0.01), "decode p50 at {ctx}: twin {dec2}, mock {dec}");
+        }
+    }
+}
