@@ -22,8 +22,8 @@ struct Columns {
     /// The first chunk's `at_ns`, then each chunk's difference from the one before (wrapping, so
     /// any sequence of instants reads back exactly).
     at_ns: Vec<i64>,
-    tokens: Vec<Option<u32>>,
-    text_len: Vec<u32>,
+    tokens: Column<Option<u32>>,
+    text_len: Column<u32>,
     /// `[chunk, usage]` where the usage differs from its prediction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     usage: Vec<(u32, Option<Usage>)>,
@@ -41,6 +41,45 @@ struct Columns {
     usage_only: Vec<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     content_event: Vec<u32>,
+}
+
+/// A per-chunk column: one value per chunk, or a single value that every chunk has (a server that
+/// streams one token per event gives `"tokens": 1`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Column<T> {
+    Each(Vec<T>),
+    All(T),
+}
+
+impl<T> Default for Column<T> {
+    fn default() -> Self {
+        Column::Each(Vec::new())
+    }
+}
+
+impl<T: PartialEq + Clone> Column<T> {
+    fn of(values: Vec<T>) -> Self {
+        match values.first() {
+            Some(v) if values.len() > 1 && values.iter().all(|x| x == v) => Column::All(v.clone()),
+            _ => Column::Each(values),
+        }
+    }
+
+    /// The column as `n` values; `None` when it holds another number.
+    fn into_values(self, n: usize) -> Option<Vec<T>> {
+        match self {
+            Column::Each(v) => (v.len() == n).then_some(v),
+            Column::All(v) => Some(vec![v; n]),
+        }
+    }
+
+    fn len_or(&self, n: usize) -> usize {
+        match self {
+            Column::Each(v) => v.len(),
+            Column::All(_) => n,
+        }
+    }
 }
 
 fn predict(prev: Option<&Usage>, tokens: Option<u32>) -> Option<Usage> {
@@ -61,10 +100,10 @@ impl Columns {
         let n = chunks.len();
         let mut c = Columns {
             at_ns: Vec::with_capacity(n),
-            tokens: Vec::with_capacity(n),
-            text_len: Vec::with_capacity(n),
             ..Columns::default()
         };
+        let mut tokens = Vec::with_capacity(n);
+        let mut text_len = Vec::with_capacity(n);
         let mut prev_at = 0u64;
         let mut prev_usage: Option<&Usage> = None;
         let mut prev_timing: Option<ServerTiming> = None;
@@ -72,8 +111,8 @@ impl Columns {
             let k = index(i);
             c.at_ns.push(ch.at_ns.wrapping_sub(prev_at) as i64);
             prev_at = ch.at_ns;
-            c.tokens.push(ch.tokens);
-            c.text_len.push(ch.text_len);
+            tokens.push(ch.tokens);
+            text_len.push(ch.text_len);
             if predict(prev_usage, ch.tokens).as_ref() != ch.usage.as_ref() {
                 c.usage.push((k, ch.usage.clone()));
             }
@@ -98,25 +137,32 @@ impl Columns {
                 }
             }
         }
+        c.tokens = Column::of(tokens);
+        c.text_len = Column::of(text_len);
         c
     }
 
-    fn into_chunks<E: de::Error>(self) -> Result<Vec<Chunk>, E> {
+    fn into_chunks<E: de::Error>(mut self) -> Result<Vec<Chunk>, E> {
         let n = self.at_ns.len();
-        if self.tokens.len() != n || self.text_len.len() != n {
-            return Err(E::custom(format!(
-                "chunk columns of unequal length: at_ns {n}, tokens {}, text_len {}",
-                self.tokens.len(),
-                self.text_len.len()
-            )));
-        }
+        let (tokens_n, text_n) = (self.tokens.len_or(n), self.text_len.len_or(n));
+        let unequal = || {
+            E::custom(format!(
+                "chunk columns of unequal length: at_ns {n}, tokens {tokens_n}, text_len {text_n}"
+            ))
+        };
+        let (Some(tokens), Some(text_len)) = (
+            std::mem::take(&mut self.tokens).into_values(n),
+            std::mem::take(&mut self.text_len).into_values(n),
+        ) else {
+            return Err(unequal());
+        };
         let mut chunks: Vec<Chunk> = Vec::with_capacity(n);
         let mut at = 0u64;
-        for (d, (tokens, text_len)) in self.at_ns.iter().zip(self.tokens.iter().zip(self.text_len)) {
+        for (d, (tokens, text_len)) in self.at_ns.iter().zip(tokens.into_iter().zip(text_len)) {
             at = at.wrapping_add(*d as u64);
             chunks.push(Chunk {
                 at_ns: at,
-                tokens: *tokens,
+                tokens,
                 text_len,
                 ..Chunk::default()
             });
