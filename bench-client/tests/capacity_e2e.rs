@@ -171,6 +171,39 @@ fn a_killed_search_resumes_from_its_step_files() {
 }
 
 #[test]
+fn a_search_by_concurrency_finds_what_a_scan_of_every_concurrency_finds() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &["--concurrencies", "1,2,4,8,16,32,64", "--refine", "8"],
+        &dir.path().join("search.jsonl"),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let search = json(&o);
+    assert_eq!(search["level"], "concurrency", "{search}");
+    let cap = f(&search, "capacity");
+    let fail = f(&search, "first_fail");
+    assert!(cap >= 1.0 && cap.fract() == 0.0, "{search}");
+    assert_eq!(fail, cap + 1.0, "bisected down to neighbours: {search}");
+    assert!(search["answer"]
+        .as_str()
+        .is_some_and(|a| a.contains("requests in flight")));
+    // Every concurrency from 1 to just past the answer, no refinement: the scan stops at its first
+    // failing concurrency.
+    let all: Vec<String> = (1..=(cap as u32 + 2)).map(|c| c.to_string()).collect();
+    let o = run(
+        &["--concurrencies", &all.join(","), "--refine", "0"],
+        &dir.path().join("scan.jsonl"),
+    );
+    let scan = json(&o);
+    assert_eq!(f(&scan, "capacity"), cap, "scan {scan}\nsearch {search}");
+}
+
+#[test]
 fn no_rate_meeting_the_slo_says_so_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let o = Command::new(BIN)
@@ -208,6 +241,18 @@ fn bad_flags_are_refused_with_64() {
         (vec!["--slo", "ttft=500", "--target", "1.5"], "--target"),
         (vec!["--slo", "ttft=500", "--rates", "0,1"], "--rates"),
         (vec!["--slo", "ttft=500", "--rates", "4,2"], "--rates"),
+        (
+            vec!["--slo", "ttft=500", "--concurrencies", "0,1"],
+            "--concurrencies",
+        ),
+        (
+            vec!["--slo", "ttft=500", "--concurrencies", "4,2"],
+            "--concurrencies",
+        ),
+        (
+            vec!["--slo", "ttft=500", "--concurrencies", "1.5"],
+            "--concurrencies",
+        ),
         (vec!["--slo", "ttft=500", "--start=-1"], "--start"),
         (vec!["--slo", "ttft=500", "--factor", "1"], "--factor"),
         (vec!["--slo", "nonsense"], "--slo"),

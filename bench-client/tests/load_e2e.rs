@@ -34,6 +34,7 @@ fn paused_runtime() -> tokio::runtime::Runtime {
 
 async fn mock() -> MockServer {
     let mut c = Config::preset("small-cpu-demo").unwrap();
+    c.enable_metrics = true;
     c.port = 0;
     c.host = "127.0.0.1".into();
     MockServer::start(c).await.unwrap()

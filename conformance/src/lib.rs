@@ -2,3 +2,4 @@
 //! server against the assumptions the mock makes (`checks`, binary `conformance --url URL`).
 
 pub mod checks;
+pub mod diff;

@@ -3,18 +3,24 @@
 //!
 //! Example: `cargo run -p conformance -- --url http://127.0.0.1:30000`
 
-use clap::Parser;
+mod diff_cmd;
+
+use clap::{Parser, Subcommand};
 use conformance::checks::{self, CheckOptions, Outcome};
 
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Check a live LLM server against the assumptions the mock makes"
+    about = "Check a live LLM server against the assumptions the mock makes",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// Server base URL.
-    #[arg(long)]
-    url: String,
+    #[arg(long, required = true)]
+    url: Option<String>,
     /// Wire dialect (probed when omitted).
     #[arg(long, value_enum)]
     api: Option<bench_client::api::Dialect>,
@@ -42,10 +48,27 @@ struct Args {
     allow_fail: Vec<String>,
 }
 
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Send one battery of requests to a real SGLang server and to the mock and print every
+    /// difference (behaviour, key paths, metric names, token counts); exits 1 on a difference the
+    /// known-differences list does not name.
+    ///
+    /// Example: `conformance diff --real http://127.0.0.1:30000 --save fixtures/diff/sglang-0.5.23`
+    Diff(diff_cmd::DiffArgs),
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let mut opts = CheckOptions::new(args.url);
+    if let Some(Cmd::Diff(d)) = args.cmd {
+        return diff_cmd::run(d).await;
+    }
+    let Some(url) = args.url else {
+        eprintln!("error: --url is required");
+        return std::process::ExitCode::from(2);
+    };
+    let mut opts = CheckOptions::new(url);
     opts.dialect = args.api;
     opts.model = args.model;
     opts.api_key = args

@@ -53,6 +53,9 @@ pub struct Args {
     /// Report cached prompt tokens in usage (SGLang `--enable-cache-report`).
     #[arg(long)]
     pub enable_cache_report: bool,
+    /// Serve /metrics and the scheduler's timings in meta_info (SGLang `--enable-metrics`; without it /metrics is a 404).
+    #[arg(long)]
+    pub enable_metrics: bool,
     /// Stream only each event's new text and ids, not the cumulative output (SGLang `--incremental-streaming-output`).
     #[arg(long)]
     pub incremental_streaming_output: bool,
@@ -142,6 +145,7 @@ pub fn build(a: &Args) -> Result<Config, CliError> {
     }
     for (flag, key) in [
         (a.enable_cache_report, "enable_cache_report"),
+        (a.enable_metrics, "enable_metrics"),
         (
             a.incremental_streaming_output,
             "incremental_streaming_output",

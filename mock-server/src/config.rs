@@ -56,6 +56,9 @@ pub struct Config {
     pub stream_interval: usize,
     pub incremental_streaming_output: bool,
     pub enable_cache_report: bool,
+    /// Serve `/metrics` and report the scheduler's timings in native `meta_info` (SGLang's
+    /// `--enable-metrics`); without it `/metrics` is a 404, as in SGLang.
+    pub enable_metrics: bool,
     pub disable_radix_cache: bool,
     // --- tokenizer / sampling ---
     pub vocab_size: u32,

@@ -42,6 +42,8 @@ pub enum FinishTruth {
     Stop,
     Aborted,
     OomCrash,
+    /// The server died of something else (an input id outside the vocabulary).
+    Crashed,
     Error(String),
 }
 

@@ -26,6 +26,10 @@ pub(super) struct CapacityArgs {
     /// The coarse rates to step through, req/s, e.g. 1,2,4,8 (else --start, --factor, --max-steps).
     #[arg(long, conflicts_with_all = ["start", "factor", "max_steps"])]
     rates: Option<String>,
+    /// Search by concurrency instead of rate: closed-loop steps at these numbers of requests in
+    /// flight, e.g. 1,2,4,8,16, bisected on whole numbers.
+    #[arg(long, value_name = "LIST", conflicts_with_all = ["rates", "start", "factor", "max_steps", "arrival", "burstiness"])]
+    concurrencies: Option<String>,
     /// First coarse rate, req/s.
     #[arg(long, default_value_t = 1.0)]
     start: f64,
@@ -109,8 +113,24 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
             a.max_failed
         );
     }
-    let coarse = match &a.rates {
-        Some(list) => {
+    let coarse = match (&a.concurrencies, &a.rates) {
+        (Some(list), _) => {
+            let mut v = Vec::new();
+            for c in list.split(',') {
+                let x: u32 = c.trim().parse().map_err(|_| {
+                    anyhow::anyhow!("--concurrencies: {c:?} is not a whole number of requests")
+                })?;
+                if x == 0 {
+                    anyhow::bail!("--concurrencies must be at least 1, got 0");
+                }
+                v.push(f64::from(x));
+            }
+            if v.windows(2).any(|w| w[1] <= w[0]) {
+                anyhow::bail!("--concurrencies must increase, got {list}");
+            }
+            v
+        }
+        (None, Some(list)) => {
             let mut v = Vec::new();
             for r in list.split(',') {
                 let x: f64 = r
@@ -124,7 +144,7 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
             }
             v
         }
-        None => {
+        (None, None) => {
             positive("start", a.start)?;
             if !(a.factor.is_finite() && a.factor > 1.0) {
                 anyhow::bail!("--factor must be above 1, got {}", a.factor);
@@ -140,6 +160,7 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
         refine: a.refine,
         target: a.target,
         max_failed: a.max_failed,
+        integer: a.concurrencies.is_some(),
     })
 }
 
@@ -168,11 +189,17 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
         (None, None) => Stop::Requests(200),
         (Some(_), Some(_)) => anyhow::bail!("give --num-requests or --duration, not both"),
     };
-    // Checks the arrival settings once, at the first rate.
-    let arrivals = Arrivals::Open {
-        rate: plan.coarse[0],
-        kind: a.arrival,
-        burstiness: a.burstiness,
+    // Checks the arrival settings once, at the first level.
+    let arrivals = if plan.integer {
+        Arrivals::Closed {
+            concurrency: plan.coarse[0] as u32,
+        }
+    } else {
+        Arrivals::Open {
+            rate: plan.coarse[0],
+            kind: a.arrival,
+            burstiness: a.burstiness,
+        }
     };
     let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
     let out = a.out.clone().unwrap_or_else(|| default_out("capacity"));
@@ -258,7 +285,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
         eprintln!("plot written to {}", p.display());
     }
     if r.capacity.is_none() {
-        eprintln!("no rate meets the SLO");
+        eprintln!("no {} meets the SLO", r.level.name());
         return Ok(ExitCode::from(exit::FAILED_REQUESTS));
     }
     if r.server_failing.is_some() {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::measure::capacity::{CapacityPlan, Next};
 use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
-use crate::report::capacity::{CapacityReport, CapacityRow};
+use crate::report::capacity::{CapacityReport, CapacityRow, Level};
 use crate::report::load::LoadSummary;
 use crate::results::read_records;
 
@@ -56,12 +56,27 @@ pub fn step_path(out: &Path, n: usize) -> PathBuf {
 }
 
 impl CapacityConfig {
-    /// The load run of step `n` at `rate`.
+    /// What the search steps: request rates, or concurrencies (`plan.integer`).
+    pub fn level(&self) -> Level {
+        if self.plan.integer {
+            Level::Concurrency
+        } else {
+            Level::Rate
+        }
+    }
+
+    /// The load run of step `n` at `rate` (open loop), or at `rate` requests in flight (closed
+    /// loop) for a search by concurrency.
     pub fn step_config(&self, n: usize, rate: f64) -> anyhow::Result<LoadConfig> {
-        let arrivals = Arrivals::Open {
-            rate,
-            kind: self.arrival,
-            burstiness: self.burstiness,
+        let arrivals = match self.level() {
+            Level::Concurrency => Arrivals::Closed {
+                concurrency: rate as u32,
+            },
+            Level::Rate => Arrivals::Open {
+                rate,
+                kind: self.arrival,
+                burstiness: self.burstiness,
+            },
         };
         let schedule =
             Schedule::new(arrivals, self.stop, self.load.seed).map_err(anyhow::Error::msg)?;
@@ -69,7 +84,11 @@ impl CapacityConfig {
             schedule,
             out: step_path(&self.out, n),
             resume: self.resume,
-            command: format!("{} (capacity step {n}, {rate} req/s)", self.load.command),
+            command: format!(
+                "{} (capacity step {n}, {rate} {})",
+                self.load.command,
+                self.level().unit()
+            ),
             ..self.load.clone()
         })
     }
@@ -121,8 +140,13 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         let rate = match cfg.plan.next(&results) {
             Next::Run(r) => r,
             Next::Done(answer) => {
-                let report =
-                    CapacityReport::new(cfg.slo_text.clone(), cfg.plan.target, rows, &answer);
+                let report = CapacityReport::new(
+                    cfg.slo_text.clone(),
+                    cfg.plan.target,
+                    cfg.level(),
+                    rows,
+                    &answer,
+                );
                 return Ok(CapacityOutcome {
                     report,
                     resumed_steps,
@@ -145,7 +169,8 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
             resumed_steps += 1;
         } else {
             eprintln!(
-                "capacity step {n}: {rate:.3} req/s into {}",
+                "capacity step {n}: {rate:.3} {} into {}",
+                cfg.level().unit(),
                 step.out.display()
             );
             let outcome = run_load(&step).await?;
@@ -155,8 +180,13 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
                     first_fail: None,
                     server_failing: None,
                 };
-                let report =
-                    CapacityReport::new(cfg.slo_text.clone(), cfg.plan.target, rows, &answer);
+                let report = CapacityReport::new(
+                    cfg.slo_text.clone(),
+                    cfg.plan.target,
+                    cfg.level(),
+                    rows,
+                    &answer,
+                );
                 return Ok(CapacityOutcome {
                     report,
                     resumed_steps,
@@ -168,7 +198,8 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         let mut row = CapacityRow::new(n, rate, &summary, false, step.out.display().to_string());
         row.passed = cfg.plan.passes(&row.result());
         eprintln!(
-            "capacity step {n}: {rate:.3} req/s, {}/{} requests met the SLO ({:.1}%): {}",
+            "capacity step {n}: {rate:.3} {}, {}/{} requests met the SLO ({:.1}%): {}",
+            cfg.level().unit(),
             row.good,
             row.requests,
             row.goodput_share * 100.0,

@@ -17,13 +17,16 @@ impl std::fmt::Debug for EmbeddedMock {
 }
 
 impl EmbeddedMock {
-    /// Start `preset` with `key=value` overrides; the port defaults to a free one.
+    /// Start `preset` with `key=value` overrides; the port defaults to a free one, and `/metrics`
+    /// is on (as a deployment started with `--enable-metrics`) unless an override turns it off.
     pub async fn start(preset: &str, sets: &[(String, String)]) -> anyhow::Result<Self> {
         let mut config = mock_server::Config::preset(preset)
             .map_err(|e| anyhow::anyhow!("mock preset {preset:?}: {e}"))?;
-        config
-            .set("port", "0")
-            .map_err(|e| anyhow::anyhow!("mock setting port=0: {e}"))?;
+        for (k, v) in [("port", "0"), ("enable_metrics", "true")] {
+            config
+                .set(k, v)
+                .map_err(|e| anyhow::anyhow!("mock setting {k}={v}: {e}"))?;
+        }
         for (k, v) in sets {
             config
                 .set(k, v)

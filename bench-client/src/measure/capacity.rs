@@ -6,6 +6,10 @@
 //! target), then bisects between the last passing and the first failing rate `refine` times (from
 //! 0 when the first step already fails). A step whose failed-request share is above `max_failed`
 //! ends the search at once: the server is failing requests, and a higher rate would not say more.
+//!
+//! The levels are request rates, or, for a search by concurrency (`integer`), whole numbers of
+//! requests in flight: bisection then picks whole numbers and ends when none is left between the
+//! last passing and the first failing level.
 
 /// How to search.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,6 +22,8 @@ pub struct CapacityPlan {
     pub target: f64,
     /// A step whose failed share is above this stops the search.
     pub max_failed: f64,
+    /// The levels are whole numbers (concurrencies): bisection rounds down.
+    pub integer: bool,
 }
 
 /// What one step measured.
@@ -122,7 +128,9 @@ impl CapacityPlan {
             None => Next::Done(done),
             Some(h) if refined < self.refine => {
                 let mid = (lo.unwrap_or(0.0) + h) / 2.0;
-                if mid <= 0.0 || lo.is_some_and(|l| h - l <= l * 1e-3) {
+                let mid = if self.integer { mid.floor() } else { mid };
+                let none_left = self.integer && (mid <= lo.unwrap_or(0.0) || mid >= h);
+                if none_left || mid <= 0.0 || lo.is_some_and(|l| h - l <= l * 1e-3) {
                     Next::Done(done)
                 } else {
                     Next::Run(mid)
@@ -148,6 +156,23 @@ mod tests {
             refine,
             target: 0.95,
             max_failed: 0.05,
+            integer: false,
+        }
+    }
+
+    #[test]
+    fn a_search_by_concurrency_bisects_on_whole_numbers_and_ends_between_neighbours() {
+        let p = CapacityPlan {
+            coarse: vec![1.0, 2.0, 4.0, 8.0, 16.0],
+            refine: 8,
+            integer: true,
+            ..plan(8)
+        };
+        for cap in [1.0, 3.0, 5.0, 6.0, 11.0] {
+            let (levels, a) = search(&p, cap);
+            assert!(levels.iter().all(|l| l.fract() == 0.0), "{levels:?}");
+            assert_eq!(a.rate, Some(cap), "{levels:?}");
+            assert_eq!(a.first_fail, Some(cap + 1.0), "{levels:?}");
         }
     }
 

@@ -7,12 +7,48 @@ use crate::measure::capacity::{CapacityAnswer, StepResult};
 use crate::measure::ms;
 use crate::report::load::LoadSummary;
 
+/// What a search steps through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// Open-loop request rates.
+    Rate,
+    /// Closed-loop numbers of requests in flight.
+    Concurrency,
+}
+
+impl Level {
+    /// The level's name: "rate" or "concurrency".
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Rate => "rate",
+            Level::Concurrency => "concurrency",
+        }
+    }
+
+    /// The unit a level is given in.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Level::Rate => "req/s",
+            Level::Concurrency => "in flight",
+        }
+    }
+
+    /// A level with its unit, as the answer prints it.
+    pub fn show(self, v: f64) -> String {
+        match self {
+            Level::Rate => format!("{v:.3} req/s"),
+            Level::Concurrency => format!("{v:.0} requests in flight"),
+        }
+    }
+}
+
 /// One step of the search.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CapacityRow {
     /// The order the step ran in (0-based).
     pub step: usize,
-    /// Offered rate, requests per second.
+    /// Offered rate, requests per second; for a search by concurrency, the requests in flight.
     pub rate: f64,
     /// Requests sent, succeeded and meeting the SLO.
     pub requests: u64,
@@ -90,6 +126,8 @@ pub struct CapacityReport {
     pub slo: String,
     /// The goodput share a step must reach.
     pub target: f64,
+    /// What the steps' `rate` is: a request rate or a concurrency.
+    pub level: Level,
     /// The steps in the order they ran.
     pub steps: Vec<CapacityRow>,
     /// The highest passing rate, `None` when no step passed.
@@ -102,10 +140,17 @@ pub struct CapacityReport {
 
 impl CapacityReport {
     /// The report of `steps` ending in `answer`.
-    pub fn new(slo: String, target: f64, steps: Vec<CapacityRow>, answer: &CapacityAnswer) -> Self {
+    pub fn new(
+        slo: String,
+        target: f64,
+        level: Level,
+        steps: Vec<CapacityRow>,
+        answer: &CapacityAnswer,
+    ) -> Self {
         CapacityReport {
             slo,
             target,
+            level,
             steps,
             capacity: answer.rate,
             first_fail: answer.first_fail,
@@ -123,27 +168,31 @@ impl CapacityReport {
     /// The answer in one line.
     pub fn answer(&self) -> String {
         let pct = self.target * 100.0;
+        let (l, name) = (self.level, self.level.name());
         let mut s = match (self.capacity, self.first_fail) {
             (None, _) => format!(
-                "no rate meets the SLO ({}) for {pct:.0}% of requests",
+                "no {name} meets the SLO ({}) for {pct:.0}% of requests",
                 self.slo
             ),
             (Some(r), Some(f)) => format!(
-                "capacity: {r:.3} req/s ({pct:.0}% of requests meet {}; {f:.3} req/s does not)",
-                self.slo
+                "capacity: {} ({pct:.0}% of requests meet {}; {} does not)",
+                l.show(r),
+                self.slo,
+                l.show(f)
             ),
             (Some(r), None) => format!(
-                "capacity: at least {r:.3} req/s ({pct:.0}% of requests meet {} at every rate tried; try higher rates)",
+                "capacity: at least {} ({pct:.0}% of requests meet {} at every {name} tried; try higher)",
+                l.show(r),
                 self.slo
             ),
         };
         if let Some(i) = self.server_failing {
             if let Some(row) = self.steps.get(i) {
                 s.push_str(&format!(
-                    "; stopped early: the server failed {} of {} requests at {:.3} req/s",
+                    "; stopped early: the server failed {} of {} requests at {}",
                     row.requests - row.succeeded,
                     row.requests,
-                    row.rate
+                    l.show(row.rate)
                 ));
             }
         }

@@ -268,3 +268,55 @@ fn speculative_first_chunk_carries_several_tokens() {
         server.shutdown().await;
     });
 }
+
+/// With `--enable-metrics` the mock reports its scheduler's timings in `meta_info` as SGLang does,
+/// and the client's TTFT split (`server_queue`, `server_prefill`, rest) gives back the ground truth:
+/// the queue wait, the time from admission to the first chunk's handover, and nothing else on a
+/// loopback connection of the paused clock.
+#[test]
+fn the_ttft_split_from_sglang_timings_equals_the_ground_truth() {
+    let rt = common::paused_runtime();
+    rt.block_on(async {
+        let mut cfg = common::preset("small-cpu-demo");
+        cfg.enable_metrics = true;
+        // One request at a time: the second and third wait in the queue.
+        cfg.max_running_requests = 1;
+        let server = common::start(cfg).await;
+        let sends = (0..3u64).map(|i| {
+            let server = &server;
+            async move {
+                let rid = format!("split-{i}");
+                let p = common::prompt(11, 4096, i);
+                (
+                    rid.clone(),
+                    common::send(server, Dialect::Sglang, &rid, p, 16).await,
+                )
+            }
+        });
+        let traces = futures::future::join_all(sends).await;
+        let mut queued = 0;
+        for (rid, trace) in traces {
+            let truth = server.truth().request(&rid).expect("truth");
+            let m = measure(&trace).expect("measurement");
+            let split = bench_client::measure::ttft_split(&trace, m.ttft_ms).expect("split");
+            let queue = ms(truth.queue_wait_ns);
+            let first = ms(truth.chunks[0].at_ns);
+            let got_queue = split.server_queue_ms.expect("queue");
+            let got_prefill = split.server_prefill_ms.expect("prefill");
+            let rest = split.rest_ms.expect("rest");
+            assert!(
+                (got_queue - queue).abs() < 1e-3,
+                "{rid}: {got_queue} vs {queue}"
+            );
+            assert!(
+                (got_prefill - (first - queue)).abs() < 1e-3,
+                "{rid}: {got_prefill} vs {}",
+                first - queue
+            );
+            assert!(rest.abs() < 1e-3, "{rid}: rest {rest} ms");
+            queued += usize::from(queue > 0.0);
+        }
+        assert!(queued >= 2, "two requests waited in the queue");
+        server.shutdown().await;
+    });
+}

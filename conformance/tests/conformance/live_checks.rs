@@ -15,9 +15,18 @@ fn outcome(results: &[CheckResult], id: &str) -> Outcome {
 }
 
 async fn run(cfg: mock_server::Config, dialect: Option<Dialect>) -> Vec<CheckResult> {
+    run_with(cfg, dialect, CheckOptions::new(String::new()).prompt_tokens).await
+}
+
+async fn run_with(
+    cfg: mock_server::Config,
+    dialect: Option<Dialect>,
+    prompt_tokens: u32,
+) -> Vec<CheckResult> {
     let server = common::start(cfg).await;
     let mut opts = CheckOptions::new(server.url());
     opts.dialect = dialect;
+    opts.prompt_tokens = prompt_tokens;
     let results = run_checks(opts).await;
     server.shutdown().await;
     results
@@ -60,7 +69,9 @@ fn checks_tell_a_server_without_prefix_cache_apart() {
     rt.block_on(async {
         let mut cfg = common::preset("small-cpu-demo");
         cfg.disable_radix_cache = true;
-        let results = run(cfg, Some(Dialect::Sglang)).await;
+        // Long prompts: the check's fallback compares TTFTs, and the paused clock counts whole
+        // milliseconds, so a TTFT of 1-2 ms would differ by half from one request to the next.
+        let results = run_with(cfg, Some(Dialect::Sglang), 50_000).await;
         assert_eq!(outcome(&results, "prefix-cache"), Outcome::NotSupported);
         assert_eq!(outcome(&results, "cache-busting"), Outcome::Pass);
     });

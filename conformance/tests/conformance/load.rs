@@ -38,7 +38,9 @@ fn shared_prefix_cache_hit_rate_matches_ground_truth() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("prefix.jsonl");
     common::paused_runtime().block_on(async {
-        let server = common::start(common::preset("small-cpu-demo")).await;
+        let mut c = common::preset("small-cpu-demo");
+        c.enable_metrics = true;
+        let server = common::start(c).await;
         let s = Schedule::new(Arrivals::Closed { concurrency: 8 }, Stop::Requests(96), 21).unwrap();
         let w = Workload::SharedPrefix {
             groups: 4,

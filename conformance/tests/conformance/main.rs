@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod diff;
 mod fixtures;
 mod ground_truth;
 mod live_checks;

@@ -55,6 +55,10 @@ impl Engine {
             if r.output.is_empty() {
                 r.cached = matched;
                 let wait = r.ns(Instant::now());
+                r.times.forward_entry_ns.get_or_insert(wait);
+                if let Ok(mut s) = self.shared.stats.lock() {
+                    s.queue.observe(wait as f64 / 1e9);
+                }
                 self.shared.truth.update(&r.request.rid, |t| {
                     t.cached_tokens = matched;
                     t.queue_wait_ns = wait;
@@ -97,14 +101,20 @@ impl Engine {
     /// running batch, the newest request goes back to the head of the queue (one always stays).
     pub(super) fn retract_for_decode(&mut self) {
         let per = self.tokens_per_step();
+        let mut retracted = 0;
         while !self.reserve(per * self.running.len()) && self.running.len() > 1 {
             if let Some(mut r) = self.running.pop() {
                 self.release(&mut r);
+                r.times.retractions += 1;
+                retracted += 1;
                 self.waiting.push_front(r);
                 if let Ok(mut s) = self.shared.stats.lock() {
                     s.retracted_total += 1;
                 }
             }
+        }
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.retracted_last = retracted;
         }
     }
 }

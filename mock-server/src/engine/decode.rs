@@ -201,6 +201,7 @@ impl Engine {
                     completion_tokens: r.output.len(),
                     finish: finish.clone(),
                     speculative,
+                    times: r.times,
                 },
                 at: model_at,
                 rid: r.request.rid.clone(),

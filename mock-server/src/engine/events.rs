@@ -45,6 +45,18 @@ pub struct SpeculativeStats {
     pub histogram: Vec<u64>,
 }
 
+/// The scheduler's own timings of a request, as SGLang reports them with `--enable-metrics`:
+/// ns since the request was received, on the same clock as `at_ns`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestTimes {
+    /// When the request first entered a forward batch (left the waiting queue).
+    pub forward_entry_ns: Option<u64>,
+    /// When its prompt's prefill first finished.
+    pub prefill_finished_ns: Option<u64>,
+    /// How often it was retracted under KV pressure.
+    pub retractions: u32,
+}
+
 /// What the engine sends to a request's HTTP stream.
 #[derive(Debug, Clone)]
 pub enum StreamEvent {
@@ -59,6 +71,7 @@ pub enum StreamEvent {
         completion_tokens: usize,
         finish: Option<Finish>,
         speculative: Option<SpeculativeStats>,
+        times: RequestTimes,
     },
     Error(String),
     /// The server died; the stream must be cut without `[DONE]`.

@@ -14,7 +14,7 @@ mod output;
 mod prefill;
 pub mod stats;
 
-pub use events::{Finish, GenRequest, SpeculativeStats, StreamEvent};
+pub use events::{Finish, GenRequest, RequestTimes, SpeculativeStats, StreamEvent};
 pub use stats::Stats;
 
 use crate::clock::Clock;
@@ -147,6 +147,7 @@ struct RequestState {
     last_chunk_at: Option<Instant>,
     /// Stream events sent so far (the next chunk's index in the ground truth).
     chunks: usize,
+    times: RequestTimes,
 }
 
 impl RequestState {
@@ -219,6 +220,7 @@ impl Engine {
                     hist: Vec::new(),
                     last_chunk_at: None,
                     chunks: 0,
+                    times: RequestTimes::default(),
                 });
             }
             Msg::Flush(reply) => {

@@ -58,6 +58,12 @@ impl Engine {
             .map(|x| x.context_before + x.tokens)
             .max()
             .unwrap_or(0);
+        if let Some(reason) = self.out_of_vocabulary(&items) {
+            tracing::error!(target: "mock_server::engine", "{reason}");
+            eprintln!("{reason}");
+            self.die(reason, FinishTruth::Crashed);
+            return None;
+        }
         let peak = self.shared.budget.activation_peak(extend, ctx_end);
         let c = &self.cfg;
         let secs = c.prefill_base_s
@@ -113,6 +119,8 @@ impl Engine {
         let mut stats = PassStats::default();
         let mut events = Vec::new();
         for mut r in finished.into_iter().rev() {
+            let done_ns = r.ns(deadline);
+            r.times.prefill_finished_ns.get_or_insert(done_ns);
             if !r.emitted_first {
                 r.emitted_first = true;
                 let step = self.step_tokens(&mut r, deadline, &mut stats);
@@ -126,6 +134,25 @@ impl Engine {
         }
         self.end_pass(stats, events, completed).await;
         Some(deadline)
+    }
+
+    /// An input id at or above the vocabulary size, in a prompt this pass would prefill: SGLang's
+    /// embedding lookup raises `IndexError` and its scheduler, then the whole server, exits.
+    fn out_of_vocabulary(&self, items: &[PrefillChunk]) -> Option<String> {
+        let vocab = self.cfg.vocab_size;
+        items.iter().find_map(|x| {
+            let r = &self.prefilling[x.index];
+            let id = r.request.input_ids.iter().find(|&&id| id >= vocab)?;
+            let what = if *id == u32::MAX {
+                "a negative input id".to_string()
+            } else {
+                format!("input id {id} >= vocabulary size {vocab}")
+            };
+            Some(format!(
+                "IndexError: index out of range in self (request {}: {what}); the scheduler died",
+                r.request.rid
+            ))
+        })
     }
 
     pub(super) fn crash(&mut self, peak: u64, start: Instant, items: &[PrefillChunk]) {
@@ -144,6 +171,11 @@ impl Engine {
             // The pass never ran: it ends where it started.
             self.record_pass(chunk, start, start, peak);
         }
+        self.die(reason, FinishTruth::OomCrash);
+    }
+
+    /// The server dies: every request's stream is cut and the server stops (or restarts).
+    pub(super) fn die(&mut self, reason: String, finish: FinishTruth) {
         let all: Vec<RequestState> = self
             .waiting
             .drain(..)
@@ -155,7 +187,7 @@ impl Engine {
             .dead
             .store(true, std::sync::atomic::Ordering::SeqCst);
         for r in all {
-            self.finish_truth(&r, FinishTruth::OomCrash);
+            self.finish_truth(&r, finish.clone());
             let _ = r.tx.send(StreamEvent::Crash(reason.clone()));
         }
         self.shared.crashed.send_replace(Some(reason));

@@ -19,6 +19,8 @@ pub struct Stats {
     pub verify_tokens_total: u64,
     /// Requests sent back to the queue under KV pressure.
     pub retracted_total: u64,
+    /// Requests the latest decode step sent back (SGLang's `sglang:num_retracted_reqs` gauge).
+    pub retracted_last: usize,
     pub last_gen_throughput: f64,
     /// Time to first token, one observation per request.
     pub ttft: Histogram,
@@ -27,9 +29,20 @@ pub struct Stats {
     pub itl: Histogram,
     /// End-to-end latency, one observation per finished request.
     pub e2e: Histogram,
+    /// Time in the waiting queue, one observation per request at its first admission.
+    pub queue: Histogram,
 }
 
 impl Stats {
+    /// SGLang's speculative accept rate: accepted draft tokens per drafted token, from the accept
+    /// length and `draft_tokens` per step (0 before any step or without drafts).
+    pub fn accept_rate(&self, draft_tokens: usize) -> f64 {
+        if draft_tokens == 0 || self.verify_steps_total == 0 {
+            return 0.0;
+        }
+        ((self.accept_length() - 1.0) / draft_tokens as f64).max(0.0)
+    }
+
     /// Tokens per verify step (SGLang's speculative accept length); 0 before any step.
     pub fn accept_length(&self) -> f64 {
         if self.verify_steps_total > 0 {
@@ -53,10 +66,12 @@ impl Default for Stats {
             verify_steps_total: 0,
             verify_tokens_total: 0,
             retracted_total: 0,
+            retracted_last: 0,
             last_gen_throughput: 0.0,
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(E2E_BUCKETS),
+            queue: Histogram::new(TTFT_BUCKETS),
         }
     }
 }

@@ -7,7 +7,7 @@ use super::parse::{
 };
 use super::render::{Collected, Dialect, Renderer};
 use super::sse::stream_response;
-use super::{aborted_body, native_error, openai_error, AppState};
+use super::{aborted_body, native_error, openai_error, validation_error, AppState};
 use crate::engine::{GenRequest, StreamEvent};
 use crate::listen::RxStamp;
 use axum::extract::{ConnectInfo, State};
@@ -30,6 +30,7 @@ pub(super) async fn collect(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
 ) -> Result<Collected, Interrupted> {
     let mut ids = Vec::new();
+    let mut first_at_ns = None;
     while let Some(ev) = rx.recv().await {
         match ev {
             StreamEvent::Tokens {
@@ -38,9 +39,11 @@ pub(super) async fn collect(
                 cached_tokens,
                 finish,
                 speculative,
+                times,
                 ..
             } => {
                 ids.extend(new_ids);
+                let first_at_ns = *first_at_ns.get_or_insert(at_ns);
                 if finish.is_some() {
                     return Ok(Collected {
                         completion: ids.len(),
@@ -49,6 +52,8 @@ pub(super) async fn collect(
                         finish,
                         speculative,
                         at_ns,
+                        first_at_ns,
+                        times,
                     });
                 }
             }
@@ -102,6 +107,7 @@ pub(super) async fn generate(
     let cfg = st.engine().shared.config.clone();
     let m = match parse_body(body) {
         Ok(m) => m,
+        Err((StatusCode::BAD_REQUEST, e)) => return validation_error(e),
         Err((s, e)) => return native_error(s, e),
     };
     // SGLang checks these inside the request's generator, after the response has begun: a
@@ -115,9 +121,10 @@ pub(super) async fn generate(
         sampling: c,
         stream,
         rid,
+        return_logprob,
     } = match parse_native(&m, cfg.vocab_size) {
         Ok(p) => p,
-        Err(e) => return native_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return validation_error(e),
     };
     if let Err(e) = check_lengths(st.context_length(), &prompt, c.max_new) {
         return late_error(stream, e);
@@ -130,12 +137,14 @@ pub(super) async fn generate(
     };
     let mut ctx = Renderer::new(Dialect::Native, rid, &cfg, received, prompt_tokens);
     ctx.incremental = cfg.incremental_streaming_output;
+    ctx.logprobs = return_logprob;
     if stream {
         return stream_response(ctx, rx, &headers, st.engine().shared.truth.clone());
     }
     match collect(&mut rx).await {
         Ok(c) => {
             ctx.incremental = false;
+            ctx.streamed = false;
             let mut buf = Vec::new();
             ctx.native(&mut buf, &c);
             ([(header::CONTENT_TYPE, "application/json")], buf).into_response()
@@ -192,6 +201,7 @@ async fn openai(
     let cfg = st.engine().shared.config.clone();
     let m = match parse_body(body) {
         Ok(m) => m,
+        Err((StatusCode::BAD_REQUEST, e)) => return validation_error(e),
         Err((s, e)) => return openai_error(s, e),
     };
     let vocab = cfg.vocab_size;

@@ -100,6 +100,16 @@ fn openai_error(status: StatusCode, msg: impl Into<String>) -> Response {
         .into_response()
 }
 
+/// A request SGLang's request model refuses before any handler runs (malformed JSON, a field of
+/// the wrong type): FastAPI's validation error, the same on every route.
+fn validation_error(msg: impl Into<String>) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({"object": "error", "message": msg.into(), "type": "Bad Request", "param": null, "code": 400})),
+    )
+        .into_response()
+}
+
 /// A native error body.
 fn native_error(status: StatusCode, msg: impl Into<String>) -> Response {
     (

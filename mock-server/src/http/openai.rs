@@ -24,15 +24,29 @@ fn matched(f: &Option<Finish>) -> Value {
 }
 
 impl Renderer {
-    /// The `usage` object: prompt, completion and total tokens, and cached tokens when reported.
+    /// The `usage` object of a response's end (the usage chunk, the non-streamed answer):
+    /// prompt, completion and total tokens, cached tokens when reported, SGLang's
+    /// `reasoning_tokens`, and chat's `completion_tokens_details`.
     pub(super) fn usage(&self, completion: usize, cached: usize) -> Value {
         let details = if self.cache_report {
             json!({"cached_tokens": cached})
         } else {
             Value::Null
         };
-        json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
-               "total_tokens": self.prompt_tokens + completion, "prompt_tokens_details": details})
+        let mut u = json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + completion,
+               "completion_tokens": completion, "prompt_tokens_details": details, "reasoning_tokens": 0});
+        if self.dialect == Dialect::Chat {
+            u["completion_tokens_details"] = Value::Null;
+        }
+        u
+    }
+
+    /// The `usage` of every chunk under `continuous_usage_stats`: as SGLang 0.5.23 sends it, no
+    /// cached-token details until the usage chunk.
+    fn running_usage(&self, completion: usize) -> Value {
+        json!({"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + completion,
+               "completion_tokens": completion, "prompt_tokens_details": null, "reasoning_tokens": 0,
+               "completion_tokens_details": null})
     }
 
     /// One streamed chunk carrying `new_ids`.
@@ -40,19 +54,18 @@ impl Renderer {
         &self,
         new_ids: &[u32],
         completion: usize,
-        cached: usize,
         finish: &Option<Finish>,
     ) -> Value {
         let text = tokenizer::decode(new_ids);
         let usage = if self.continuous_usage {
-            self.usage(completion, cached)
+            self.running_usage(completion)
         } else {
             Value::Null
         };
         match self.dialect {
             Dialect::Chat => {
                 json!({"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": [{"index": 0, "delta": {"content": text},
+                "model": self.model, "choices": [{"index": 0, "delta": {"reasoning_content": null, "content": text},
                 "logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": usage})
             }
             _ => {
@@ -74,12 +87,12 @@ impl Renderer {
     ) {
         if self.dialect == Dialect::Chat {
             let usage = if self.continuous_usage {
-                self.usage(completion, cached)
+                self.running_usage(completion)
             } else {
                 Value::Null
             };
             out.push(sse(&json!({"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": [{"index": 0, "delta": {}, "logprobs": null,
+                "model": self.model, "choices": [{"index": 0, "delta": {"reasoning_content": null}, "logprobs": null,
                 "finish_reason": finish_str(finish), "matched_stop": matched(finish)}], "usage": usage})));
         }
         if self.include_usage {
@@ -104,7 +117,8 @@ impl Renderer {
             ..
         } = c;
         let text = tokenizer::decode(ids);
-        let usage = self.usage(ids.len(), *cached);
+        let mut usage = self.usage(ids.len(), *cached);
+        usage["completion_tokens_details"] = Value::Null;
         let choice = if self.dialect == Dialect::Chat {
             json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null,
                    "finish_reason": finish_str(finish), "matched_stop": matched(finish)})
@@ -118,6 +132,7 @@ impl Renderer {
             "text_completion"
         };
         json!({"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-        "choices": [choice], "usage": usage})
+        "choices": [choice], "usage": usage, "metadata": {"weight_version": "default",
+        "weight_versions": [{"version": "default", "start": 0, "end": ids.len()}]}})
     }
 }

@@ -50,14 +50,17 @@ fn get_bool(m: &Map<String, Value>, key: &str) -> Result<bool, String> {
     }
 }
 
-/// A list of token ids inside the vocabulary.
+/// A list of token ids. As in SGLang, an id at or above the vocabulary size or a negative one
+/// passes validation (a prompt id then kills the server when it is prefilled, see the engine); a
+/// negative id is kept as `u32::MAX`, outside every vocabulary. Ids beyond 32 bits are refused.
 fn get_ids(v: &Value, what: &str, vocab: u32) -> Result<Vec<u32>, String> {
     let arr = v
         .as_array()
         .ok_or_else(|| format!("{what} must be a list of token ids"))?;
     arr.iter()
         .map(|x| match x.as_u64() {
-            Some(i) if i < u64::from(vocab) => Ok(i as u32),
+            Some(i) if i <= u64::from(u32::MAX) => Ok(i as u32),
+            None if x.as_i64().is_some_and(|i| i < 0) => Ok(u32::MAX),
             Some(i) => Err(format!(
                 "{what}: token id {i} is outside the vocabulary (size {vocab})"
             )),
@@ -117,7 +120,7 @@ pub(super) fn chat_prompt(m: Option<&Value>, vocab: u32) -> Result<Vec<u32>, Str
         .and_then(Value::as_array)
         .ok_or_else(|| "messages must be a list of {role, content} objects".to_string())?;
     if msgs.is_empty() {
-        return Err("messages must not be empty".into());
+        return Err("Messages cannot be empty.".into());
     }
     let mut ids = Vec::new();
     for (i, msg) in msgs.iter().enumerate() {
@@ -164,14 +167,14 @@ pub(super) struct NativeRequest {
     pub(super) sampling: Sampling,
     pub(super) stream: bool,
     pub(super) rid: Option<String>,
+    /// Log-probabilities of the output tokens in `meta_info`.
+    pub(super) return_logprob: bool,
 }
 
 /// Reads a `/generate` body: `text` or `input_ids`, `sampling_params`, `rid`, `stream`.
 pub(super) fn parse_native(m: &Map<String, Value>, vocab: u32) -> Result<NativeRequest, String> {
+    // With both `text` and `input_ids`, SGLang 0.5.23 serves the text.
     let prompt = match (m.get("text"), m.get("input_ids")) {
-        (Some(t), Some(i)) if !t.is_null() && !i.is_null() => {
-            return Err("Either text or input_ids should be provided, not both.".into())
-        }
         (Some(Value::String(t)), _) => tokenizer::encode(t, vocab),
         (Some(t), _) if !t.is_null() => return Err(format!("text must be a string, got {t}")),
         (_, Some(i)) if !i.is_null() => get_ids(i, "input_ids", vocab)?,
@@ -206,6 +209,7 @@ pub(super) fn parse_native(m: &Map<String, Value>, vocab: u32) -> Result<NativeR
         sampling,
         stream: get_bool(m, "stream")?,
         rid,
+        return_logprob: get_bool(m, "return_logprob")?,
     })
 }
 

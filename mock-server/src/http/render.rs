@@ -1,7 +1,7 @@
 //! One engine event into the writes of a response, in the request's dialect.
 
 use crate::config::Config;
-use crate::engine::{Finish, SpeculativeStats, StreamEvent};
+use crate::engine::{Finish, RequestTimes, SpeculativeStats, StreamEvent};
 use axum::body::Bytes;
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -26,10 +26,23 @@ pub(super) struct Renderer {
     pub(super) cache_report: bool,
     pub(super) include_usage: bool,
     pub(super) continuous_usage: bool,
-    /// Native cumulative output so far, as JSON: the ids comma-separated, the text escaped.
+    /// Native cumulative output so far, as JSON: the ids comma-separated, the text escaped, the
+    /// logprob entries comma-separated.
     pub(super) ids_json: Vec<u8>,
     pub(super) text_json: Vec<u8>,
+    pub(super) logprobs_json: Vec<u8>,
     pub(super) prompt_tokens: usize,
+    /// When the request was received, in seconds since the Unix epoch (SGLang's `*_ts` fields).
+    pub(super) received_unix_s: f64,
+    /// The scheduler's timings in native `meta_info` (`enable_metrics`).
+    pub(super) metrics: bool,
+    /// Native `return_logprob`.
+    pub(super) logprobs: bool,
+    /// The response is a stream (SGLang stamps `response_sent_to_client_ts` on its first event).
+    pub(super) streamed: bool,
+    /// Events rendered so far, and the instant of the first (ns since received).
+    pub(super) events: usize,
+    pub(super) first_at_ns: u64,
 }
 
 impl Renderer {
@@ -54,9 +67,25 @@ impl Renderer {
             continuous_usage: false,
             ids_json: Vec::new(),
             text_json: Vec::new(),
+            logprobs_json: Vec::new(),
             prompt_tokens,
+            received_unix_s: unix_s_at(received),
+            metrics: cfg.enable_metrics,
+            logprobs: false,
+            streamed: true,
+            events: 0,
+            first_at_ns: 0,
         }
     }
+}
+
+/// An instant of tokio's clock in seconds since the Unix epoch.
+fn unix_s_at(at: Instant) -> f64 {
+    let ago = Instant::now().saturating_duration_since(at);
+    std::time::SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The writes one engine event turns into.
@@ -84,6 +113,7 @@ pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
             completion_tokens,
             finish,
             speculative,
+            times,
             ..
         } => {
             let mut out = Vec::new();
@@ -99,17 +129,14 @@ pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
                         finish: finish.clone(),
                         speculative,
                         at_ns,
+                        first_at_ns: at_ns,
+                        times,
                     },
                 );
                 buf.extend_from_slice(b"\n\n");
                 out.push(Bytes::from(buf));
             } else {
-                out.push(sse(&ctx.openai_chunk(
-                    &new_ids,
-                    completion_tokens,
-                    cached_tokens,
-                    &finish,
-                )));
+                out.push(sse(&ctx.openai_chunk(&new_ids, completion_tokens, &finish)));
                 if finish.is_some() {
                     ctx.openai_final_chunks(&mut out, completion_tokens, cached_tokens, &finish);
                 }
@@ -143,4 +170,7 @@ pub(super) struct Collected {
     pub(super) speculative: Option<SpeculativeStats>,
     /// Modelled instant of the final chunk, ns since the request was received.
     pub(super) at_ns: u64,
+    /// The instant of the first chunk, ns since the request was received.
+    pub(super) first_at_ns: u64,
+    pub(super) times: RequestTimes,
 }

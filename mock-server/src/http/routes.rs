@@ -123,8 +123,11 @@ async fn health_generate(State(st): State<AppState>) -> Response {
 async fn model_info(State(st): State<AppState>) -> Response {
     let c = &st.engine().shared.config;
     axum::Json(
-        json!({"model_path": c.model_path, "tokenizer_path": c.model_path, "is_generation": true,
-        "preferred_sampling_params": null, "weight_version": "default"}),
+        json!({"model_path": c.model_path, "served_model_name": c.served_model_name,
+        "tokenizer_path": c.model_path, "is_generation": true, "preferred_sampling_params": null,
+        "weight_version": "default", "load_format": "auto", "reasoning_parser": null,
+        "tool_call_parser": null, "disaggregation_mode": "null", "has_image_understanding": false,
+        "has_audio_understanding": false, "model_type": "mock", "architectures": ["MockForCausalLM"]}),
     )
     .into_response()
 }
@@ -160,7 +163,7 @@ async fn server_info(State(st): State<AppState>) -> Response {
 async fn models(State(st): State<AppState>) -> Response {
     let c = &st.engine().shared.config;
     axum::Json(json!({"object": "list", "data": [{"id": c.served_model_name, "object": "model", "created": created(),
-        "owned_by": "sglang", "root": c.served_model_name, "max_model_len": c.context_length}]}))
+        "owned_by": "sglang", "root": c.served_model_name, "parent": null, "max_model_len": c.context_length}]}))
     .into_response()
 }
 
@@ -179,15 +182,21 @@ async fn tokenize(State(st): State<AppState>, body: RawBody) -> Response {
     }
 }
 
-/// `GET /metrics`: Prometheus text.
+/// `GET /metrics`: Prometheus text, with `enable_metrics`; else SGLang's 404 (no such route).
 async fn metrics(State(st): State<AppState>) -> Response {
     let e = st.engine();
-    let out = prometheus::text(
-        &e.stats(),
-        e.shared.budget.kv_pool_tokens,
-        &e.shared.config.served_model_name,
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    if !e.shared.config.enable_metrics {
+        return not_found().await;
+    }
+    let out = prometheus::text(&e.stats(), e.shared.budget.kv_pool_tokens, &e.shared.config);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
 }
 
 async fn debug_request(State(st): State<AppState>, Path(rid): Path<String>) -> Response {

@@ -110,7 +110,7 @@ pub(super) fn stream_response(
     if state.ctx.dialect == Dialect::Chat {
         let c = &state.ctx;
         let first = json!({"id": c.rid, "object": "chat.completion.chunk", "created": c.created,
-            "model": c.model, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+            "model": c.model, "choices": [{"index": 0, "delta": {"reasoning_content": null, "role": "assistant", "content": ""},
             "logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": null});
         state.queue.push_back(Ok(sse(&first)));
     }

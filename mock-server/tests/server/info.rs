@@ -4,7 +4,9 @@ use crate::common::*;
 
 #[tokio::test(start_paused = true)]
 async fn metrics_match_the_requests_served() {
-    let s = start(Config::default()).await;
+    let mut c = Config::default();
+    c.enable_metrics = true;
+    let s = start(c).await;
     let url = s.url();
     let m0 = scrape(&url).await;
     assert_eq!(m0["sglang:num_requests_total"], 0.0);
@@ -83,6 +85,7 @@ async fn metrics_match_the_requests_served() {
 #[tokio::test(start_paused = true)]
 async fn metrics_gauges_show_running_and_queued_requests() {
     let mut c = Config::default();
+    c.enable_metrics = true;
     c.max_running_requests = 1;
     let s = start(c).await;
     let url = s.url();
@@ -195,4 +198,14 @@ async fn model_and_server_info() {
         budget.free_headroom_bytes as f64 / gib
     ));
     assert_eq!(mem["token_usage"], 0.0);
+}
+
+/// As in SGLang, `/metrics` exists only with `--enable-metrics`: without it the route is a 404.
+#[tokio::test(start_paused = true)]
+async fn metrics_is_a_404_without_enable_metrics() {
+    let s = start(Config::default()).await;
+    let r = reqwest::get(format!("{}/metrics", s.url())).await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v, serde_json::json!({"detail": "Not Found"}));
 }

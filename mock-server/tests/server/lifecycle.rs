@@ -61,6 +61,7 @@ async fn startup_period_answers_503_then_serves() {
 #[tokio::test(start_paused = true)]
 async fn restart_on_oom_crashes_restarts_and_serves_with_an_empty_cache() {
     let mut c = Config::preset(KIMI).unwrap();
+    c.enable_metrics = true;
     c.restart_on_oom = true;
     c.startup_s = 30.0;
     let s = start(c).await;

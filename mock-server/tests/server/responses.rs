@@ -194,6 +194,7 @@ async fn min_new_tokens_and_eos_without_ignore_eos() {
 #[tokio::test(start_paused = true)]
 async fn api_key_guards_every_route_but_health_and_metrics() {
     let mut c = Config::default();
+    c.enable_metrics = true;
     c.api_key = Some("k".into());
     c.debug_endpoints = true;
     let s = start(c).await;

@@ -369,8 +369,12 @@ pub fn compare(r: &CompareReport) -> String {
 
 /// The capacity curve, one row per step ordered by rate, and the answer.
 pub fn capacity(r: &crate::report::capacity::CapacityReport) -> String {
+    let level = match r.level {
+        crate::report::capacity::Level::Rate => "rate req/s",
+        crate::report::capacity::Level::Concurrency => "concurrency",
+    };
     let header = [
-        "rate req/s",
+        level,
         "step",
         "ok/n",
         "req/s",
