@@ -97,7 +97,10 @@ fn kill_9_loses_no_finished_record_and_resume_completes_the_run() {
         .iter()
         .map(|r| (r.load.as_ref().unwrap().index, ()))
         .collect();
-    assert!((kept.len() as u64) < REQUESTS, "the kill came after the end");
+    assert!(
+        (kept.len() as u64) < REQUESTS,
+        "the kill came after the end"
+    );
     // Each stream's end as the mock sent it, on the real-time clock.
     let cutoff = killed_at - 100_000_000;
     let mut finished_before = 0;
@@ -129,9 +132,16 @@ fn kill_9_loses_no_finished_record_and_resume_completes_the_run() {
     let o = bin_util::run(&args(true).iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", bin_util::stderr(&o));
     let recs = read_records(&out).unwrap();
-    let mut idx: Vec<u64> = recs.iter().map(|r| r.load.as_ref().unwrap().index).collect();
+    let mut idx: Vec<u64> = recs
+        .iter()
+        .map(|r| r.load.as_ref().unwrap().index)
+        .collect();
     idx.sort_unstable();
-    assert_eq!(idx, (0..REQUESTS).collect::<Vec<_>>(), "every index exactly once");
+    assert_eq!(
+        idx,
+        (0..REQUESTS).collect::<Vec<_>>(),
+        "every index exactly once"
+    );
     assert!(recs.iter().all(|r| r.error.is_none()));
     rt.block_on(server.shutdown());
 }

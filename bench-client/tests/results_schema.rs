@@ -42,16 +42,26 @@ fn report(path: &Path, format: &str) -> String {
 #[test]
 fn schema_1_and_schema_2_files_of_one_run_give_the_same_numbers() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["load-sglang.jsonl", "load-openai.jsonl", "sweep-two-point.jsonl"] {
+    for name in [
+        "load-sglang.jsonl",
+        "load-openai.jsonl",
+        "sweep-two-point.jsonl",
+    ] {
         let old = fixture(name);
         let text = std::fs::read_to_string(&old).unwrap();
-        assert!(!text.contains("\"schema\""), "{name} is not a schema-1 file");
+        assert!(
+            !text.contains("\"schema\""),
+            "{name} is not a schema-1 file"
+        );
         let new = rewrite(&old, dir.path());
         let (a, b) = (read_records(&old).unwrap(), read_records(&new).unwrap());
         assert!(!a.is_empty(), "{name}");
         assert!(a.iter().all(|r| r.schema == 1) && b.iter().all(|r| r.schema == SCHEMA));
         // The same records, traces included: nothing was lost in the compact form.
-        let same_schema = |r: &Record| Record { schema: 0, ..r.clone() };
+        let same_schema = |r: &Record| Record {
+            schema: 0,
+            ..r.clone()
+        };
         assert_eq!(
             a.iter().map(same_schema).collect::<Vec<_>>(),
             b.iter().map(same_schema).collect::<Vec<_>>(),
@@ -72,7 +82,11 @@ fn schema_1_and_schema_2_files_of_one_run_give_the_same_numbers() {
             }
         }
         for format in ["table", "json"] {
-            assert_eq!(report(&old, format), report(&new, format), "{name} {format}");
+            assert_eq!(
+                report(&old, format),
+                report(&new, format),
+                "{name} {format}"
+            );
         }
         let old_bytes = text.len();
         let new_bytes = std::fs::metadata(&new).unwrap().len() as usize;

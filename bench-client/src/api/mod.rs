@@ -90,7 +90,11 @@ impl StreamDecoder {
             let counts_from_ids = self.dialect == Dialect::Sglang
                 && self.state.output_ids_cumulative.is_none()
                 && ev.output_ids.is_some()
-                && ev.meta_info.as_ref().and_then(|m| m.completion_tokens).is_none();
+                && ev
+                    .meta_info
+                    .as_ref()
+                    .and_then(|m| m.completion_tokens)
+                    .is_none();
             if counts_from_ids {
                 event::parse(data, true)
             } else {

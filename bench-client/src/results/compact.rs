@@ -192,7 +192,9 @@ impl Columns {
             return Err(E::custom(format!("usage entry {k} out of order or range")));
         }
         if let Some((k, _)) = timing.next() {
-            return Err(E::custom(format!("server_timing entry {k} out of order or range")));
+            return Err(E::custom(format!(
+                "server_timing entry {k} out of order or range"
+            )));
         }
         for (k, f) in self.finish_reason {
             chunks[at_chunk(k)?].finish_reason = Some(f);

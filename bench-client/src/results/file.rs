@@ -189,7 +189,9 @@ pub fn write_records(mut writer: RecordWriter, rx: &Receiver<Record>) -> anyhow:
     loop {
         let first = match unsynced_since {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(t) => rx.recv_timeout((t + SYNC_INTERVAL).saturating_duration_since(Instant::now())),
+            Some(t) => {
+                rx.recv_timeout((t + SYNC_INTERVAL).saturating_duration_since(Instant::now()))
+            }
         };
         match first {
             Ok(rec) => {

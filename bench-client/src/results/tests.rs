@@ -227,7 +227,13 @@ fn a_schema_1_line_reads_as_the_same_record() {
     assert!(line.contains("\"chunks\":[{"), "{line}");
     let back: Record = serde_json::from_str(&line).unwrap();
     assert_eq!(back.schema, 1);
-    assert_eq!(Record { schema: SCHEMA, ..back }, rec);
+    assert_eq!(
+        Record {
+            schema: SCHEMA,
+            ..back
+        },
+        rec
+    );
 }
 
 #[test]
@@ -238,7 +244,10 @@ fn a_line_of_a_newer_schema_is_refused_by_name() {
     v["schema"] = serde_json::json!(SCHEMA + 1);
     std::fs::write(&path, format!("{v}\n{v}\n")).unwrap();
     let e = read_records(&path).unwrap_err().to_string();
-    assert!(e.contains("newer bench-client") && e.contains("line 1"), "{e}");
+    assert!(
+        e.contains("newer bench-client") && e.contains("line 1"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -263,7 +272,10 @@ fn the_record_writer_feeds_every_record_and_syncs_at_the_end() {
         // Each record is in the file as soon as the writer has it, before any sync.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while read_records(&path).unwrap().len() < i as usize + 1 {
-            assert!(std::time::Instant::now() < deadline, "record {i} not written");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "record {i} not written"
+            );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
