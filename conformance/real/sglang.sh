@@ -10,8 +10,8 @@
 #                       answers into fixtures/diff/sglang-$SGLANG_VERSION (what `cargo test` replays), stop
 #   sglang.sh check     start, run `conformance --url`, sweeps on --api sglang and --api openai, the two-point
 #                       method with and without --flush-cache, a short load run, `conformance diff`, stop
-#   sglang.sh decide    start, repeat sweeps and load runs compared, load at concurrency 2/4/8, a capacity
-#                       search, stop (outputs in target/real/sglang/decide/)
+#   sglang.sh decide    start, repeat sweeps and load runs compared, load at concurrency 2/4/8, capacity
+#                       searches by rate and by concurrency, stop (outputs in target/real/sglang/decide/)
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 300), LLMB_URL (record/check against a running
 # server), SGLANG_VERSION (default 0.5.23), SGLANG_INCREMENTAL=1 (start with --incremental-streaming-output),
@@ -113,19 +113,6 @@ record() {
     fi
 }
 
-# run_step NAME OUT_FILE PACKAGE ARGS...: run one client binary (rust_bin), save its output, print it.
-run_step() {
-    local what="$1" file="$2"
-    shift 2
-    log "$what  (output: $file)"
-    if ! rust_bin "$@" >"$file" 2>&1; then
-        log "FAILED: $what; last lines of $file:"
-        tail -n 40 "$file" >&2 || true
-        return 1
-    fi
-    cat "$file"
-}
-
 # The two-point method (the old two-request estimate) beside the streaming one: without --flush-cache the
 # second request of each pair reuses the first one's prompt from SGLang's radix cache, so the point must be
 # reported `cache-hit`; with --flush-cache it must not be. Then a short closed-loop load run.
@@ -190,48 +177,16 @@ diff_record() {
         conformance diff --real "$url" --save "$save" --hide-known
 }
 
-# Decisions on real SGLang: two repeat sweeps and two repeat load runs compared (`compare` must say
-# `same` or `unclear`, never `worse`), load runs at concurrency 2, 4 and 8 and a sweep at the held-out
-# contexts (what `calibrate` fits from and predicts), and a `capacity` search under an SLO. Outputs in
-# target/real/sglang/decide/. LLMB_DECIDE_SLO (default ttft=3000,tpot=150) and
-# LLMB_DECIDE_RATES (default 0.25,0.5,1,2,4) set the search.
+# Decisions on real SGLang (common.sh `run_decide`): outputs in target/real/sglang/decide/.
 decide() {
-    local url out rc=0 r c
-    out="$REPO_ROOT/target/real/$SERVER_NAME/decide"
-    mkdir -p "$out"
-    rm -f "$out"/*.jsonl "$out"/*.txt
+    local url
     if [[ -n "${LLMB_URL:-}" ]]; then
         url="$LLMB_URL"
     else
         stop_on_exit "$SERVER_NAME"
         url="$(start)"
     fi
-    # One unrecorded warm-up sweep: the first requests after start pay one-time costs.
-    rust_bin bench-client sweep --url "$url" --api sglang --contexts 256 --runs 1 --warmup 1 \
-        --output-tokens 16 --no-progress --out "$out/warmup.jsonl" >/dev/null 2>&1 || true
-    for r in a b; do
-        run_step "sweep $r (256, 1k, 3k)" "$out/sweep-$r.txt" bench-client sweep --url "$url" --api sglang \
-            --contexts 256,1024,3000 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
-            --seed "$([[ $r == a ]] && echo 1 || echo 2)" --out "$out/sweep-$r.jsonl" || rc=1
-    done
-    run_step "sweep at the held-out contexts (512, 2k)" "$out/sweep-heldout.txt" bench-client sweep \
-        --url "$url" --api sglang --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
-        --seed 3 --out "$out/sweep-heldout.jsonl" || rc=1
-    run_step "compare sweep-a sweep-b" "$out/compare-sweep.txt" bench-client compare \
-        "$out/sweep-a.jsonl" "$out/sweep-b.jsonl" --fail-on-regression || rc=1
-    for c in 2 4 8 4b; do
-        run_step "load --concurrency ${c%b}" "$out/load-c$c.txt" bench-client load --url "$url" --api sglang \
-            --concurrency "${c%b}" --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
-            --seed "$([[ $c == 4b ]] && echo 5 || echo 4)" --no-progress --out "$out/load-c$c.jsonl" || rc=1
-    done
-    run_step "compare load-c4 load-c4b" "$out/compare-load.txt" bench-client compare \
-        "$out/load-c4.jsonl" "$out/load-c4b.jsonl" --fail-on-regression || rc=1
-    run_step "capacity --slo ${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" "$out/capacity.txt" bench-client capacity \
-        --url "$url" --api sglang --slo "${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" \
-        --rates "${LLMB_DECIDE_RATES:-0.25,0.5,1,2,4}" --refine 2 --num-requests 16 --input-len 512 \
-        --output-len 32 --no-progress --out "$out/capacity.jsonl" --plot "$out/capacity.svg" || rc=1
-    log "decide: outputs in $out"
-    return "$rc"
+    run_decide "$SERVER_NAME" "$url" sglang
 }
 
 case "${1:-}" in

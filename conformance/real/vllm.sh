@@ -6,6 +6,8 @@
 #   vllm.sh stop      stop it (kills the whole process group)
 #   vllm.sh record    start, record transcripts into fixtures/streams/real/, stop
 #   vllm.sh check     start, run `conformance --url` and a short `bench-client sweep`, stop
+#   vllm.sh decide    start, repeat sweeps and load runs compared, load at concurrency 2/4/8, capacity
+#                     searches by rate and by concurrency, stop (outputs in target/real/vllm/decide/)
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 420), LLMB_URL (record/check against a running
 # server), VLLM_VERSION (default 0.32.0), VLLM_TORCH (default 2.13.0), VLLM_NGRAM=0 (start without the ngram
@@ -107,14 +109,27 @@ check() {
     run_rust_checks "$SERVER_NAME" "$url" "$MODEL_NAME" "${LLMB_CONTEXTS:-512,1024,2048,3072}"
 }
 
+# Decisions on real vLLM (common.sh `run_decide`): outputs in target/real/vllm/decide/.
+decide() {
+    local url
+    if [[ -n "${LLMB_URL:-}" ]]; then
+        url="$LLMB_URL"
+    else
+        stop_on_exit "$SERVER_NAME"
+        url="$(start)"
+    fi
+    run_decide "$SERVER_NAME" "$url" openai "$MODEL_NAME"
+}
+
 case "${1:-}" in
 install) install ;;
 start) start ;;
 stop) stop_server "$SERVER_NAME" ;;
 record) record "${@:2}" ;;
 check) check ;;
+decide) decide ;;
 *)
-    echo "usage: $0 install|start|stop|record|check" >&2
+    echo "usage: $0 install|start|stop|record|check|decide" >&2
     exit 2
     ;;
 esac
