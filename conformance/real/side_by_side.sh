@@ -8,7 +8,9 @@
 #   SBS_CONC="64" SBS_DIALECTS=sglang conformance/real/side_by_side.sh
 #
 # Env (all optional): SBS_REQUESTS (2000), SBS_INPUT (1024), SBS_OUTPUT (128), SBS_CONC ("64 1000"),
-# SBS_DIALECTS ("sglang openai"), SBS_TOOLS ("bench-client bench_serving guidellm"),
+# SBS_DIALECTS ("sglang openai"), SBS_TOOLS ("bench-client bench_serving"; add guidellm to try it:
+# the row uses the `guidellm benchmark` command line of guidellm before 0.8, and PyPI's 0.8.1 has
+# replaced it with `guidellm run`, so with 0.8.1 the row fails and is left out),
 # SBS_MOCK_ARGS (extra mock-server flags), LLMB_BIN_DIR (mock-server and bench-client binaries; else
 # `cargo build --release`), SGLANG_VERSION (0.5.23; `sglang.sh install` installs it), SBS_OUT
 # (working directory, default a new temporary one), and those of common.sh.
@@ -28,7 +30,7 @@ INPUT="${SBS_INPUT:-1024}"
 OUTPUT="${SBS_OUTPUT:-128}"
 CONCS="${SBS_CONC:-64 1000}"
 DIALECTS="${SBS_DIALECTS:-sglang openai}"
-TOOLS="${SBS_TOOLS:-bench-client bench_serving guidellm}"
+TOOLS="${SBS_TOOLS:-bench-client bench_serving}"
 WORK="${SBS_OUT:-$(mktemp -d /tmp/side-by-side.XXXXXX)}"
 mkdir -p "$WORK"
 
