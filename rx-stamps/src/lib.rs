@@ -33,16 +33,25 @@ pub fn enable<S>(_socket: &S) -> io::Result<()> {
     ))
 }
 
+/// The size a connection's read scratch starts at.
+#[cfg(target_os = "linux")]
+const FIRST_SCRATCH: usize = 4096;
+
 /// Reads of one connection that take the kernel's receive timestamps.
 #[derive(Debug)]
 pub struct StampedReads {
     /// Room for one `SCM_TIMESTAMPNS` control message, reused by every read.
     #[cfg(target_os = "linux")]
     cmsg: Vec<u8>,
-    /// Most bytes one read takes: the caller's buffer comes uninitialised and `recvmsg` needs
-    /// initialised bytes, so a read zeroes at most this much of it.
+    /// Most bytes one read takes.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     max_read: usize,
+    /// Where `recvmsg` reads to, copied from into the caller's buffer. That buffer comes
+    /// uninitialised and `recvmsg` needs initialised bytes: zeroing it on every read costs more
+    /// than copying what arrived (a read is far shorter than `max_read`). It starts small and
+    /// doubles, up to `max_read`, whenever a read fills it.
+    #[cfg(target_os = "linux")]
+    scratch: Vec<u8>,
     /// The socket takes receive timestamps: reads go through `recvmsg`.
     stamped: bool,
 }
@@ -63,6 +72,8 @@ impl StampedReads {
             #[cfg(target_os = "linux")]
             cmsg: nix::cmsg_space!(nix::sys::time::TimeSpec),
             max_read: max_read.max(1),
+            #[cfg(target_os = "linux")]
+            scratch: vec![0; max_read.clamp(1, FIRST_SCRATCH)],
             stamped,
         }
     }
@@ -91,14 +102,16 @@ impl StampedReads {
             let fd = tcp.as_raw_fd();
             loop {
                 std::task::ready!(tcp.poll_read_ready(cx))?;
-                let len = buf.remaining().min(self.max_read);
-                let dst = buf.initialize_unfilled_to(len);
-                let cmsg = &mut self.cmsg;
+                let len = buf.remaining().min(self.scratch.len());
+                let (dst, cmsg) = (&mut self.scratch[..len], &mut self.cmsg);
                 match tcp.try_io(tokio::io::Interest::READABLE, || {
                     recv_stamped(fd, dst, cmsg)
                 }) {
                     Ok((n, stamp)) => {
-                        buf.advance(n);
+                        buf.put_slice(&self.scratch[..n]);
+                        if n == self.scratch.len() && n < self.max_read {
+                            self.scratch.resize((2 * n).min(self.max_read), 0);
+                        }
                         return Poll::Ready(Ok(stamp.filter(|_| n > 0)));
                     }
                     Err(e) if retry(&e) => continue,

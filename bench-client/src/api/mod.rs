@@ -82,9 +82,26 @@ impl StreamDecoder {
         if data == "[DONE]" {
             return Decoded::Done;
         }
-        // Only while the decoder still compares two `output_ids` lists are their elements kept.
-        let collect_ids = self.state.output_ids_cumulative.is_none();
-        let event = match event::parse(data, collect_ids) {
+        // The elements of `output_ids` are kept only for the comparison that decides whether the
+        // lists are cumulative, and only from an event whose token count comes from them (an SGLang
+        // event without `completion_tokens`). Such an event is parsed a second time; every other
+        // event is parsed once, its ids counted, not collected.
+        let parsed = event::parse(data, false).and_then(|ev| {
+            let counts_from_ids = self.dialect == Dialect::Sglang
+                && self.state.output_ids_cumulative.is_none()
+                && ev.output_ids.is_some()
+                && ev
+                    .meta_info
+                    .as_ref()
+                    .and_then(|m| m.completion_tokens)
+                    .is_none();
+            if counts_from_ids {
+                event::parse(data, true)
+            } else {
+                Ok(ev)
+            }
+        });
+        let event = match parsed {
             Ok(ev) => ev,
             Err(e) => {
                 return Decoded::Chunk(Chunk {

@@ -40,7 +40,19 @@ impl SseDecoder {
     }
 
     /// Feed one read, appending completed events to `out`.
-    pub fn push_into(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+    pub fn push_into(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+        self.push_each(bytes, |event, data| {
+            out.push(SseEvent {
+                event: event.map(str::to_owned),
+                data: data.to_owned(),
+            })
+        });
+    }
+
+    /// Feed one read, calling `f(event, data)` for each event it completes, in order. The data is
+    /// lent from the decoder's buffer, which is reused from event to event: nothing is allocated
+    /// per event.
+    pub fn push_each(&mut self, mut bytes: &[u8], mut f: impl FnMut(Option<&str>, &str)) {
         if !self.bom_checked && !bytes.is_empty() {
             // A UTF-8 byte-order mark may open the stream; it can itself be split, so only strip it
             // when it arrives whole at the start.
@@ -61,11 +73,11 @@ impl SseDecoder {
         while let Some(off) = memchr::memchr2(b'\n', b'\r', &bytes[i..]) {
             let end = i + off;
             if self.line.is_empty() {
-                self.line_done(&bytes[i..end], out);
+                self.line_done(&bytes[i..end], &mut f);
             } else {
                 self.line.extend_from_slice(&bytes[i..end]);
                 let line = std::mem::take(&mut self.line);
-                self.line_done(&line, out);
+                self.line_done(&line, &mut f);
                 self.line = clear(line);
             }
             i = end + 1;
@@ -82,13 +94,10 @@ impl SseDecoder {
         }
     }
 
-    fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+    fn line_done(&mut self, line: &[u8], f: &mut impl FnMut(Option<&str>, &str)) {
         if line.is_empty() {
             if self.has_data {
-                out.push(SseEvent {
-                    event: self.event.take(),
-                    data: std::mem::take(&mut self.data),
-                });
+                f(self.event.as_deref(), &self.data);
             }
             self.has_data = false;
             self.data.clear();

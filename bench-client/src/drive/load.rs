@@ -1,7 +1,7 @@
 //! The load driver: warm-up (not recorded), then the shard's requests at their scheduled instants
 //! (open loop, optionally at most `--max-concurrency` in flight) or by N workers (closed loop); every
 //! request goes through `net::send`, is timed from its scheduled start with the client-side wait
-//! recorded apart, and its record is appended and flushed at once. `/metrics` is scraped before and
+//! recorded apart, and its record is written at once (synced in groups). `/metrics` is scraped before and
 //! after and the pair kept in the manifest for `merge`. Ctrl-C stops cleanly; `--resume` skips the
 //! indices already in the results file.
 
@@ -20,7 +20,7 @@ use crate::net::stamped::Stamping;
 use crate::net::{self, Target};
 use crate::plan::prompt::Prompt;
 use crate::plan::{RequestSpec, Timeouts};
-use crate::results::{load_record, read_records, LoadInfo, Record, RecordWriter};
+use crate::results::{load_record, read_records, write_records, LoadInfo, Record, RecordWriter};
 use crate::trace::Dialect;
 
 use super::pacer::{clock_is_paused, wait_until, Pacer, OPEN_LOOP_LEAD};
@@ -250,7 +250,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     }
     let http =
         net::http_client_with(&cfg.timeouts, cfg.stamping).context("building the HTTP client")?;
-    let mut writer = RecordWriter::open(&cfg.out)?;
+    let writer = RecordWriter::open(&cfg.out)?;
 
     // Warm-up: all at once up to the shard's concurrency share (closed loop) or together (open loop).
     if cfg.warmup > 0 {
@@ -455,18 +455,10 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     let mut summary = LoadSummary::new(cfg.slo);
     let mut written = 0u64;
     let mut interrupted = false;
-    // Appending syncs to disk; a thread of its own keeps that off the runtime that times requests.
-    // It writes every record already waiting with one sync, so at thousands of requests a second
-    // it does not fall behind, and each record is on disk within one sync of finishing.
+    // A thread of its own serialises and writes each record as it finishes, off the runtime that
+    // times requests, and syncs in groups (`results::write_records`).
     let (to_writer, from_driver) = std::sync::mpsc::channel::<Record>();
-    let writer_thread = std::thread::spawn(move || -> anyhow::Result<()> {
-        while let Ok(first) = from_driver.recv() {
-            let mut batch = vec![first];
-            batch.extend(from_driver.try_iter());
-            writer.append_all(&batch)?;
-        }
-        Ok(())
-    });
+    let writer_thread = std::thread::spawn(move || write_records(writer, &from_driver));
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     tokio::pin!(driver);

@@ -1,10 +1,12 @@
-//! The results file on disk: append and sync each record at once, read back after a killed
-//! process (a torn last line is skipped), refuse to mix a new run into an old file, and the
-//! manifest beside it.
+//! The results file on disk: write each record at once (synced at once, or in groups at most
+//! [`SYNC_INTERVAL`] apart), read back after a killed process (a torn last line is skipped), refuse
+//! to mix a new run into an old file, and the manifest beside it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
@@ -43,6 +45,13 @@ pub fn read_records(path: impl AsRef<Path>) -> anyhow::Result<Vec<Record>> {
             continue;
         }
         match serde_json::from_str::<Record>(line) {
+            Ok(r) if r.schema > super::SCHEMA => anyhow::bail!(
+                "{}: line {} is in results schema {}, written by a newer bench-client (this one reads schemas 1 to {})",
+                path.display(),
+                i + 1,
+                r.schema,
+                super::SCHEMA
+            ),
             Ok(r) => out.push(r),
             Err(_) if Some(i) == last => {
                 tracing::warn!(
@@ -114,11 +123,17 @@ pub fn append_manifest(out: &Path, line: &impl Serialize) -> anyhow::Result<()> 
         .with_context(|| format!("syncing {}", path.display()))
 }
 
-/// Appends records, one JSON line each, flushed and synced per record.
+/// The longest a record written by [`write_records`] waits for its sync to disk. A killed process
+/// loses no written record (the kernel holds it); the sync is for a crash of the machine.
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Appends records, one JSON line each: [`RecordWriter::append_all`] writes and syncs,
+/// [`RecordWriter::write_all`] writes only.
 #[derive(Debug)]
 pub struct RecordWriter {
     file: File,
     path: PathBuf,
+    buf: Vec<u8>,
 }
 
 impl RecordWriter {
@@ -143,7 +158,11 @@ impl RecordWriter {
             file.seek(SeekFrom::End(0))?;
             tracing::warn!("{}: removed a torn last line", path.display());
         }
-        Ok(Self { file, path })
+        Ok(Self {
+            file,
+            path,
+            buf: Vec::new(),
+        })
     }
 
     /// Append one record and flush it to disk.
@@ -154,20 +173,70 @@ impl RecordWriter {
     /// Append records in order and flush them to disk with one sync (a group commit: a writer
     /// that falls behind syncs once per batch of waiting records instead of once per record).
     pub fn append_all(&mut self, recs: &[Record]) -> anyhow::Result<()> {
-        let mut lines = Vec::new();
+        self.write_all(recs)?;
+        self.sync()
+    }
+
+    /// Append records in order with one `write`, without syncing: once it returns they survive the
+    /// process being killed, not yet a crash of the machine.
+    pub fn write_all(&mut self, recs: &[Record]) -> anyhow::Result<()> {
+        self.buf.clear();
         for rec in recs {
-            serde_json::to_writer(&mut lines, rec).context("serialising record")?;
-            lines.push(b'\n');
+            serde_json::to_writer(&mut self.buf, rec).context("serialising record")?;
+            self.buf.push(b'\n');
         }
         self.file
-            .write_all(&lines)
-            .and_then(|()| self.file.flush())
-            .and_then(|()| self.file.sync_data())
+            .write_all(&self.buf)
             .with_context(|| format!("appending to {}", self.path.display()))
+    }
+
+    /// Sync what was written to disk.
+    pub fn sync(&mut self) -> anyhow::Result<()> {
+        self.file
+            .sync_data()
+            .with_context(|| format!("syncing {}", self.path.display()))
     }
 
     /// The file path.
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Writes the records that arrive on `rx` until it closes: each as soon as it arrives (with the
+/// others already waiting, in one `write`), synced at most [`SYNC_INTERVAL`] after the first
+/// unsynced write, and synced once more at the end.
+pub fn write_records(mut writer: RecordWriter, rx: &Receiver<Record>) -> anyhow::Result<()> {
+    let mut batch = Vec::new();
+    let mut unsynced_since: Option<Instant> = None;
+    loop {
+        let first = match unsynced_since {
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(t) => {
+                rx.recv_timeout((t + SYNC_INTERVAL).saturating_duration_since(Instant::now()))
+            }
+        };
+        match first {
+            Ok(rec) => {
+                batch.push(rec);
+                batch.extend(rx.try_iter());
+                writer.write_all(&batch)?;
+                batch.clear();
+                let since = *unsynced_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= SYNC_INTERVAL {
+                    writer.sync()?;
+                    unsynced_since = None;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                writer.sync()?;
+                unsynced_since = None;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    if unsynced_since.is_some() {
+        writer.sync()?;
+    }
+    Ok(())
 }

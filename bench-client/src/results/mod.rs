@@ -1,6 +1,8 @@
-//! Results: the JSONL file of one [`Record`] per request, appended and synced at once, readable
-//! after a killed process, resumable; and the manifest beside it.
+//! Results: the JSONL file of one [`Record`] per request, written at once and synced in groups,
+//! readable after a killed process, resumable, in a versioned schema ([`SCHEMA`]) that reads older
+//! files; and the manifest beside it.
 
+mod compact;
 mod file;
 mod record;
 #[cfg(test)]
@@ -8,8 +10,8 @@ mod tests;
 
 pub use file::{
     append_manifest, existing_results, manifest_path, read_manifest, read_records,
-    read_records_strict, RecordWriter,
+    read_records_strict, write_records, RecordWriter, SYNC_INTERVAL,
 };
 pub use record::{
-    failure_kind, load_record, LoadInfo, Method, Record, RecordError, TwoPointDetail,
+    failure_kind, load_record, LoadInfo, Method, Record, RecordError, TwoPointDetail, SCHEMA,
 };

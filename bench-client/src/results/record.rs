@@ -67,14 +67,32 @@ pub struct TwoPointDetail {
     /// Whether the cache was flushed between a and b.
     pub flushed: bool,
     /// Trace of a.
+    #[serde(default, with = "super::compact::opt_trace")]
     pub trace_a: Option<RequestTrace>,
     /// Trace of b.
+    #[serde(default, with = "super::compact::opt_trace")]
     pub trace_b: Option<RequestTrace>,
+}
+
+/// The results schema this build writes. 1: traces with a list of chunk objects (and no `schema`
+/// field); 2: traces with chunk columns ([`super::compact`]). Both read back to the same records.
+pub const SCHEMA: u32 = 2;
+
+fn schema_1() -> u32 {
+    1
+}
+
+fn write_current<S: serde::Serializer>(_read: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u32(SCHEMA)
 }
 
 /// One line of the results file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
+    /// The results schema of the line the record was read from ([`SCHEMA`] for a new record); a
+    /// record is always written in [`SCHEMA`].
+    #[serde(default = "schema_1", serialize_with = "write_current")]
+    pub schema: u32,
     /// Method.
     pub method: Method,
     /// Context length asked (prompt tokens).
@@ -123,6 +141,7 @@ pub struct Record {
     /// Two-point details.
     pub two_point: Option<TwoPointDetail>,
     /// The raw trace (streaming records).
+    #[serde(default, with = "super::compact::opt_trace")]
     pub trace: Option<RequestTrace>,
     /// Load-run fields (`bench-client load` records only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,6 +154,7 @@ impl Record {
         let contamination = contamination(&trace, context_tokens);
         let b = basics(&trace);
         let base = Self {
+            schema: SCHEMA,
             method: Method::Streaming,
             context_tokens,
             run,
@@ -219,6 +239,7 @@ impl Record {
             ),
         };
         Self {
+            schema: SCHEMA,
             method: Method::TwoPoint,
             context_tokens,
             run,

@@ -112,3 +112,174 @@ fn streaming_record_fields() {
     let r = Record::streaming(sample_trace("a"), 32, 0);
     assert!(r.contaminated);
 }
+
+/// A trace with every kind of chunk field: usage that follows the token counts, jumps, and goes
+/// missing; server timing that appears and changes; finish reasons, errors, flags, unknown counts,
+/// instants out of order.
+fn varied_trace() -> RequestTrace {
+    use crate::trace::ServerTiming;
+    let mut t = sample_trace("v");
+    let usage = |cum| {
+        Some(Usage {
+            prompt_tokens: Some(16),
+            completion_tokens: Some(cum),
+            cached_tokens: Some(4),
+        })
+    };
+    let timing = |q, f| ServerTiming::reported(q, f);
+    t.chunks = vec![
+        Chunk {
+            at_ns: 5,
+            role_only: true,
+            ..Chunk::default()
+        },
+        Chunk {
+            at_ns: 10,
+            tokens: Some(2),
+            text_len: 3,
+            usage: usage(2),
+            server_timing: timing(Some(0.25), None),
+            content_event: true,
+            ..Chunk::default()
+        },
+        Chunk {
+            at_ns: 9,
+            tokens: Some(1),
+            text_len: 1,
+            usage: usage(3),
+            server_timing: timing(Some(0.25), None),
+            ..Chunk::default()
+        },
+        Chunk {
+            at_ns: 20,
+            tokens: None,
+            text_len: 2,
+            usage: usage(7),
+            server_timing: timing(Some(0.25), Some(0.5)),
+            ..Chunk::default()
+        },
+        Chunk {
+            at_ns: 30,
+            tokens: Some(1),
+            text_len: 0,
+            usage: None,
+            finish_reason: Some("length".into()),
+            ..Chunk::default()
+        },
+        Chunk {
+            at_ns: 31,
+            usage: usage(8),
+            usage_only: true,
+            ..Chunk::default()
+        },
+        Chunk {
+            at_ns: u64::MAX,
+            error: Some("boom".into()),
+            ..Chunk::default()
+        },
+    ];
+    t.stamps = crate::trace::Stamps::Kernel;
+    t.send_delay_ns = Some(17);
+    t
+}
+
+#[test]
+fn a_record_reads_back_the_same_from_its_line() {
+    let mut two = Record::streaming(sample_trace("b"), 16, 1);
+    two.two_point = Some(TwoPointDetail {
+        a_tokens: 1,
+        b_tokens: 4,
+        t_a_ms: Some(1.0),
+        t_b_ms: None,
+        cached_tokens_b: None,
+        flushed: true,
+        trace_a: Some(varied_trace()),
+        trace_b: None,
+    });
+    for rec in [Record::streaming(varied_trace(), 16, 0), two] {
+        let line = serde_json::to_string(&rec).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["schema"], SCHEMA);
+        assert!(v["trace"]["chunks"].is_object(), "{line}");
+        let back: Record = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, rec);
+    }
+}
+
+/// The line schema 1 wrote for `rec`: no `schema` field, each trace's chunks as a list of objects.
+pub(crate) fn schema_1_line(rec: &Record) -> String {
+    let mut v = serde_json::to_value(rec).unwrap();
+    let obj = v.as_object_mut().unwrap();
+    obj.remove("schema");
+    obj.insert("trace".into(), serde_json::to_value(&rec.trace).unwrap());
+    if let Some(tp) = &rec.two_point {
+        obj.insert("two_point".into(), serde_json::to_value(tp).unwrap());
+        obj["two_point"]["trace_a"] = serde_json::to_value(&tp.trace_a).unwrap();
+        obj["two_point"]["trace_b"] = serde_json::to_value(&tp.trace_b).unwrap();
+    }
+    serde_json::to_string(&v).unwrap()
+}
+
+#[test]
+fn a_schema_1_line_reads_as_the_same_record() {
+    let rec = Record::streaming(varied_trace(), 16, 0);
+    let line = schema_1_line(&rec);
+    assert!(line.contains("\"chunks\":[{"), "{line}");
+    let back: Record = serde_json::from_str(&line).unwrap();
+    assert_eq!(back.schema, 1);
+    assert_eq!(
+        Record {
+            schema: SCHEMA,
+            ..back
+        },
+        rec
+    );
+}
+
+#[test]
+fn a_line_of_a_newer_schema_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.jsonl");
+    let mut v = serde_json::to_value(Record::streaming(sample_trace("a"), 16, 0)).unwrap();
+    v["schema"] = serde_json::json!(SCHEMA + 1);
+    std::fs::write(&path, format!("{v}\n{v}\n")).unwrap();
+    let e = read_records(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("newer bench-client") && e.contains("line 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn chunk_columns_of_unequal_length_are_an_error() {
+    let rec = Record::streaming(sample_trace("a"), 16, 0);
+    let mut v = serde_json::to_value(&rec).unwrap();
+    v["trace"]["chunks"]["text_len"] = serde_json::json!([1]);
+    let e = serde_json::from_value::<Record>(v).unwrap_err().to_string();
+    assert!(e.contains("unequal length"), "{e}");
+}
+
+#[test]
+fn the_record_writer_feeds_every_record_and_syncs_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.jsonl");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = RecordWriter::open(&path).unwrap();
+    let t = std::thread::spawn(move || write_records(w, &rx));
+    for i in 0..5u32 {
+        tx.send(Record::streaming(sample_trace(&format!("r{i}")), 16, i))
+            .unwrap();
+        // Each record is in the file as soon as the writer has it, before any sync.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while read_records(&path).unwrap().len() < i as usize + 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "record {i} not written"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    drop(tx);
+    t.join().unwrap().unwrap();
+    assert_eq!(read_records(&path).unwrap().len(), 5);
+}

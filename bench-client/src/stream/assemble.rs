@@ -5,14 +5,13 @@ use crate::api::{Decoded, StreamDecoder};
 use crate::plan::RequestSpec;
 use crate::trace::{Chunk, Dialect, RequestTrace, Stamps, StreamEnd, TokenAttribution};
 
-use crate::api::sse::{SseDecoder, SseEvent};
+use crate::api::sse::SseDecoder;
 
 /// Bytes-with-instants in, chunks out: the decoding shared by live requests and replays.
 #[derive(Debug)]
 pub struct StreamAssembler {
     sse: SseDecoder,
     decoder: StreamDecoder,
-    events: Vec<SseEvent>,
     /// Decoded events so far.
     pub chunks: Vec<Chunk>,
     /// Instant `[DONE]` arrived.
@@ -27,7 +26,6 @@ impl StreamAssembler {
         Self {
             sse: SseDecoder::new(),
             decoder: dialect.decoder(),
-            events: Vec::new(),
             chunks: Vec::new(),
             done_ns: None,
             reads: 0,
@@ -40,17 +38,18 @@ impl StreamAssembler {
             return true;
         }
         self.reads += 1;
-        self.sse.push_into(bytes, &mut self.events);
-        for ev in self.events.drain(..) {
-            if self.done_ns.is_some() {
-                break;
+        let (decoder, chunks, done_ns) = (&mut self.decoder, &mut self.chunks, &mut self.done_ns);
+        // Each event is decoded once, straight from the SSE decoder's buffer.
+        self.sse.push_each(bytes, |_, data| {
+            if done_ns.is_some() {
+                return;
             }
-            match self.decoder.decode(&ev.data, at_ns) {
-                Decoded::Done => self.done_ns = Some(at_ns),
-                Decoded::Chunk(c) => self.chunks.push(c),
+            match decoder.decode(data, at_ns) {
+                Decoded::Done => *done_ns = Some(at_ns),
+                Decoded::Chunk(c) => chunks.push(c),
             }
-        }
-        self.done_ns.is_some()
+        });
+        done_ns.is_some()
     }
 
     /// Whether an event with output tokens has arrived.

@@ -32,7 +32,9 @@ pub fn app(state: AppState) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/metrics", get(metrics));
     if state.engine().shared.config.debug_endpoints {
-        r = r.route("/debug/requests/{rid}", get(debug_request));
+        r = r
+            .route("/debug/requests/{rid}", get(debug_request))
+            .route("/debug/ttft", get(debug_ttft));
     }
     r.fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -205,4 +207,24 @@ async fn debug_request(State(st): State<AppState>, Path(rid): Path<String>) -> R
             format!("no request with rid {rid:?}"),
         ),
     }
+}
+
+/// Every streamed request's true TTFT in arrival order, for tools that do not send a `rid`: from
+/// the request's arrival at the socket (else the handler) to the hand-off of its first chunk.
+async fn debug_ttft(State(st): State<AppState>) -> Response {
+    let rows: Vec<Value> = st
+        .engine()
+        .shared
+        .truth
+        .all()
+        .iter()
+        .filter_map(|t| {
+            let sent = t.chunks.first()?.sent_ns?;
+            let waited = t
+                .socket_arrival_unix_ns
+                .map_or(0, |a| t.received_unix_ns.saturating_sub(a));
+            Some(json!({"rid": t.rid, "ttft_ns": waited + sent, "completion_tokens": t.completion_tokens}))
+        })
+        .collect();
+    axum::Json(rows).into_response()
 }
