@@ -21,23 +21,12 @@ impl EmbeddedMock {
     /// Start `preset` with `key=value` overrides; the port defaults to a free one, and `/metrics`
     /// is on (as a deployment started with `--enable-metrics`) unless an override turns it off.
     pub async fn start(preset: &str, sets: &[(String, String)]) -> anyhow::Result<Self> {
-        let mut config = mock_server::Config::preset(preset)
-            .map_err(|e| anyhow::anyhow!("mock preset {preset:?}: {e}"))?;
-        for (k, v) in [("port", "0"), ("enable_metrics", "true")] {
-            config
-                .set(k, v)
-                .map_err(|e| anyhow::anyhow!("mock setting {k}={v}: {e}"))?;
-        }
-        for (k, v) in sets {
-            config
-                .set(k, v)
-                .map_err(|e| anyhow::anyhow!("--mock-set {k}={v}: {e}"))?;
-        }
-        Self::start_config(config).await
+        Self::start_config(Self::config(preset, None, sets)?).await
     }
 
     /// The configuration of `preset` (or of the preset file, when given) with `key=value`
-    /// overrides on a free port, validated: checked before anything starts.
+    /// overrides on a free port, `/metrics` on unless an override turns it off, validated:
+    /// checked before anything starts.
     pub fn config(
         preset: &str,
         preset_file: Option<&std::path::Path>,
@@ -48,9 +37,11 @@ impl EmbeddedMock {
             None => mock_server::Config::preset(preset)
                 .map_err(|e| anyhow::anyhow!("mock preset {preset:?}: {e}"))?,
         };
-        config
-            .set("port", "0")
-            .map_err(|e| anyhow::anyhow!("mock setting port=0: {e}"))?;
+        for (k, v) in [("port", "0"), ("enable_metrics", "true")] {
+            config
+                .set(k, v)
+                .map_err(|e| anyhow::anyhow!("mock setting {k}={v}: {e}"))?;
+        }
         for (k, v) in sets {
             config
                 .set(k, v)
