@@ -11,7 +11,7 @@
 //! Alone (a sweep), the batch is one request, so `decode_base_s` and `decode_per_request_s` are
 //! told apart only by a load run at concurrency above 1.
 
-use super::{by_context, lsq, prefill_terms, FitPoint, Observed, PrefillFit, Unfit};
+use super::{by_context, fit_points, lsq, prefill_terms, FitPoint, Observed, PrefillFit, Unfit};
 use serde::Serialize;
 
 /// The decode fit.
@@ -280,23 +280,12 @@ pub fn fit_decode(
             notes.push(format!("{name} fitted negative and was set to 0"));
         }
     }
-    let points: Vec<FitPoint> = rows
-        .iter()
-        .zip(&y)
-        .zip(labels)
-        .map(|((r, m), (label, n))| FitPoint {
-            label,
-            n,
-            measured: *m,
-            predicted: lsq::predict(r, &b),
-        })
-        .collect();
-    let pred: Vec<f64> = points.iter().map(|p| p.predicted).collect();
+    let (points, r_squared) = fit_points(&rows, &y, labels, &b);
     Ok(DecodeFit {
         base_s: b[0],
         per_request_s: b[1],
         per_context_token_s: b[2],
-        r_squared: lsq::r_squared(&y, &pred),
+        r_squared,
         points,
         notes,
         per_request_fitted,

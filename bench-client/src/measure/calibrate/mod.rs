@@ -78,6 +78,29 @@ pub struct FitPoint {
     pub predicted: f64,
 }
 
+/// Each measured point beside the fit's prediction, and the fit's R-squared.
+fn fit_points<L: Into<String>>(
+    rows: &[Vec<f64>],
+    y: &[f64],
+    labels: Vec<(L, usize)>,
+    b: &[f64],
+) -> (Vec<FitPoint>, f64) {
+    let points: Vec<FitPoint> = rows
+        .iter()
+        .zip(y)
+        .zip(labels)
+        .map(|((r, m), (label, n))| FitPoint {
+            label: label.into(),
+            n,
+            measured: *m,
+            predicted: lsq::predict(r, b),
+        })
+        .collect();
+    let pred: Vec<f64> = points.iter().map(|p| p.predicted).collect();
+    let r2 = lsq::r_squared(y, &pred);
+    (points, r2)
+}
+
 impl FitPoint {
     /// (predicted - measured) / measured.
     pub fn rel_error(&self) -> f64 {
@@ -210,24 +233,13 @@ pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit
             notes.push(format!("{name} fitted negative and was set to 0"));
         }
     }
-    let points: Vec<FitPoint> = rows
-        .iter()
-        .zip(&y)
-        .zip(labels)
-        .map(|((r, m), (label, n))| FitPoint {
-            label,
-            n,
-            measured: *m,
-            predicted: lsq::predict(r, &b),
-        })
-        .collect();
-    let pred: Vec<f64> = points.iter().map(|p| p.predicted).collect();
+    let (points, r_squared) = fit_points(&rows, &y, labels, &b);
     Ok(PrefillFit {
         way_s: b[0],
         base_s: b[1],
         per_token_s: b[2],
         per_token_pair_s: b[3],
-        r_squared: lsq::r_squared(&y, &pred),
+        r_squared,
         points,
         notes,
     })
