@@ -75,7 +75,7 @@ pub struct TwoPointDetail {
 }
 
 /// The results schema this build writes. 1: traces with a list of chunk objects (and no `schema`
-/// field); 2: traces with chunk columns ([`super::compact`]). Both read back to the same records.
+/// field); 2: traces with chunk columns (the `compact` module). Both read back to the same records.
 pub const SCHEMA: u32 = 2;
 
 fn schema_1() -> u32 {
