@@ -215,7 +215,14 @@ impl RequestTrace {
             .iter()
             .rev()
             .find_map(|c| c.server_timing.and_then(|t| t.first_token_s));
+        let prefill_s = self
+            .chunks
+            .iter()
+            .rev()
+            .find_map(|c| c.server_timing.and_then(|t| t.prefill_s));
         ServerTiming::reported(queue_s, first_token_s)
+            .map(|t| ServerTiming { prefill_s, ..t })
+            .or_else(|| ServerTiming::prefill_ms(prefill_s.map(|s| s * 1e3)))
     }
 
     /// First in-band error message, if any.

@@ -81,6 +81,10 @@ pub struct ServerTiming {
     /// From the request's arrival to its first token (SGLang `meta_info.first_token_latency`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_token_s: Option<f64>,
+    /// The prompt's prefill alone (llama.cpp `timings.prompt_ms`), for servers that report no
+    /// queue or first-token time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_s: Option<f64>,
 }
 
 impl ServerTiming {
@@ -89,6 +93,15 @@ impl ServerTiming {
         (queue_s.is_some() || first_token_s.is_some()).then_some(Self {
             queue_s,
             first_token_s,
+            prefill_s: None,
+        })
+    }
+
+    /// llama.cpp's report: the prefill time alone, in ms (`None` when not reported).
+    pub fn prefill_ms(prompt_ms: Option<f64>) -> Option<Self> {
+        prompt_ms.map(|ms| Self {
+            prefill_s: Some(ms / 1e3),
+            ..Self::default()
         })
     }
 }

@@ -454,6 +454,8 @@ pub(crate) struct Event<'a> {
     pub choice: Option<Choice>,
     /// OpenAI `usage` (`None` when missing or `null`).
     pub usage: Option<Usage>,
+    /// llama.cpp `timings.prompt_ms`: the server's own prefill time of the request, in ms.
+    pub timings_prompt_ms: Option<f64>,
 }
 
 /// Parses one event; `collect_ids` keeps the elements of `output_ids` rather than their count.
@@ -518,6 +520,14 @@ impl<'de> Visitor<'de> for EventSeed {
                 "meta_info" => ev.meta_info = Some(value::<Meta, _>(a)?),
                 "choices" => ev.choice = value::<FirstChoice, _>(a)?.0,
                 "usage" => ev.usage = value::<UsageField, _>(a)?.0,
+                // Only llama.cpp's last event has it: a `Value` costs nothing on the hot path.
+                "timings" => {
+                    ev.timings_prompt_ms = a
+                        .next_value::<Value>()?
+                        .get("prompt_ms")
+                        .and_then(Value::as_f64)
+                        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+                }
                 _ => {
                     a.next_value::<Skip>()?;
                 }

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::chunk::ServerTiming;
 use super::event::Event;
 use super::DecoderState;
 use super::{Chunk, TokenAttribution};
@@ -50,6 +51,7 @@ pub(crate) fn decode(ev: &Event, at_ns: u64, st: &mut DecoderState, chat: bool) 
             tokens: Some(0),
             usage,
             usage_only: true,
+            server_timing: ServerTiming::prefill_ms(ev.timings_prompt_ms),
             ..Chunk::default()
         };
     };
@@ -96,7 +98,7 @@ pub(crate) fn decode(ev: &Event, at_ns: u64, st: &mut DecoderState, chat: bool) 
         error: None,
         role_only,
         usage_only: false,
-        server_timing: None,
+        server_timing: ServerTiming::prefill_ms(ev.timings_prompt_ms),
         content_event,
     }
 }

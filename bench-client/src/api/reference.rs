@@ -179,6 +179,13 @@ fn sglang(v: &Value, at_ns: u64, st: &mut RefState) -> Chunk {
 
 fn openai(v: &Value, at_ns: u64, st: &mut RefState, chat: bool) -> Chunk {
     let usage = openai_usage(v);
+    // llama.cpp's own prefill time, on its last event.
+    let prompt_ms = v
+        .get("timings")
+        .and_then(|t| t.get("prompt_ms"))
+        .and_then(Value::as_f64)
+        .filter(|ms| ms.is_finite() && *ms >= 0.0);
+    let server_timing = ServerTiming::prefill_ms(prompt_ms);
     let choice = v
         .get("choices")
         .and_then(Value::as_array)
@@ -192,6 +199,7 @@ fn openai(v: &Value, at_ns: u64, st: &mut RefState, chat: bool) -> Chunk {
             tokens: Some(0),
             usage,
             usage_only: true,
+            server_timing,
             ..Chunk::default()
         };
     };
@@ -251,6 +259,7 @@ fn openai(v: &Value, at_ns: u64, st: &mut RefState, chat: bool) -> Chunk {
         finish_reason,
         role_only,
         content_event,
+        server_timing,
         ..Chunk::default()
     }
 }

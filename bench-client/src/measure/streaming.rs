@@ -81,6 +81,16 @@ pub fn ttft_split(trace: &RequestTrace, ttft_ms: f64) -> Option<TtftSplit> {
     let t = trace.server_timing()?;
     let queue_ms = t.queue_s.map(|q| q * 1e3).filter(|v| v.is_finite());
     let first_ms = t.first_token_s.map(|f| f * 1e3).filter(|v| v.is_finite());
+    let prefill_ms = t.prefill_s.map(|p| p * 1e3).filter(|v| v.is_finite());
+    if first_ms.is_none() {
+        // llama.cpp reports its prefill time alone: the rest is queue, network and client.
+        let p = prefill_ms?;
+        return Some(TtftSplit {
+            server_queue_ms: None,
+            server_prefill_ms: Some(p),
+            rest_ms: Some(ttft_ms - p),
+        });
+    }
     Some(TtftSplit {
         server_queue_ms: queue_ms,
         server_prefill_ms: first_ms.zip(queue_ms).map(|(f, q)| f - q),

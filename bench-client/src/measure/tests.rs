@@ -333,3 +333,22 @@ fn a_server_that_reports_no_timing_gives_no_split() {
     let m = measure(&crate::stream::replay::replay(&t)).unwrap();
     assert_eq!(m.ttft_split, None);
 }
+
+/// llama.cpp reports its prefill time alone (`timings.prompt_ms`, on the last event); TTFT splits
+/// into that and the rest, with no queue time (a recorded llama.cpp stream).
+#[test]
+fn llamacpp_timings_split_ttft_into_prefill_and_rest() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/streams/real/llamacpp_include_usage.json"
+    );
+    let t = crate::stream::replay::load(std::path::Path::new(path)).unwrap();
+    let m = measure(&crate::stream::replay::replay(&t)).unwrap();
+    let s = m.ttft_split.expect("llama.cpp reported its prefill time");
+    // timings.prompt_ms 2.871.
+    assert_eq!(s.server_queue_ms, None);
+    let prefill = s.server_prefill_ms.unwrap();
+    assert!((prefill - 2.871).abs() < 1e-9, "{prefill}");
+    let rest = s.rest_ms.unwrap();
+    assert!((rest - (m.ttft_ms - 2.871)).abs() < 1e-9, "{rest}");
+}
