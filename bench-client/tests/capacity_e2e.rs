@@ -200,7 +200,14 @@ fn a_search_by_concurrency_finds_what_a_scan_of_every_concurrency_finds() {
         &dir.path().join("scan.jsonl"),
     );
     let scan = json(&o);
-    assert_eq!(f(&scan, "capacity"), cap, "scan {scan}\nsearch {search}");
+    // As for rates (issue 18): within 10% of the scan. The two searches share one mock whose cache
+    // and clock differ by the steps run before, so at the edge (a goodput share near the target) a
+    // concurrency can pass in one and fail in the other.
+    let fine = f(&scan, "capacity");
+    assert!(
+        (cap - fine).abs() <= (0.10 * fine).max(1.0),
+        "search {cap}, scan {fine}\nscan {scan}\nsearch {search}"
+    );
 }
 
 #[test]
