@@ -130,6 +130,58 @@ fn a_slower_decode_is_worse_at_every_context_and_a_rerun_is_not() {
     );
 }
 
+/// The verdicts of `compare --base B... --new N...` as JSON, with the runs each row counted.
+fn compare_sides(base: &[&Path], new: &[&Path]) -> Value {
+    let mut args = vec!["compare", "--base"];
+    args.extend(base.iter().map(|p| p.to_str().unwrap()));
+    args.push("--new");
+    args.extend(new.iter().map(|p| p.to_str().unwrap()));
+    args.extend(["--format", "json"]);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn repeats_carry_the_drift_between_runs_into_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    // One setup run four times on a machine whose decode speed moves by about 20% between runs.
+    let drift = ["--mock-set", "decode_base_s=0.0025"];
+    let a1 = sweep(dir.path(), "a1.jsonl", 11, &[]);
+    let a2 = sweep(dir.path(), "a2.jsonl", 12, &drift);
+    let b1 = sweep(dir.path(), "b1.jsonl", 13, &drift);
+    let b2 = sweep(dir.path(), "b2.jsonl", 14, &[]);
+    // One run a side: the shift between the two runs looks like a regression.
+    let pair = compare_json(&a1, &b1);
+    assert_eq!(
+        verdicts(&pair, "decode_p50_tok_s"),
+        vec![(1000, "worse"), (4000, "worse")],
+        "{pair:#}"
+    );
+    assert!(pair["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("not a shift between runs")));
+    // Two runs a side, resampled by run: the drift is in the interval, and nothing is worse.
+    let reps = compare_sides(&[&a1, &a2], &[&b1, &b2]);
+    let rows = reps["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["runs_base"] == 2 && r["runs_new"] == 2),
+        "{reps:#}"
+    );
+    let alarms: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["verdict"] == "worse" || r["verdict"] == "better")
+        .collect();
+    assert!(alarms.is_empty(), "{alarms:#?}");
+    assert_eq!(
+        verdicts(&reps, "decode_p50_tok_s"),
+        vec![(1000, "unclear"), (4000, "unclear")]
+    );
+}
+
 /// Refused with `code` and one `error:` line containing `what`.
 fn refused(args: &[&str], code: i32, what: &str) {
     let o = run(args);

@@ -233,46 +233,65 @@ run_step() {
     cat "$file"
 }
 
-# run_decide NAME URL API [MODEL]: decisions on a real server: two repeat sweeps and two repeat load runs compared (`compare` must say
-# `same` or `unclear`, never `worse`), load runs at concurrency 2, 4 and 8 and a sweep at the held-out
-# contexts (what `calibrate` fits from and predicts), and a `capacity` search under an SLO. Outputs in
-# target/real/NAME/decide/. LLMB_DECIDE_SLO (default ttft=3000,tpot=150) and
-# LLMB_DECIDE_RATES (default 0.25,0.5,1,2,4) set the search.
+# run_decide NAME URL API [MODEL]: decisions on a real server: three repeat sweeps and three repeat load
+# runs of each of two sides of one setup, interleaved (A B A B A B, so that a drift of the machine falls on
+# both sides) and compared with the runs resampled by run (`compare` must say `same` or `unclear`, never
+# `worse`); the first pair also compared alone, one run a side (what a single pair shows); load runs at
+# concurrency 2 and 8 and a sweep at the held-out contexts (what `calibrate` fits from and predicts); and
+# two `capacity` searches under an SLO. Outputs in target/real/NAME/decide/. LLMB_DECIDE_SLO (default
+# ttft=1500,tpot=60), LLMB_DECIDE_RATES (default 0.5,1,2,4,8) and LLMB_DECIDE_CONCURRENCIES (default
+# 1,2,4,8,16) set the searches.
 run_decide() {
-    local name="$1" url="$2" api="$3" out rc=0 r c
+    local name="$1" url="$2" api="$3" out rc=0 r c k
     local target=(--url "$url" --api "$api")
     [[ -n "${4:-}" ]] && target+=(--model "$4")
+    local slo="${LLMB_DECIDE_SLO:-ttft=1500,tpot=60}"
     out="$REPO_ROOT/target/real/$name/decide"
     mkdir -p "$out"
     rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.svg
     # One unrecorded warm-up sweep: the first requests after start pay one-time costs.
     rust_bin bench-client sweep "${target[@]}" --contexts 256 --runs 1 --warmup 1 \
         --output-tokens 16 --no-progress --out "$out/warmup.jsonl" >/dev/null 2>&1 || true
-    for r in a b; do
-        run_step "sweep $r (256, 1k, 3k)" "$out/sweep-$r.txt" bench-client sweep "${target[@]}" \
-            --contexts 256,1024,3000 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
-            --seed "$([[ $r == a ]] && echo 1 || echo 2)" --out "$out/sweep-$r.jsonl" || rc=1
+    for k in 1 2 3; do
+        for r in a b; do
+            run_step "sweep $r$k (256, 1k, 3k)" "$out/sweep-$r$k.txt" bench-client sweep "${target[@]}" \
+                --contexts 256,1024,3000 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
+                --seed "$k$([[ $r == a ]] && echo 1 || echo 2)" --out "$out/sweep-$r$k.jsonl" || rc=1
+            run_step "load $r$k --concurrency 4" "$out/load-c4$r$k.txt" bench-client load "${target[@]}" \
+                --concurrency 4 --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
+                --seed "$k$([[ $r == a ]] && echo 4 || echo 5)" --no-progress --out "$out/load-c4$r$k.jsonl" || rc=1
+        done
     done
+    run_step "compare sweep-a1 sweep-b1 (one run a side)" "$out/compare-sweep-pair.txt" bench-client compare \
+        "$out/sweep-a1.jsonl" "$out/sweep-b1.jsonl" || rc=1
+    run_step "compare sweeps a1-a3 with b1-b3 (three runs a side)" "$out/compare-sweep.txt" bench-client compare \
+        --base "$out"/sweep-a{1,2,3}.jsonl --new "$out"/sweep-b{1,2,3}.jsonl --fail-on-regression || rc=1
+    run_step "compare load-c4a1 load-c4b1 (one run a side)" "$out/compare-load-pair.txt" bench-client compare \
+        "$out/load-c4a1.jsonl" "$out/load-c4b1.jsonl" || rc=1
+    run_step "compare loads a1-a3 with b1-b3 (three runs a side)" "$out/compare-load.txt" bench-client compare \
+        --base "$out"/load-c4a{1,2,3}.jsonl --new "$out"/load-c4b{1,2,3}.jsonl --slo "$slo" \
+        --fail-on-regression || rc=1
     run_step "sweep at the held-out contexts (512, 2k)" "$out/sweep-heldout.txt" bench-client sweep \
         "${target[@]}" --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
         --seed 3 --out "$out/sweep-heldout.jsonl" || rc=1
-    run_step "compare sweep-a sweep-b" "$out/compare-sweep.txt" bench-client compare \
-        "$out/sweep-a.jsonl" "$out/sweep-b.jsonl" --fail-on-regression || rc=1
-    for c in 2 4 8 4b; do
-        run_step "load --concurrency ${c%b}" "$out/load-c$c.txt" bench-client load "${target[@]}" \
-            --concurrency "${c%b}" --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
-            --seed "$([[ $c == 4b ]] && echo 5 || echo 4)" --no-progress --out "$out/load-c$c.jsonl" || rc=1
+    for c in 2 8; do
+        run_step "load --concurrency $c" "$out/load-c$c.txt" bench-client load "${target[@]}" \
+            --concurrency "$c" --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
+            --seed 4 --no-progress --out "$out/load-c$c.jsonl" || rc=1
     done
-    run_step "compare load-c4 load-c4b" "$out/compare-load.txt" bench-client compare \
-        "$out/load-c4.jsonl" "$out/load-c4b.jsonl" --fail-on-regression || rc=1
-    run_step "capacity --slo ${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" "$out/capacity.txt" bench-client capacity \
-        "${target[@]}" --slo "${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" \
-        --rates "${LLMB_DECIDE_RATES:-0.25,0.5,1,2,4}" --refine 2 --num-requests 16 --input-len 512 \
+    # What `calibrate` fits from: the first sweep and concurrency-4 run of side A.
+    for f in sweep-a1:sweep-a load-c4a1:load-c4; do
+        cp "$out/${f%:*}.jsonl" "$out/${f#*:}.jsonl"
+        cp "$out/${f%:*}.jsonl.manifest.jsonl" "$out/${f#*:}.jsonl.manifest.jsonl" 2>/dev/null || true
+    done
+    run_step "capacity --slo $slo" "$out/capacity.txt" bench-client capacity \
+        "${target[@]}" --slo "$slo" \
+        --rates "${LLMB_DECIDE_RATES:-0.5,1,2,4,8}" --refine 2 --num-requests 24 --input-len 512 \
         --output-len 32 --out "$out/capacity.jsonl" --plot "$out/capacity.svg" || rc=1
-    run_step "capacity --concurrencies 1,2,4,8" "$out/capacity-concurrency.txt" bench-client capacity \
-        "${target[@]}" --slo "${LLMB_DECIDE_SLO:-ttft=3000,tpot=150}" --concurrencies 1,2,4,8 \
-        --refine 2 --num-requests 12 --input-len 512 --output-len 32 \
-        --out "$out/capacity-concurrency.jsonl" || rc=1
+    run_step "capacity --concurrencies ${LLMB_DECIDE_CONCURRENCIES:-1,2,4,8,16}" "$out/capacity-concurrency.txt" \
+        bench-client capacity "${target[@]}" --slo "$slo" \
+        --concurrencies "${LLMB_DECIDE_CONCURRENCIES:-1,2,4,8,16}" --refine 2 --num-requests 16 \
+        --input-len 512 --output-len 32 --out "$out/capacity-concurrency.jsonl" || rc=1
     log "decide: outputs in $out"
     return "$rc"
 }

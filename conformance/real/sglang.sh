@@ -10,7 +10,7 @@
 #                       answers into fixtures/diff/sglang-$SGLANG_VERSION (what `cargo test` replays), stop
 #   sglang.sh check     start, run `conformance --url`, sweeps on --api sglang and --api openai, the two-point
 #                       method with and without --flush-cache, a short load run, `conformance diff`, stop
-#   sglang.sh decide    start, repeat sweeps and load runs compared, load at concurrency 2/4/8, capacity
+#   sglang.sh decide    start, three repeat sweeps and load runs a side compared, load at concurrency 2/8, capacity
 #                       searches by rate and by concurrency, stop (outputs in target/real/sglang/decide/)
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 300), LLMB_URL (record/check against a running

@@ -6,7 +6,7 @@
 #   vllm.sh stop      stop it (kills the whole process group)
 #   vllm.sh record    start, record transcripts into fixtures/streams/real/, stop
 #   vllm.sh check     start, run `conformance --url` and a short `bench-client sweep`, stop
-#   vllm.sh decide    start, repeat sweeps and load runs compared, load at concurrency 2/4/8, capacity
+#   vllm.sh decide    start, three repeat sweeps and load runs a side compared, load at concurrency 2/8, capacity
 #                     searches by rate and by concurrency, stop (outputs in target/real/vllm/decide/)
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 420), LLMB_URL (record/check against a running

@@ -25,8 +25,11 @@ goodput) the ratio NEW/BASE with a 95% interval, and a verdict.
 The interval is the percentile bootstrap (Efron & Tibshirani, \"An Introduction to the
 Bootstrap\", 1993, ch. 13): each side's requests are resampled with replacement --resamples times
 (seeded by --seed), the statistic is recomputed on each resample, and the interval is the 2.5th
-and 97.5th percentile of the ratios. Throughputs resample requests over each run's duration,
-held fixed. Verdict: `same` when the interval lies within [1 - t, 1 + t] for --threshold t;
+and 97.5th percentile of the ratios. A side of several runs (repeats: --base A1 A2 A3) is
+resampled in two stages, its runs and then their requests (Davison & Hinkley 1997, 3.8), so the
+interval carries the run-to-run variance; with one run a side it covers only the noise within a
+run. Throughputs are the tokens over the runs' durations; one run is one throughput, so they need
+several runs a side for a verdict. Verdict: `same` when the interval lies within [1 - t, 1 + t] for --threshold t;
 `better` or `worse` when it lies wholly beyond it (lower is better for latencies, higher for
 rates); `unclear` otherwise. What differs between the runs' manifests is printed first.
 
@@ -39,7 +42,8 @@ pub(super) struct CompareArgs {
     /// BASE and NEW results files, when each side is one file.
     #[arg(value_names = ["BASE", "NEW"], num_args = 0..=2, conflicts_with_all = ["base", "new"])]
     files: Vec<PathBuf>,
-    /// BASE's results files (several: shards or repeats of one setup, merged).
+    /// BASE's results files (several: shards of one run, or repeats: each sweep file and each load
+    /// run's start is one run, and several runs a side are resampled by run).
     #[arg(long, num_args = 1.., requires = "new")]
     base: Vec<PathBuf>,
     /// NEW's results files.
@@ -138,6 +142,10 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         .or_else(|| manifest_slo(&base_files).filter(|s| Some(*s) == manifest_slo(&new_files)))
         .unwrap_or_default();
     let mut report = compare_records(&base, &new, slo, &b).map_err(CliError::Data)?;
+    let (base, new): (Vec<_>, Vec<_>) = (
+        base.into_iter().flatten().collect(),
+        new.into_iter().flatten().collect(),
+    );
     let (differences, notes) =
         manifest_differences(&base_files, &new_files).map_err(CliError::Data)?;
     report.differences = differences;

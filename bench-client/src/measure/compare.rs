@@ -2,16 +2,26 @@
 //! percentile bootstrap, and a verdict against a threshold.
 //!
 //! Method: the percentile interval of the bootstrap (Efron & Tibshirani, "An Introduction to the
-//! Bootstrap", Chapman & Hall 1993, ch. 13). Each of B rounds draws a resample of BASE's units and
-//! one of NEW's, each with replacement and of its own size, computes the statistic of each and
-//! their ratio; the interval is the 2.5th and 97.5th percentile of the B ratios
-//! ([`super::percentile`], type 7). The two sides are resampled independently: two runs are two
-//! independent samples, not pairs.
+//! Bootstrap", Chapman & Hall 1993, ch. 13). Each of B rounds draws a resample of BASE and one of
+//! NEW, each with replacement and of its own size, computes the statistic of each and their ratio;
+//! the interval is the 2.5th and 97.5th percentile of the B ratios ([`super::percentile`], type 7).
+//! The two sides are resampled independently: two runs are two independent samples, not pairs.
 //!
 //! A unit is one request. It carries one value (a request's TTFT) or several (its inter-chunk
 //! gaps): resampling requests, not gaps, keeps a request's correlated gaps together (a cluster
-//! bootstrap). Each side's units are put in a canonical order first, so the result does not depend
-//! on the order of the input, only on the values and the seed.
+//! bootstrap).
+//!
+//! A side of several runs (repeats of one setup) is resampled in two stages (Davison & Hinkley,
+//! "Bootstrap Methods and their Application", Cambridge 1997, section 3.8): its runs are drawn with
+//! replacement, as many as it has, then each drawn run's requests. The interval then carries the
+//! run-to-run variance too (a warmer machine, another neighbour), which every request of one run
+//! shares and no resample of one run's requests can show. A throughput is one number per run: with
+//! one run on either side its interval covers only the request mix, so its verdict is `unclear`.
+//!
+//! Each run's units, and each side's runs, are put in a canonical order first, so the result does
+//! not depend on the order of the input, only on the values and the seed.
+
+use std::cmp::Ordering;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,13 +33,10 @@ use super::percentile::percentile_sorted;
 pub enum Statistic {
     /// The `p`th percentile (0..=100) of all the units' values pooled.
     Percentile(f64),
-    /// The sum of all values divided by a fixed duration in seconds: a throughput. The duration is
-    /// the run's own and is held fixed, so the interval covers the variation of the request mix
-    /// (tokens per request, failures, requests meeting an SLO), not that of the run's length.
-    Rate {
-        /// Seconds the run lasted.
-        duration_s: f64,
-    },
+    /// The sum of all values divided by the sum of the runs' durations: a throughput. Each run's
+    /// duration is its own and travels with it when runs are resampled; within a run it is held
+    /// fixed.
+    Rate,
 }
 
 /// Which way is better.
@@ -86,105 +93,202 @@ pub enum CompareError {
     BadSettings(String),
 }
 
-/// One side of a comparison: its units in canonical order and its statistic.
+/// One run of a side: its units (requests) and, for throughputs, its duration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    units: Vec<Vec<f64>>,
+    duration_s: Option<f64>,
+}
+
+impl Run {
+    /// One value per unit.
+    pub fn scalar(values: &[f64]) -> Self {
+        Self::clustered(values.iter().map(|&v| vec![v]).collect())
+    }
+
+    /// Several values per unit (a request's gaps); units without values still count as units
+    /// (they are drawn, and add nothing).
+    pub fn clustered(units: Vec<Vec<f64>>) -> Self {
+        Self {
+            units,
+            duration_s: None,
+        }
+    }
+
+    /// The run's duration in seconds, which [`Statistic::Rate`] divides by.
+    pub fn lasting(mut self, duration_s: f64) -> Self {
+        self.duration_s = Some(duration_s);
+        self
+    }
+}
+
+/// Lexicographic order of two sorted value lists, then by length.
+fn cmp_values(a: &[f64], b: &[f64]) -> Ordering {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x.total_cmp(y))
+        .find(|o| o.is_ne())
+        .unwrap_or_else(|| a.len().cmp(&b.len()))
+}
+
+/// One side of a comparison: its runs in canonical order and its statistic.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
-    units: Vec<Vec<f64>>,
+    runs: Vec<Run>,
     statistic: Statistic,
 }
 
 impl Sample {
-    /// One value per unit.
+    /// One run, one value per unit.
     pub fn scalar(
         side: &'static str,
         values: &[f64],
         statistic: Statistic,
     ) -> Result<Self, CompareError> {
-        let units: Vec<Vec<f64>> = values.iter().map(|&v| vec![v]).collect();
-        Self::clustered(side, &units, statistic)
+        Self::new(side, vec![Run::scalar(values)], statistic)
     }
 
-    /// Several values per unit (a request's gaps); units without values still count as units
-    /// (they are drawn, and add nothing).
+    /// One run, several values per unit.
     pub fn clustered(
         side: &'static str,
         units: &[Vec<f64>],
         statistic: Statistic,
     ) -> Result<Self, CompareError> {
-        match statistic {
-            Statistic::Percentile(p) if !(0.0..=100.0).contains(&p) => {
-                return Err(CompareError::BadStatistic(format!("percentile {p}")))
+        Self::new(side, vec![Run::clustered(units.to_vec())], statistic)
+    }
+
+    /// A side of one or more runs. Runs without units are left out; a side with no values at all,
+    /// a value that is not a finite non-negative number, or (for a rate) a run without a positive
+    /// duration is refused.
+    pub fn new(
+        side: &'static str,
+        runs: Vec<Run>,
+        statistic: Statistic,
+    ) -> Result<Self, CompareError> {
+        if let Statistic::Percentile(p) = statistic {
+            if !(0.0..=100.0).contains(&p) {
+                return Err(CompareError::BadStatistic(format!("percentile {p}")));
             }
-            Statistic::Rate { duration_s } if !(duration_s.is_finite() && duration_s > 0.0) => {
-                return Err(CompareError::BadStatistic(format!(
-                    "duration {duration_s} s"
-                )))
-            }
-            _ => {}
         }
-        if units.iter().all(Vec::is_empty) {
+        let mut runs: Vec<Run> = runs.into_iter().filter(|r| !r.units.is_empty()).collect();
+        if runs.iter().flat_map(|r| &r.units).all(Vec::is_empty) {
             return Err(CompareError::Empty(side));
         }
-        if units
+        if runs
             .iter()
-            .flatten()
+            .flat_map(|r| r.units.iter().flatten())
             .any(|v| !(v.is_finite() && *v >= 0.0))
         {
             return Err(CompareError::BadValue(side));
         }
-        let mut units: Vec<Vec<f64>> = units
-            .iter()
-            .map(|u| {
-                let mut u = u.clone();
+        if statistic == Statistic::Rate {
+            if let Some(d) = runs
+                .iter()
+                .map(|r| r.duration_s.unwrap_or(f64::NAN))
+                .find(|d| !(d.is_finite() && *d > 0.0))
+            {
+                return Err(CompareError::BadStatistic(format!(
+                    "{side}: a run's duration is {d} s"
+                )));
+            }
+        }
+        for r in &mut runs {
+            for u in &mut r.units {
                 u.sort_by(f64::total_cmp);
-                u
-            })
-            .collect();
-        units.sort_by(|a, b| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| x.total_cmp(y))
+            }
+            r.units.sort_by(|a, b| cmp_values(a, b));
+        }
+        runs.sort_by(|a, b| {
+            a.units
+                .iter()
+                .zip(&b.units)
+                .map(|(x, y)| cmp_values(x, y))
                 .find(|o| o.is_ne())
-                .unwrap_or_else(|| a.len().cmp(&b.len()))
+                .unwrap_or_else(|| a.units.len().cmp(&b.units.len()))
+                .then_with(|| {
+                    let d = |r: &Run| r.duration_s.unwrap_or(0.0);
+                    d(a).total_cmp(&d(b))
+                })
         });
-        Ok(Self { units, statistic })
+        Ok(Self { runs, statistic })
     }
 
-    /// Units (requests).
+    /// Units (requests) over all runs.
     pub fn len(&self) -> usize {
-        self.units.len()
+        self.runs.iter().map(|r| r.units.len()).sum()
     }
 
     /// Whether there are no units (never true of a built sample).
     pub fn is_empty(&self) -> bool {
-        self.units.is_empty()
+        self.len() == 0
+    }
+
+    /// Runs.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
     }
 
     /// The statistic of the whole sample.
     pub fn value(&self) -> Option<f64> {
-        let idx: Vec<usize> = (0..self.units.len()).collect();
-        self.of(&idx, &mut Vec::new())
+        let draws: Vec<(usize, usize)> = self
+            .runs
+            .iter()
+            .enumerate()
+            .flat_map(|(r, run)| (0..run.units.len()).map(move |u| (r, u)))
+            .collect();
+        let runs: Vec<usize> = (0..self.runs.len()).collect();
+        self.of(&draws, &runs, &mut Vec::new())
     }
 
-    /// The statistic of the units at `idx` (sorted ascending); `pool` is scratch space.
-    fn of(&self, idx: &[usize], pool: &mut Vec<f64>) -> Option<f64> {
+    /// One resample into `draws` (run, unit) and `drawn` (runs, with repeats): with one run its
+    /// units; with several, runs first, then each drawn run's units.
+    fn resample(
+        &self,
+        rng: &mut ChaCha8Rng,
+        draws: &mut Vec<(usize, usize)>,
+        drawn: &mut Vec<usize>,
+    ) {
+        draws.clear();
+        drawn.clear();
+        let n = self.runs.len();
+        if n == 1 {
+            drawn.push(0);
+        } else {
+            drawn.extend((0..n).map(|_| rng.random_range(0..n)));
+        }
+        for &r in drawn.iter() {
+            let k = self.runs[r].units.len();
+            draws.extend((0..k).map(|_| (r, rng.random_range(0..k))));
+        }
+        draws.sort_unstable();
+    }
+
+    /// The statistic of the units at `draws` (sorted ascending) of the runs `drawn`; `pool` is
+    /// scratch space.
+    fn of(&self, draws: &[(usize, usize)], drawn: &[usize], pool: &mut Vec<f64>) -> Option<f64> {
+        let values = draws
+            .iter()
+            .flat_map(|&(r, u)| self.runs[r].units[u].iter().copied());
         match self.statistic {
             Statistic::Percentile(p) => {
                 pool.clear();
-                pool.extend(idx.iter().flat_map(|&i| self.units[i].iter().copied()));
-                // Scalar units in canonical order drawn in index order are already sorted; the
-                // sort is then one linear pass.
+                pool.extend(values);
+                // Scalar units of one run in canonical order drawn in index order are already
+                // sorted; the sort is then one linear pass.
                 pool.sort_by(f64::total_cmp);
                 percentile_sorted(pool, p)
             }
-            Statistic::Rate { duration_s } => {
-                let sum: f64 = idx.iter().flat_map(|&i| self.units[i].iter()).sum();
-                Some(sum / duration_s)
+            Statistic::Rate => {
+                let sum: f64 = values.sum();
+                let duration: f64 = drawn
+                    .iter()
+                    .map(|&r| self.runs[r].duration_s.unwrap_or(0.0))
+                    .sum();
+                (duration > 0.0).then(|| sum / duration)
             }
         }
     }
 }
-
 /// Bootstrap settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bootstrap {
@@ -219,8 +323,19 @@ pub struct Comparison {
     pub lo: f64,
     /// Upper end.
     pub hi: f64,
+    /// Runs on BASE's side.
+    pub base_runs: usize,
+    /// Runs on NEW's side.
+    pub new_runs: usize,
     /// The verdict.
     pub verdict: Verdict,
+}
+
+impl Comparison {
+    /// Whether the interval carries the run-to-run variance of both sides (each has several runs).
+    pub fn across_runs(&self) -> bool {
+        self.base_runs > 1 && self.new_runs > 1
+    }
 }
 
 /// The verdict of an interval `[lo, hi]` of NEW/BASE against the threshold `t` (a fraction).
@@ -244,7 +359,8 @@ pub fn verdict(lo: f64, hi: f64, t: f64, dir: Direction) -> Verdict {
 }
 
 /// Compare NEW with BASE: the ratio of their statistics, its percentile-bootstrap interval and the
-/// verdict. Deterministic for a given seed; never NaN (an undefined ratio is an error).
+/// verdict. Deterministic for a given seed; never NaN (an undefined ratio is an error). A rate
+/// with one run on either side is `unclear` whatever its interval: one run is one throughput.
 pub fn compare(
     base: &Sample,
     new: &Sample,
@@ -268,19 +384,14 @@ pub fn compare(
     }
     let mut rng = ChaCha8Rng::seed_from_u64(b.seed);
     let mut pool = Vec::new();
-    let mut ib = vec![0usize; base.len()];
-    let mut inew = vec![0usize; new.len()];
+    let (mut db, mut dn) = (Vec::new(), Vec::new());
+    let (mut rb, mut rn) = (Vec::new(), Vec::new());
     let mut ratios = Vec::with_capacity(b.resamples as usize);
     for _ in 0..b.resamples {
-        for i in ib.iter_mut() {
-            *i = rng.random_range(0..base.len());
-        }
-        for i in inew.iter_mut() {
-            *i = rng.random_range(0..new.len());
-        }
-        ib.sort_unstable();
-        inew.sort_unstable();
-        let (Some(sb), Some(sn)) = (base.of(&ib, &mut pool), new.of(&inew, &mut pool)) else {
+        base.resample(&mut rng, &mut db, &mut rb);
+        new.resample(&mut rng, &mut dn, &mut rn);
+        let (Some(sb), Some(sn)) = (base.of(&db, &rb, &mut pool), new.of(&dn, &rn, &mut pool))
+        else {
             // A resample drew only units without values: its statistic is undefined.
             return Err(CompareError::Empty("a resample"));
         };
@@ -292,13 +403,20 @@ pub fn compare(
     ratios.sort_by(f64::total_cmp);
     let lo = percentile_sorted(&ratios, 2.5).ok_or(CompareError::ZeroBase)?;
     let hi = percentile_sorted(&ratios, 97.5).ok_or(CompareError::ZeroBase)?;
+    let one_run = base.runs() < 2 || new.runs() < 2;
+    let verdict = match base.statistic {
+        Statistic::Rate if one_run => Verdict::Unclear,
+        _ => verdict(lo, hi, b.threshold, dir),
+    };
     Ok(Comparison {
         base: bv,
         new: nv,
         ratio: nv / bv,
         lo,
         hi,
-        verdict: verdict(lo, hi, b.threshold, dir),
+        base_runs: base.runs(),
+        new_runs: new.runs(),
+        verdict,
     })
 }
 
@@ -355,7 +473,14 @@ mod tests {
             Err(CompareError::BadValue("NEW"))
         );
         assert!(Sample::scalar("NEW", &[1.0], Statistic::Percentile(101.0)).is_err());
-        assert!(Sample::scalar("NEW", &[1.0], Statistic::Rate { duration_s: 0.0 }).is_err());
+        for d in [0.0, -1.0, f64::NAN] {
+            let run = Run::scalar(&[1.0]).lasting(d);
+            assert!(
+                Sample::new("NEW", vec![run], Statistic::Rate).is_err(),
+                "{d}"
+            );
+        }
+        assert!(Sample::scalar("NEW", &[1.0], Statistic::Rate).is_err());
         assert_eq!(
             cmp(&[0.0, 0.0], &[1.0], Direction::LowerIsBetter, 1),
             Err(CompareError::ZeroBase)
@@ -388,11 +513,18 @@ mod tests {
         );
     }
 
+    fn rate(runs: &[(&[f64], f64)]) -> Sample {
+        let runs = runs
+            .iter()
+            .map(|(v, d)| Run::scalar(v).lasting(*d))
+            .collect();
+        Sample::new("SIDE", runs, Statistic::Rate).unwrap()
+    }
+
     #[test]
-    fn rates_resample_requests_over_a_fixed_duration() {
+    fn rates_of_one_run_resample_requests_over_its_duration_and_stay_unclear() {
         let tokens = [10.0, 12.0, 11.0, 9.0, 10.0, 0.0, 10.0, 11.0];
-        let base = Sample::scalar("BASE", &tokens, Statistic::Rate { duration_s: 2.0 }).unwrap();
-        let new = Sample::scalar("NEW", &tokens, Statistic::Rate { duration_s: 1.0 }).unwrap();
+        let (base, new) = (rate(&[(&tokens, 2.0)]), rate(&[(&tokens, 1.0)]));
         let c = compare(
             &base,
             &new,
@@ -403,7 +535,82 @@ mod tests {
         assert_eq!(c.base, 36.5);
         assert_eq!(c.ratio, 2.0);
         assert!(c.lo <= 2.0 && 2.0 <= c.hi);
+        assert!(c.lo > 1.05, "{c:?}");
+        // One run is one throughput: twice as fast within the run's own mix, but no verdict.
+        assert_eq!(c.verdict, Verdict::Unclear);
+        assert!(!c.across_runs());
+    }
+
+    #[test]
+    fn rates_of_several_runs_pool_tokens_over_the_durations() {
+        let t = [10.0, 10.0];
+        let base = rate(&[(&t, 1.0), (&t, 1.0), (&t, 1.0)]);
+        let new = rate(&[(&t, 0.5), (&t, 0.5), (&t, 0.5)]);
+        let c = compare(
+            &base,
+            &new,
+            Direction::HigherIsBetter,
+            &Bootstrap::default(),
+        )
+        .unwrap();
+        assert_eq!((c.base, c.new, c.ratio), (20.0, 40.0, 2.0));
+        assert_eq!((c.lo, c.hi), (2.0, 2.0));
         assert_eq!(c.verdict, Verdict::Better);
+        assert!(c.across_runs());
+        // Runs that differ in speed widen the interval of the same total.
+        let noisy = rate(&[(&t, 0.3), (&t, 0.5), (&t, 0.7)]);
+        let d = compare(
+            &base,
+            &noisy,
+            Direction::HigherIsBetter,
+            &Bootstrap::default(),
+        )
+        .unwrap();
+        assert_eq!(d.ratio, 2.0);
+        assert!(d.lo < 1.8 && d.hi > 2.4, "{d:?}");
+    }
+
+    /// Three runs a side of 40 requests each, every request of run `k` scaled by `drift[k]`.
+    fn drifting(drift: [f64; 3], salt: u32) -> Vec<Run> {
+        drift
+            .iter()
+            .enumerate()
+            .map(|(k, f)| {
+                let v: Vec<f64> = (0..40u32)
+                    .map(|i| f * (100.0 + f64::from((i * 7 + salt + k as u32) % 11)))
+                    .collect();
+                Run::scalar(&v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn run_to_run_drift_is_in_the_interval_of_repeats() {
+        let b = Bootstrap::default();
+        let dir = Direction::LowerIsBetter;
+        // One setup measured six times, the machine's speed moving by up to 12% between runs.
+        let base = drifting([0.94, 1.0, 1.06], 0);
+        let new = drifting([1.12, 1.04, 0.98], 3);
+        // Any one pair of runs from opposite ends of that drift looks like a regression ...
+        let one = |r: &Run| Sample::new("S", vec![r.clone()], P50).unwrap();
+        let pair = compare(&one(&base[0]), &one(&new[0]), dir, &b).unwrap();
+        assert_eq!(pair.verdict, Verdict::Worse, "{pair:?}");
+        // ... but the repeats, resampled by run, cannot tell.
+        let all = |r: &[Run]| Sample::new("S", r.to_vec(), P50).unwrap();
+        let reps = compare(&all(&base), &all(&new), dir, &b).unwrap();
+        assert_eq!(reps.verdict, Verdict::Unclear, "{reps:?}");
+        assert!(reps.across_runs());
+        assert!(
+            reps.hi - reps.lo > 2.0 * (pair.hi - pair.lo),
+            "{reps:?} {pair:?}"
+        );
+        // A real 20% slowdown of every run is still seen through the drift.
+        let slow: Vec<Run> = drifting([0.94, 1.0, 1.06], 3)
+            .into_iter()
+            .map(|r| Run::clustered(r.units.iter().map(|u| vec![u[0] * 1.2]).collect()))
+            .collect();
+        let worse = compare(&all(&base), &all(&slow), dir, &b).unwrap();
+        assert_eq!(worse.verdict, Verdict::Worse, "{worse:?}");
     }
 
     #[test]
@@ -455,6 +662,33 @@ mod tests {
         #[test]
         fn identical_inputs_never_look_worse_or_better(base in values(), seed in any::<u64>()) {
             let c = cmp(&base, &base, Direction::LowerIsBetter, seed).unwrap();
+            prop_assert_eq!(c.ratio, 1.0);
+            prop_assert!(c.lo <= 1.0 && 1.0 <= c.hi, "{c:?}");
+            prop_assert!(matches!(c.verdict, Verdict::Same | Verdict::Unclear));
+        }
+
+        #[test]
+        fn the_order_of_runs_does_not_matter(
+            runs in prop::collection::vec(values(), 2..5), new in values(), seed in any::<u64>()
+        ) {
+            let side = |rs: &[Vec<f64>]| {
+                Sample::new("S", rs.iter().map(|v| Run::scalar(v)).collect(), P50).unwrap()
+            };
+            let b = Bootstrap { resamples: 200, seed, threshold: 0.05 };
+            let n = Sample::scalar("NEW", &new, P50).unwrap();
+            let a = compare(&side(&runs), &n, Direction::LowerIsBetter, &b);
+            let mut r2: Vec<Vec<f64>> = runs.iter().rev().cloned().collect();
+            r2[0].reverse();
+            prop_assert_eq!(a, compare(&side(&r2), &n, Direction::LowerIsBetter, &b));
+        }
+
+        #[test]
+        fn identical_repeats_are_never_worse_or_better(
+            runs in prop::collection::vec(values(), 2..5), seed in any::<u64>()
+        ) {
+            let s = Sample::new("S", runs.iter().map(|v| Run::scalar(v)).collect(), P50).unwrap();
+            let b = Bootstrap { resamples: 200, seed, threshold: 0.05 };
+            let c = compare(&s, &s, Direction::LowerIsBetter, &b).unwrap();
             prop_assert_eq!(c.ratio, 1.0);
             prop_assert!(c.lo <= 1.0 && 1.0 <= c.hi, "{c:?}");
             prop_assert!(matches!(c.verdict, Verdict::Same | Verdict::Unclear));

@@ -38,6 +38,7 @@ impl Level {
     pub fn show(self, v: f64) -> String {
         match self {
             Level::Rate => format!("{v:.3} req/s"),
+            Level::Concurrency if v == 1.0 => "1 request in flight".to_string(),
             Level::Concurrency => format!("{v:.0} requests in flight"),
         }
     }
@@ -56,6 +57,9 @@ pub struct CapacityRow {
     pub succeeded: u64,
     /// Requests that met the SLO.
     pub good: u64,
+    /// Requests that missed a TPOT objective because their TPOT could not be measured (every
+    /// output token arrived in the first read).
+    pub tpot_unmeasured: u64,
     /// `good / requests`.
     pub goodput_share: f64,
     /// Whether the step met the target.
@@ -95,6 +99,7 @@ impl CapacityRow {
             requests: s.requests,
             succeeded: s.succeeded,
             good: s.good,
+            tpot_unmeasured: s.tpot_unmeasured,
             goodput_share: r.goodput_share(),
             passed,
             request_throughput: d.request_throughput,
@@ -186,6 +191,18 @@ impl CapacityReport {
                 self.slo
             ),
         };
+        if let Some(row) = self
+            .curve()
+            .into_iter()
+            .find(|r| !r.passed && r.tpot_unmeasured > 0)
+        {
+            s.push_str(&format!(
+                "; at {}, {} of {} requests had no measurable TPOT (every output token arrived in the first read: the server or a proxy sent the stream in one piece) and count as missing the TPOT objective",
+                l.show(row.rate),
+                row.tpot_unmeasured,
+                row.requests
+            ));
+        }
         if let Some(i) = self.server_failing {
             if let Some(row) = self.steps.get(i) {
                 s.push_str(&format!(
@@ -197,5 +214,67 @@ impl CapacityReport {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(step: usize, rate: f64, good: u64, unmeasured: u64, passed: bool) -> CapacityRow {
+        CapacityRow {
+            step,
+            rate,
+            requests: 12,
+            succeeded: 12,
+            good,
+            tpot_unmeasured: unmeasured,
+            goodput_share: good as f64 / 12.0,
+            passed,
+            request_throughput: Some(6.0),
+            output_throughput: Some(192.0),
+            goodput: Some(good as f64 / 2.0),
+            ttft_p50_ms: Some(130.0),
+            ttft_p99_ms: Some(160.0),
+            tpot_p50_ms: Some(2.5),
+            tpot_p99_ms: Some(4.0),
+            file: String::new(),
+        }
+    }
+
+    fn report(steps: Vec<CapacityRow>, capacity: Option<f64>, first_fail: Option<f64>) -> String {
+        CapacityReport {
+            slo: "ttft=3000,tpot=150".into(),
+            target: 0.95,
+            level: Level::Concurrency,
+            steps,
+            capacity,
+            first_fail,
+            server_failing: None,
+        }
+        .answer()
+    }
+
+    #[test]
+    fn the_answer_names_requests_without_a_tpot() {
+        let a = report(vec![row(0, 1.0, 2, 10, false)], None, None);
+        assert!(a.starts_with("no concurrency meets the SLO"), "{a}");
+        assert!(
+            a.contains("at 1 request in flight, 10 of 12 requests had no measurable TPOT"),
+            "{a}"
+        );
+        // The first failing step is the one named, and a passing one is never blamed.
+        let a = report(
+            vec![
+                row(0, 1.0, 12, 0, true),
+                row(1, 4.0, 3, 5, false),
+                row(2, 2.0, 8, 1, false),
+            ],
+            Some(1.0),
+            Some(2.0),
+        );
+        assert!(a.contains("at 2 requests in flight, 1 of 12"), "{a}");
+        let clean = report(vec![row(0, 1.0, 2, 0, false)], None, None);
+        assert!(!clean.contains("TPOT"), "{clean}");
     }
 }

@@ -164,6 +164,9 @@ pub struct LoadSummary {
     pub counts_unknown: u64,
     /// Successful requests meeting the SLO.
     pub good: u64,
+    /// Successful requests of several output tokens without a TPOT (all tokens in the first
+    /// read) while the SLO has a TPOT objective: they miss it unjudged.
+    pub tpot_unmeasured: u64,
     /// Earliest scheduled start, unix ns.
     pub first_scheduled_ns: Option<u64>,
     /// Earliest send, unix ns.
@@ -280,6 +283,9 @@ impl LoadSummary {
         if self.slo.met(&n, output) {
             self.good += 1;
         }
+        if self.slo.tpot_unmeasured(&n, output) {
+            self.tpot_unmeasured += 1;
+        }
     }
 
     /// Merge two summaries (same SLO expected; `self`'s is kept).
@@ -297,6 +303,7 @@ impl LoadSummary {
         self.chunk_tokens += o.chunk_tokens;
         self.counts_unknown += o.counts_unknown;
         self.good += o.good;
+        self.tpot_unmeasured += o.tpot_unmeasured;
         let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),

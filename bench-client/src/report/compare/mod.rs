@@ -5,6 +5,11 @@
 //! Every row is computed from per-request values read from the records (never from merged
 //! histograms): sweeps from `ttft_ms`, `decode_tok_s` and `prefill_tok_s` of successful streaming
 //! records; load runs from [`crate::measure::load_numbers`] of each successful request.
+//!
+//! A side's runs: each file of a sweep is one run; load records are grouped by the run's start
+//! (`start_unix_ms`), so the shards of one run (which share it) are one run and repeats are
+//! several, whichever files hold them. Several runs a side are resampled by run
+//! ([`crate::measure::compare`]).
 
 mod manifest;
 
@@ -15,7 +20,7 @@ use anyhow::Context;
 
 use super::load::{LoadSummary, Slo};
 use crate::measure::compare::{
-    compare, Bootstrap, Comparison, Direction, Sample, Statistic, Verdict,
+    compare, Bootstrap, Comparison, Direction, Run, Sample, Statistic, Verdict,
 };
 use crate::measure::{load_numbers, measure};
 use crate::results::{read_records, Method, Record};
@@ -54,6 +59,10 @@ pub struct Row {
     pub n_base: usize,
     /// Requests on NEW's side.
     pub n_new: usize,
+    /// Runs on BASE's side.
+    pub runs_base: usize,
+    /// Runs on NEW's side.
+    pub runs_new: usize,
     /// The comparison, or why there is none (that row's verdict is `unclear`).
     pub outcome: Result<Comparison, String>,
 }
@@ -109,14 +118,33 @@ impl CompareReport {
     }
 }
 
-/// Read one side's records from its files.
-pub fn read_side(side: &str, files: &[PathBuf]) -> anyhow::Result<Vec<Record>> {
-    let mut all = Vec::new();
-    for f in files {
-        let recs = read_records(f).with_context(|| format!("{side}: reading {}", f.display()))?;
-        all.extend(recs);
+/// Read one side's records from its files, a list per file.
+pub fn read_side(side: &str, files: &[PathBuf]) -> anyhow::Result<Vec<Vec<Record>>> {
+    files
+        .iter()
+        .map(|f| read_records(f).with_context(|| format!("{side}: reading {}", f.display())))
+        .collect()
+}
+
+/// A side's records split into runs: a sweep's files are its runs; load records are grouped by
+/// their run's start, across files (shards of one run share it).
+fn runs_of(files: &[Vec<Record>], kind: Kind) -> Vec<Vec<&Record>> {
+    match kind {
+        Kind::Sweep => files
+            .iter()
+            .map(|f| f.iter().collect::<Vec<_>>())
+            .filter(|r| !r.is_empty())
+            .collect(),
+        Kind::Load => {
+            let mut runs: BTreeMap<u64, Vec<&Record>> = BTreeMap::new();
+            for r in files.iter().flatten() {
+                if let Some(info) = &r.load {
+                    runs.entry(info.start_unix_ms).or_default().push(r);
+                }
+            }
+            runs.into_values().collect()
+        }
     }
-    Ok(all)
 }
 
 /// The kind of a side's records; an empty, failed-only or mixed side is refused.
@@ -156,6 +184,8 @@ fn row(
 ) -> Row {
     let n_base = base.as_ref().map_or(0, Sample::len);
     let n_new = new.as_ref().map_or(0, Sample::len);
+    let runs_base = base.as_ref().map_or(0, Sample::runs);
+    let runs_new = new.as_ref().map_or(0, Sample::runs);
     let outcome = base.and_then(|bs| {
         new.and_then(|ns| compare(&bs, &ns, direction, b).map_err(|e| e.to_string()))
     });
@@ -165,12 +195,14 @@ fn row(
         direction,
         n_base,
         n_new,
+        runs_base,
+        runs_new,
         outcome,
     }
 }
 
-fn scalar(side: &'static str, v: &[f64], st: Statistic) -> Result<Sample, String> {
-    Sample::scalar(side, v, st).map_err(|e| e.to_string())
+fn sample(side: &'static str, runs: Vec<Run>, st: Statistic) -> Result<Sample, String> {
+    Sample::new(side, runs, st).map_err(|e| e.to_string())
 }
 
 /// Per context length: the successful streaming requests' TTFT, decode and prefill rates.
@@ -181,7 +213,18 @@ struct SweepValues {
     prefill_tok_s: Vec<f64>,
 }
 
-fn sweep_values(records: &[Record]) -> BTreeMap<u32, SweepValues> {
+/// Per context length, a [`SweepValues`] per run (runs without that context left out).
+fn sweep_values(runs: &[Vec<&Record>]) -> BTreeMap<u32, Vec<SweepValues>> {
+    let mut m: BTreeMap<u32, Vec<SweepValues>> = BTreeMap::new();
+    for run in runs {
+        for (ctx, v) in sweep_values_of(run) {
+            m.entry(ctx).or_default().push(v);
+        }
+    }
+    m
+}
+
+fn sweep_values_of(records: &[&Record]) -> BTreeMap<u32, SweepValues> {
     let mut m: BTreeMap<u32, SweepValues> = BTreeMap::new();
     let fin = |x: Option<f64>| x.filter(|v| v.is_finite());
     for r in records
@@ -202,14 +245,15 @@ fn list(v: &[u32]) -> String {
 
 /// Sweep rows: per shared context length, TTFT p50, decode p50 and prefill p50.
 fn sweep_rows(
-    base: &[Record],
-    new: &[Record],
+    base: &[Vec<&Record>],
+    new: &[Vec<&Record>],
     b: &Bootstrap,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Vec<Row>> {
     let (bv, nv) = (sweep_values(base), sweep_values(new));
     let shared: Vec<u32> = bv.keys().filter(|k| nv.contains_key(k)).copied().collect();
-    let only = |a: &BTreeMap<u32, SweepValues>, o: &BTreeMap<u32, SweepValues>| -> Vec<u32> {
+    type PerRun = BTreeMap<u32, Vec<SweepValues>>;
+    let only = |a: &PerRun, o: &PerRun| -> Vec<u32> {
         a.keys().filter(|k| !o.contains_key(k)).copied().collect()
     };
     if shared.is_empty() {
@@ -231,33 +275,26 @@ fn sweep_rows(
     let mut rows = Vec::new();
     for ctx in shared {
         let (x, y) = (&bv[&ctx], &nv[&ctx]);
-        let metrics: [(&'static str, Direction, &Vec<f64>, &Vec<f64>); 3] = [
-            (
-                "ttft_p50_ms",
-                Direction::LowerIsBetter,
-                &x.ttft_ms,
-                &y.ttft_ms,
-            ),
-            (
-                "decode_p50_tok_s",
-                Direction::HigherIsBetter,
-                &x.decode_tok_s,
-                &y.decode_tok_s,
-            ),
-            (
-                "prefill_p50_tok_s",
-                Direction::HigherIsBetter,
-                &x.prefill_tok_s,
-                &y.prefill_tok_s,
-            ),
+        type Pick = fn(&SweepValues) -> &Vec<f64>;
+        let metrics: [(&'static str, Direction, Pick); 3] = [
+            ("ttft_p50_ms", Direction::LowerIsBetter, |v| &v.ttft_ms),
+            ("decode_p50_tok_s", Direction::HigherIsBetter, |v| {
+                &v.decode_tok_s
+            }),
+            ("prefill_p50_tok_s", Direction::HigherIsBetter, |v| {
+                &v.prefill_tok_s
+            }),
         ];
-        for (metric, dir, xb, yn) in metrics {
+        let runs = |side: &[SweepValues], pick: Pick| -> Vec<Run> {
+            side.iter().map(|v| Run::scalar(pick(v))).collect()
+        };
+        for (metric, dir, pick) in metrics {
             rows.push(row(
                 Some(ctx),
                 metric,
                 dir,
-                scalar("BASE", xb, p50),
-                scalar("NEW", yn, p50),
+                sample("BASE", runs(x, pick), p50),
+                sample("NEW", runs(y, pick), p50),
                 b,
             ));
         }
@@ -265,7 +302,7 @@ fn sweep_rows(
     Ok(rows)
 }
 
-/// One side of a load comparison: per-request figures (ms), per-request rate contributions and
+/// One run of a load comparison: per-request figures (ms), per-request rate contributions and
 /// the run's duration.
 #[derive(Default)]
 struct LoadValues {
@@ -280,10 +317,12 @@ struct LoadValues {
     duration_s: Option<f64>,
 }
 
-fn load_values(records: &[Record], slo: Slo) -> LoadValues {
+fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
     let mut v = LoadValues::default();
     let ms = |ns: u64| ns as f64 / 1e6;
+    let mut summary = LoadSummary::new(slo);
     for r in records {
+        summary.add(r);
         let (Some(info), Some(trace)) = (&r.load, &r.trace) else {
             continue;
         };
@@ -307,102 +346,77 @@ fn load_values(records: &[Record], slo: Slo) -> LoadValues {
         v.succeeded.push(1.0);
         v.good.push(if slo.met(&n, output) { 1.0 } else { 0.0 });
     }
-    // Shards of one run share its start; repeats are separate runs, and their durations add up
-    // (the time between two repeats is no part of either).
-    let mut runs: BTreeMap<u64, Vec<Record>> = BTreeMap::new();
-    for r in records {
-        if let Some(info) = &r.load {
-            runs.entry(info.start_unix_ms).or_default().push(r.clone());
-        }
-    }
-    let durations: Option<Vec<f64>> = runs
-        .values()
-        .map(|rs| LoadSummary::from_records(rs, slo).duration_s())
-        .collect();
-    v.duration_s = durations
-        .map(|d| d.iter().sum::<f64>())
-        .filter(|d| *d > 0.0);
+    v.duration_s = summary.duration_s().filter(|d| *d > 0.0);
     v
 }
 
-/// Requests, each with its values.
-type Units = Vec<Vec<f64>>;
-
 /// Load rows: TTFT, TPOT, inter-chunk and end-to-end p50/p90/p99, then output and request
 /// throughput and goodput (with an SLO).
-fn load_rows(base: &[Record], new: &[Record], slo: Slo, b: &Bootstrap) -> Vec<Row> {
-    let (x, y) = (load_values(base, slo), load_values(new, slo));
-    let units = |v: &[f64]| -> Vec<Vec<f64>> { v.iter().map(|&x| vec![x]).collect() };
-    let latencies: [([&'static str; 3], Units, Units); 4] = [
-        (
-            ["ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"],
-            units(&x.ttft_ms),
-            units(&y.ttft_ms),
-        ),
-        (
-            ["tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms"],
-            units(&x.tpot_ms),
-            units(&y.tpot_ms),
-        ),
+fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo, b: &Bootstrap) -> Vec<Row> {
+    let x: Vec<LoadValues> = base.iter().map(|r| load_values(r, slo)).collect();
+    let y: Vec<LoadValues> = new.iter().map(|r| load_values(r, slo)).collect();
+    type Units = fn(&LoadValues) -> Run;
+    let latencies: [([&'static str; 3], Units); 4] = [
+        (["ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"], |v| {
+            Run::scalar(&v.ttft_ms)
+        }),
+        (["tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms"], |v| {
+            Run::scalar(&v.tpot_ms)
+        }),
         (
             [
                 "inter_chunk_p50_ms",
                 "inter_chunk_p90_ms",
                 "inter_chunk_p99_ms",
             ],
-            x.inter_chunk_ms.clone(),
-            y.inter_chunk_ms.clone(),
+            |v| Run::clustered(v.inter_chunk_ms.clone()),
         ),
-        (
-            ["e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms"],
-            units(&x.e2e_ms),
-            units(&y.e2e_ms),
-        ),
+        (["e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms"], |v| {
+            Run::scalar(&v.e2e_ms)
+        }),
     ];
     let mut rows = Vec::new();
-    for (names, xb, yn) in &latencies {
+    for (names, units) in &latencies {
         for (name, p) in names.iter().zip([50.0, 90.0, 99.0]) {
             let st = Statistic::Percentile(p);
             rows.push(row(
                 None,
                 name,
                 Direction::LowerIsBetter,
-                Sample::clustered("BASE", xb, st).map_err(|e| e.to_string()),
-                Sample::clustered("NEW", yn, st).map_err(|e| e.to_string()),
+                sample("BASE", x.iter().map(units).collect(), st),
+                sample("NEW", y.iter().map(units).collect(), st),
                 b,
             ));
         }
     }
-    let rate = |side: &'static str, v: &LoadValues, vals: &[f64]| -> Result<Sample, String> {
-        let d = v
-            .duration_s
-            .ok_or_else(|| format!("{side}: the run's duration is undefined"))?;
-        scalar(side, vals, Statistic::Rate { duration_s: d })
+    type Pick = fn(&LoadValues) -> &Vec<f64>;
+    let rate = |side: &'static str, v: &[LoadValues], pick: Pick| -> Result<Sample, String> {
+        let runs = v
+            .iter()
+            .map(|r| {
+                let d = r
+                    .duration_s
+                    .ok_or_else(|| format!("{side}: a run's duration is undefined"))?;
+                Ok(Run::scalar(pick(r)).lasting(d))
+            })
+            .collect::<Result<Vec<Run>, String>>()?;
+        sample(side, runs, Statistic::Rate)
     };
     let higher = Direction::HigherIsBetter;
-    rows.push(row(
-        None,
-        "output_throughput_tok_s",
-        higher,
-        rate("BASE", &x, &x.output_tokens),
-        rate("NEW", &y, &y.output_tokens),
-        b,
-    ));
-    rows.push(row(
-        None,
-        "request_throughput_req_s",
-        higher,
-        rate("BASE", &x, &x.succeeded),
-        rate("NEW", &y, &y.succeeded),
-        b,
-    ));
+    let mut rates: Vec<(&'static str, Pick)> = vec![
+        ("output_throughput_tok_s", |v| &v.output_tokens),
+        ("request_throughput_req_s", |v| &v.succeeded),
+    ];
     if slo.is_set() {
+        rates.push(("goodput_req_s", |v| &v.good));
+    }
+    for (name, pick) in rates {
         rows.push(row(
             None,
-            "goodput_req_s",
+            name,
             higher,
-            rate("BASE", &x, &x.good),
-            rate("NEW", &y, &y.good),
+            rate("BASE", &x, pick),
+            rate("NEW", &y, pick),
             b,
         ));
     }
@@ -412,13 +426,15 @@ fn load_rows(base: &[Record], new: &[Record], slo: Slo, b: &Bootstrap) -> Vec<Ro
 /// Compare NEW's records with BASE's: refuses sides that are empty, failed-only, of different
 /// kinds or (sweeps) with no context length in common.
 pub fn compare_records(
-    base: &[Record],
-    new: &[Record],
+    base: &[Vec<Record>],
+    new: &[Vec<Record>],
     slo: Slo,
     b: &Bootstrap,
 ) -> anyhow::Result<CompareReport> {
-    let kb = kind_of("BASE", base)?;
-    let kn = kind_of("NEW", new)?;
+    let all = |side: &[Vec<Record>]| -> Vec<Record> { side.iter().flatten().cloned().collect() };
+    let (base_all, new_all) = (all(base), all(new));
+    let kb = kind_of("BASE", &base_all)?;
+    let kn = kind_of("NEW", &new_all)?;
     if kb != kn {
         anyhow::bail!(
             "BASE holds {} records and NEW {} records: nothing to compare",
@@ -427,7 +443,7 @@ pub fn compare_records(
         );
     }
     let mut notes = Vec::new();
-    for (side, recs) in [("BASE", base), ("NEW", new)] {
+    for (side, recs) in [("BASE", &base_all), ("NEW", &new_all)] {
         let failed = recs.iter().filter(|r| r.error.is_some()).count();
         if failed > 0 {
             notes.push(format!(
@@ -436,19 +452,18 @@ pub fn compare_records(
             ));
         }
     }
+    let (rb, rn) = (runs_of(base, kb), runs_of(new, kb));
     let rows = match kb {
-        Kind::Sweep => sweep_rows(base, new, b, &mut notes)?,
+        Kind::Sweep => sweep_rows(&rb, &rn, b, &mut notes)?,
         Kind::Load => {
-            let rows = load_rows(base, new, slo, b);
+            let rows = load_rows(&rb, &rn, slo, b);
             if !slo.is_set() {
                 notes.push("no SLO (--slo or in the manifests): goodput not compared".into());
             }
-            notes.push(
-                "throughputs: requests resampled, each run's duration held fixed (the interval covers the request mix, not the run length)".into(),
-            );
             rows
         }
     };
+    notes.extend(runs_note(kb, rb.len(), rn.len()));
     Ok(CompareReport {
         kind: kb,
         bootstrap: *b,
@@ -456,6 +471,24 @@ pub fn compare_records(
         rows,
         notes,
     })
+}
+
+/// What the intervals cover, given the runs on each side.
+fn runs_note(kind: Kind, base: usize, new: usize) -> Option<String> {
+    if base > 1 && new > 1 {
+        return Some(format!(
+            "runs: BASE {base}, NEW {new}: each side's runs resampled, then their requests; the intervals carry the run-to-run variance"
+        ));
+    }
+    let rates = match kind {
+        Kind::Load => {
+            "; throughputs need several runs a side for a verdict (one run is one throughput)"
+        }
+        Kind::Sweep => "",
+    };
+    Some(format!(
+        "runs: BASE {base}, NEW {new}: the intervals cover request-to-request noise within a run, not a shift between runs (10-20% on shared machines); repeat each side (--base A1 A2 --new B1 B2) for a verdict on the setup{rates}"
+    ))
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ pub fn compare(r: &CompareReport) -> anyhow::Result<String> {
         "ci_high",
         "verdict",
         "error",
+        "runs_base",
+        "runs_new",
     ])?;
     for row in &r.rows {
         let c = row.outcome.as_ref().ok();
@@ -100,6 +102,8 @@ pub fn compare(r: &CompareReport) -> anyhow::Result<String> {
             f(c.map(|c| c.hi)),
             row.verdict().as_str().to_string(),
             row.outcome.as_ref().err().cloned().unwrap_or_default(),
+            row.runs_base.to_string(),
+            row.runs_new.to_string(),
         ])?;
     }
     Ok(String::from_utf8(

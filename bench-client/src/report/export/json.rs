@@ -75,6 +75,8 @@ pub fn compare(r: &CompareReport) -> Value {
                 },
                 "n_base": row.n_base,
                 "n_new": row.n_new,
+                "runs_base": row.runs_base,
+                "runs_new": row.runs_new,
                 "base": c.map(|c| c.base),
                 "new": c.map(|c| c.new),
                 "ratio": c.map(|c| c.ratio),
@@ -87,7 +89,7 @@ pub fn compare(r: &CompareReport) -> Value {
         .collect();
     json!({
         "kind": r.kind.as_str(),
-        "method": "ratio NEW/BASE of each statistic; 95% percentile bootstrap interval (Efron & Tibshirani, An Introduction to the Bootstrap, 1993), requests resampled with replacement on each side",
+        "method": "ratio NEW/BASE of each statistic; 95% percentile bootstrap interval (Efron & Tibshirani, An Introduction to the Bootstrap, 1993), requests resampled with replacement on each side; a side of several runs resampled by run, then by request (Davison & Hinkley 1997, 3.8)",
         "resamples": r.bootstrap.resamples,
         "seed": r.bootstrap.seed,
         "threshold": r.bootstrap.threshold,
