@@ -272,3 +272,68 @@ fn inputs_that_cannot_be_compared_are_refused() {
     assert!(rows.iter().all(|r| r["verdict"] != "worse"), "{v:#}");
     assert!(rows.iter().any(|r| r["metric"] == "goodput_req_s"));
 }
+
+/// A small closed-loop load run of the embedded mock, as shard `shard` of a run starting at
+/// `start_ms` (unix ms).
+fn load_shard(dir: &Path, name: &str, shard: &str, start_ms: u64) -> PathBuf {
+    let out = dir.join(name);
+    let start = start_ms.to_string();
+    let o = run(&[
+        "load",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "8",
+        "--input-len",
+        "64",
+        "--output-len",
+        "8",
+        "--seed",
+        "3",
+        "--shard",
+        shard,
+        "--start-at",
+        &start,
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    out
+}
+
+#[test]
+fn the_shards_of_one_load_run_are_one_run_and_repeats_are_several() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // Two shards of one run (one start), and a repeat of the whole run (its own start).
+    let s0 = load_shard(dir.path(), "s0.jsonl", "0/2", now + 500);
+    let s1 = load_shard(dir.path(), "s1.jsonl", "1/2", now + 500);
+    let r0 = load_shard(dir.path(), "r0.jsonl", "0/2", now + 1500);
+    let r1 = load_shard(dir.path(), "r1.jsonl", "1/2", now + 1500);
+    let v = compare_sides(&[&s0, &s1], &[&r0, &r1]);
+    let rows = v["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["runs_base"] == 1 && r["runs_new"] == 1),
+        "{v:#}"
+    );
+    // One run a side: a throughput is one number a side, so no verdict on it.
+    for m in ["output_throughput_tok_s", "request_throughput_req_s"] {
+        let row = rows.iter().find(|r| r["metric"] == m).unwrap();
+        assert_eq!(row["verdict"], "unclear", "{row:#}");
+    }
+    let both = compare_sides(&[&s0, &s1, &r0, &r1], &[&s0, &s1, &r0, &r1]);
+    let rows = both["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["runs_base"] == 2 && r["runs_new"] == 2),
+        "{both:#}"
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r["verdict"] == "same" || r["verdict"] == "unclear"));
+}
