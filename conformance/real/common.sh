@@ -292,7 +292,53 @@ run_decide() {
         bench-client capacity "${target[@]}" --slo "$slo" \
         --concurrencies "${LLMB_DECIDE_CONCURRENCIES:-1,2,4,8,16}" --refine 2 --num-requests 16 \
         --input-len 512 --output-len 32 --out "$out/capacity-concurrency.jsonl" || rc=1
+    run_twin_check "$out" || rc=1
     log "decide: outputs in $out"
     return "$rc"
+}
+
+# run_twin_check DIR: the twin of a `run_decide` server. `calibrate` fits the mock from DIR's six sweeps at
+# 256, 1k and 3k and six load runs at concurrency 4; the twin then runs, simulated, the held-out sweep (512,
+# 2k) and the load runs at concurrency 2 and 8, and DIR/twin-table.md gets measured, predicted and the error
+# of TTFT and decode p50 (sweep) and TTFT and TPOT p50 (load). Targets (issue 20): 10% and 20%.
+run_twin_check() {
+    local d="$1" c k files=()
+    for k in a1 a2 a3 b1 b2 b3; do files+=("$d/sweep-$k.jsonl" "$d/load-c4$k.jsonl"); done
+    run_step "calibrate from six sweeps and six load runs at concurrency 4" "$d/calibrate.txt" \
+        bench-client calibrate "${files[@]}" --out "$d/twin.toml" || return 1
+    run_step "the twin: held-out sweep (512, 2k), simulated" "$d/twin-heldout.txt" bench-client sweep \
+        --preset-file "$d/twin.toml" --simulate --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 \
+        --seed 3 --no-progress --out "$d/twin-heldout.jsonl" || return 1
+    for c in 2 8; do
+        run_step "the twin: load --concurrency $c, simulated" "$d/twin-c$c.txt" bench-client load \
+            --preset-file "$d/twin.toml" --simulate --concurrency "$c" --num-requests 24 --input-len 1024 \
+            --output-len 32 --warmup 2 --seed 4 --no-progress --out "$d/twin-c$c.jsonl" || return 1
+    done
+    for k in sweep-heldout twin-heldout load-c2 twin-c2 load-c8 twin-c8; do
+        rust_bin bench-client report "$d/$k.jsonl" --format json >"$d/$k.json" 2>/dev/null || return 1
+    done
+    python3 - "$d" >"$d/twin-table.md" <<'PY' || return 1
+import json, sys
+d = sys.argv[1] + "/"
+def load(name):
+    return json.load(open(d + name + ".json"))
+def row(what, measured, twin, target):
+    err = 100 * (twin / measured - 1)
+    ok = "yes" if abs(err) <= target else "no"
+    print(f"| {what} | {measured:.1f} | {twin:.1f} | {err:+.1f}% | {ok} |")
+print("| what | measured | twin | error | within target |")
+print("|---|---|---|---|---|")
+real = {p["context_tokens"]: p for p in load("sweep-heldout")}
+twin = {p["context_tokens"]: p for p in load("twin-heldout")}
+for ctx in sorted(real):
+    row(f"context {ctx}: TTFT p50 ms", real[ctx]["ttft_ms_p50"], twin[ctx]["ttft_ms_p50"], 10)
+    row(f"context {ctx}: decode p50 tok/s", real[ctx]["decode_tok_s_p50"], twin[ctx]["decode_tok_s_p50"], 10)
+for c in (2, 8):
+    real, twin = load(f"load-c{c}"), load(f"twin-c{c}")
+    for m in ("ttft", "tpot"):
+        row(f"load c={c}: {m.upper()} p50 ms", real["metrics"][m]["p50_ms"], twin["metrics"][m]["p50_ms"], 20)
+PY
+    log "twin against the server ($d/twin-table.md):"
+    cat "$d/twin-table.md"
 }
 
