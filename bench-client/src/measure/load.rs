@@ -138,7 +138,7 @@ impl Slo {
     }
 
     /// Whether a request misses the TPOT objective only for want of a TPOT: it has more than one
-    /// output token, all of which arrived with the first (one read, nothing after it to time).
+    /// output token, all of which arrived with the first (nothing after it to time).
     pub fn tpot_unmeasured(&self, n: &LoadNumbers, output_tokens: u64) -> bool {
         self.tpot_ms.is_some() && n.tpot_ns.is_none() && output_tokens > 1
     }

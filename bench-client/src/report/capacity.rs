@@ -57,8 +57,8 @@ pub struct CapacityRow {
     pub succeeded: u64,
     /// Requests that met the SLO.
     pub good: u64,
-    /// Requests that missed a TPOT objective because their TPOT could not be measured (every
-    /// output token arrived in the first read).
+    /// Requests that missed a TPOT objective because their TPOT could not be measured (all their
+    /// output arrived with the first token).
     pub tpot_unmeasured: u64,
     /// `good / requests`.
     pub goodput_share: f64,
@@ -197,7 +197,7 @@ impl CapacityReport {
             .find(|r| !r.passed && r.tpot_unmeasured > 0)
         {
             s.push_str(&format!(
-                "; at {}, {} of {} requests had no measurable TPOT (every output token arrived in the first read: the server or a proxy sent the stream in one piece) and count as missing the TPOT objective",
+                "; at {}, {} of {} requests had no measurable TPOT (all their output arrived with the first token: the server merged the events, as vLLM does when its API process falls behind its engine, or a proxy buffered the stream) and count as missing the TPOT objective",
                 l.show(row.rate),
                 row.tpot_unmeasured,
                 row.requests
