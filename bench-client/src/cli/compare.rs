@@ -26,8 +26,8 @@ The interval is the percentile bootstrap (Efron & Tibshirani, \"An Introduction 
 Bootstrap\", 1993, ch. 13): each side's requests are resampled with replacement --resamples times
 (seeded by --seed), the statistic is recomputed on each resample, and the interval is the 2.5th
 and 97.5th percentile of the ratios. A side of several runs (repeats: --base A1 A2 A3) is
-resampled in two stages, its runs and then their requests (Davison & Hinkley 1997, 3.8), so the
-interval carries the run-to-run variance; with one run a side it covers only the noise within a
+resampled in two stages, R - 1 of its R runs and then their requests (Davison & Hinkley 1997, 3.8;
+McCarthy & Snowden 1985), so the interval carries the run-to-run variance; with one run a side it covers only the noise within a
 run. Throughputs are the tokens over the runs' durations; one run is one throughput, so they need
 several runs a side for a verdict. Verdict: `same` when the interval lies within [1 - t, 1 + t] for --threshold t;
 `better` or `worse` when it lies wholly beyond it (lower is better for latencies, higher for

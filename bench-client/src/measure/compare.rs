@@ -12,10 +12,14 @@
 //! bootstrap).
 //!
 //! A side of several runs (repeats of one setup) is resampled in two stages (Davison & Hinkley,
-//! "Bootstrap Methods and their Application", Cambridge 1997, section 3.8): its runs are drawn with
-//! replacement, as many as it has, then each drawn run's requests. The interval then carries the
+//! "Bootstrap Methods and their Application", Cambridge 1997, section 3.8): R - 1 of its R runs
+//! are drawn with replacement, then each drawn run's requests. The interval then carries the
 //! run-to-run variance too (a warmer machine, another neighbour), which every request of one run
-//! shares and no resample of one run's requests can show. A throughput is one number per run: with
+//! shares and no resample of one run's requests can show. Drawing R - 1 rather than R runs is the
+//! with-replacement bootstrap of survey sampling (McCarthy & Snowden, "The bootstrap and finite
+//! population sampling", NCHS 1985; Rao & Wu, JASA 1988): the variance of a mean over the drawn
+//! runs is then the unbiased between-run variance, where R draws understate it by (R - 1) / R,
+//! which matters at the two or three runs a side that repeats usually have. A throughput is one number per run: with
 //! one run on either side its interval covers only the request mix, so its verdict is `unclear`.
 //!
 //! Each run's units, and each side's runs, are put in a canonical order first, so the result does
@@ -241,7 +245,7 @@ impl Sample {
     }
 
     /// One resample into `draws` (run, unit) and `drawn` (runs, with repeats): with one run its
-    /// units; with several, runs first, then each drawn run's units.
+    /// units; with R > 1, R - 1 runs first, then each drawn run's units.
     fn resample(
         &self,
         rng: &mut ChaCha8Rng,
@@ -254,7 +258,7 @@ impl Sample {
         if n == 1 {
             drawn.push(0);
         } else {
-            drawn.extend((0..n).map(|_| rng.random_range(0..n)));
+            drawn.extend((1..n).map(|_| rng.random_range(0..n)));
         }
         for &r in drawn.iter() {
             let k = self.runs[r].units.len();
@@ -568,6 +572,35 @@ mod tests {
         .unwrap();
         assert_eq!(d.ratio, 2.0);
         assert!(d.lo < 1.8 && d.hi > 2.4, "{d:?}");
+    }
+
+    #[test]
+    fn drawing_one_run_fewer_gives_the_unbiased_between_run_variance() {
+        // Three runs of one request each, lasting a second: the rate of a resample is the mean of
+        // its drawn runs' values, whose variance should be the unbiased s^2 / R of a mean of R.
+        let runs: Vec<Run> = [10.0, 14.0, 21.0]
+            .iter()
+            .map(|&v| Run::scalar(&[v]).lasting(1.0))
+            .collect();
+        let s = Sample::new("S", runs, Statistic::Rate).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let (mut draws, mut drawn, mut pool) = (Vec::new(), Vec::new(), Vec::new());
+        let n = 40_000;
+        let xs: Vec<f64> = (0..n)
+            .map(|_| {
+                s.resample(&mut rng, &mut draws, &mut drawn);
+                s.of(&draws, &drawn, &mut pool).unwrap()
+            })
+            .collect();
+        let mean = xs.iter().sum::<f64>() / f64::from(n);
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / f64::from(n);
+        // s^2 = ((10-15)^2 + (14-15)^2 + (21-15)^2) / 2 = 31; s^2 / 3 = 10.33.
+        let want = 31.0 / 3.0;
+        assert!(
+            (var - want).abs() < 0.05 * want,
+            "variance {var}, want {want}"
+        );
+        assert!((mean - 15.0).abs() < 0.1, "{mean}");
     }
 
     /// Three runs a side of 40 requests each, every request of run `k` scaled by `drift[k]`.

@@ -477,7 +477,7 @@ pub fn compare_records(
 fn runs_note(kind: Kind, base: usize, new: usize) -> Option<String> {
     if base > 1 && new > 1 {
         return Some(format!(
-            "runs: BASE {base}, NEW {new}: each side's runs resampled, then their requests; the intervals carry the run-to-run variance"
+            "runs: BASE {base}, NEW {new}: each side's runs resampled (R - 1 of R), then their requests; the intervals carry the run-to-run variance"
         ));
     }
     let rates = match kind {

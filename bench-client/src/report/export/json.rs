@@ -89,7 +89,7 @@ pub fn compare(r: &CompareReport) -> Value {
         .collect();
     json!({
         "kind": r.kind.as_str(),
-        "method": "ratio NEW/BASE of each statistic; 95% percentile bootstrap interval (Efron & Tibshirani, An Introduction to the Bootstrap, 1993), requests resampled with replacement on each side; a side of several runs resampled by run, then by request (Davison & Hinkley 1997, 3.8)",
+        "method": "ratio NEW/BASE of each statistic; 95% percentile bootstrap interval (Efron & Tibshirani, An Introduction to the Bootstrap, 1993), requests resampled with replacement on each side; a side of R > 1 runs resampled by run (R - 1 drawn; McCarthy & Snowden 1985), then by request (Davison & Hinkley 1997, 3.8)",
         "resamples": r.bootstrap.resamples,
         "seed": r.bootstrap.seed,
         "threshold": r.bootstrap.threshold,
