@@ -123,13 +123,16 @@ impl Slo {
     }
 
     /// Whether one successful request of `output_tokens` met the objective: TTFT from its
-    /// scheduled start, and TPOT after the first chunk (a single-token request has none and
-    /// meets any TPOT objective).
+    /// scheduled start, and TPOT after the first chunk. Where that TPOT is unmeasurable (every
+    /// output token arrived with the first, or the tokens per chunk are unknown), the TPOT of
+    /// SGLang's and vLLM's benchmarks stands in: (end - first token) / (tokens - 1), so a request
+    /// whose output all came at once kept no one waiting after its first token and meets it. A
+    /// single-token request has no TPOT and meets any TPOT objective.
     pub fn met(&self, n: &LoadNumbers, output_tokens: u64) -> bool {
         let ttft_ok = self
             .ttft_ms
             .is_none_or(|t| n.ttft_from_schedule_ns as f64 / 1e6 <= t);
-        let tpot_ok = match (self.tpot_ms, n.tpot_ns) {
+        let tpot_ok = match (self.tpot_ms, n.tpot_ns.or(n.naive_tpot_ns)) {
             (None, _) => true,
             (Some(t), Some(v)) => v as f64 / 1e6 <= t,
             (Some(_), None) => output_tokens <= 1,
@@ -137,9 +140,48 @@ impl Slo {
         ttft_ok && tpot_ok
     }
 
-    /// Whether a request misses the TPOT objective only for want of a TPOT: it has more than one
-    /// output token, all of which arrived with the first (nothing after it to time).
+    /// Whether a request's TPOT objective was judged on the stand-in of [`Slo::met`]: it has more
+    /// than one output token and no TPOT of its own.
     pub fn tpot_unmeasured(&self, n: &LoadNumbers, output_tokens: u64) -> bool {
         self.tpot_ms.is_some() && n.tpot_ns.is_none() && output_tokens > 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbers(tpot_ms: Option<u64>, naive_ms: Option<u64>) -> LoadNumbers {
+        LoadNumbers {
+            ttft_from_schedule_ns: 100_000_000,
+            ttft_ns: 100_000_000,
+            e2e_ns: 400_000_000,
+            inter_chunk_ns: Vec::new(),
+            per_token_ns: Vec::new(),
+            tpot_ns: tpot_ms.map(|v| v * 1_000_000),
+            naive_tpot_ns: naive_ms.map(|v| v * 1_000_000),
+        }
+    }
+
+    #[test]
+    fn a_tpot_objective_judges_the_request_s_own_tpot_then_the_benchmarks_stand_in() {
+        let slo = Slo::parse("ttft=500,tpot=50").unwrap();
+        // Its own TPOT decides when it has one, whatever the stand-in says.
+        assert!(slo.met(&numbers(Some(10), Some(90)), 32));
+        assert!(!slo.met(&numbers(Some(90), Some(10)), 32));
+        // All the output came with the first token: nothing after it to wait for.
+        assert!(slo.met(&numbers(None, Some(0)), 32));
+        assert!(slo.tpot_unmeasured(&numbers(None, Some(0)), 32));
+        // No TPOT of its own, and a slow tail by the stand-in.
+        assert!(!slo.met(&numbers(None, Some(90)), 32));
+        // One token: no TPOT at all, and nothing to miss.
+        assert!(slo.met(&numbers(None, None), 1));
+        assert!(!slo.tpot_unmeasured(&numbers(None, None), 1));
+        // TTFT still counts.
+        let late = LoadNumbers {
+            ttft_from_schedule_ns: 600_000_000,
+            ..numbers(Some(10), Some(10))
+        };
+        assert!(!slo.met(&late, 32));
     }
 }

@@ -164,8 +164,8 @@ pub struct LoadSummary {
     pub counts_unknown: u64,
     /// Successful requests meeting the SLO.
     pub good: u64,
-    /// Successful requests of several output tokens without a TPOT (all of them arrived with the
-    /// first) while the SLO has a TPOT objective: they miss it unjudged.
+    /// Successful requests of several output tokens without a TPOT of their own, while the SLO has
+    /// a TPOT objective: judged on the benchmarks' stand-in ([`crate::measure::Slo::met`]).
     pub tpot_unmeasured: u64,
     /// Earliest scheduled start, unix ns.
     pub first_scheduled_ns: Option<u64>,
