@@ -101,12 +101,16 @@ check() {
     run_rust_checks "$SERVER_NAME" "$url" "$MODEL_NAME" "${LLMB_CONTEXTS:-512,1024,2048,3072}"
 }
 
-# Decisions on real vLLM (common.sh `run_decide`): outputs in target/real/vllm/decide/.
+# Decisions on real vLLM (common.sh `run_decide`): outputs in target/real/vllm/decide/. The tiny model on
+# vLLM's CPU backend serves about 20 req/s, so its searches go higher and under a tighter SLO than the
+# defaults (which suit SGLang's CPU backend).
 decide() {
     local url
     use_server
     url="$SERVER_URL"
-    run_decide "$SERVER_NAME" "$url" openai "$MODEL_NAME"
+    LLMB_DECIDE_SLO="${LLMB_DECIDE_SLO:-ttft=300,tpot=15}" LLMB_DECIDE_RATES="${LLMB_DECIDE_RATES:-2,4,8,16,32}" \
+        LLMB_DECIDE_CONCURRENCIES="${LLMB_DECIDE_CONCURRENCIES:-1,2,4,8,16,32}" \
+        run_decide "$SERVER_NAME" "$url" openai "$MODEL_NAME"
 }
 
 case "${1:-}" in
