@@ -31,6 +31,11 @@ pub(super) struct Renderer {
     pub(super) ids_json: Vec<u8>,
     pub(super) text_json: Vec<u8>,
     pub(super) logprobs_json: Vec<u8>,
+    /// The pieces of the event being rendered (kept to be reused) and the rid as JSON.
+    pub(super) new_ids_json: Vec<u8>,
+    pub(super) new_text_json: Vec<u8>,
+    pub(super) new_logprobs_json: Vec<u8>,
+    pub(super) rid_json: Vec<u8>,
     pub(super) prompt_tokens: usize,
     /// When the request was received, in seconds since the Unix epoch (SGLang's `*_ts` fields).
     pub(super) received_unix_s: f64,
@@ -55,6 +60,7 @@ impl Renderer {
         received: Instant,
         prompt_tokens: usize,
     ) -> Self {
+        let rid_json = serde_json::to_vec(&rid).unwrap_or_default();
         Renderer {
             dialect,
             rid,
@@ -68,6 +74,10 @@ impl Renderer {
             ids_json: Vec::new(),
             text_json: Vec::new(),
             logprobs_json: Vec::new(),
+            new_ids_json: Vec::new(),
+            new_text_json: Vec::new(),
+            new_logprobs_json: Vec::new(),
+            rid_json,
             prompt_tokens,
             received_unix_s: unix_s_at(received),
             metrics: cfg.enable_metrics,
