@@ -31,14 +31,20 @@ pub(crate) fn decode(ev: Event, at_ns: u64, st: &mut DecoderState) -> Chunk {
     let meta = ev.meta_info.as_ref();
     let text = ev.text.as_deref().unwrap_or("");
     // Text is cumulative by default and incremental with --incremental-streaming-output.
-    let text_len = if !st.prev_text.is_empty() && text.starts_with(st.prev_text.as_str()) {
+    let extends = !st.prev_text.is_empty() && text.starts_with(st.prev_text.as_str());
+    let text_len = if extends {
         text.len() - st.prev_text.len()
     } else {
         text.len()
     };
     st.prev_text_len = text.len();
-    st.prev_text.clear();
-    st.prev_text.push_str(text);
+    // Cumulative text only grows: keep the previous text and append what is new.
+    if extends {
+        st.prev_text.push_str(&text[st.prev_text.len()..]);
+    } else {
+        st.prev_text.clear();
+        st.prev_text.push_str(text);
+    }
 
     let cum = meta.and_then(|m| m.completion_tokens);
     let (tokens, method) = if let Some(cum) = cum {
