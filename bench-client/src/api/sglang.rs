@@ -11,7 +11,17 @@ use crate::plan::RequestSpec;
 
 /// Build the `/generate` body.
 pub fn build_body(spec: &RequestSpec) -> Value {
-    let mut body = json!({
+    let mut body = fields(spec);
+    match &spec.prompt {
+        Prompt::TokenIds(ids) => body["input_ids"] = json!(ids),
+        Prompt::Text(t) => body["text"] = json!(t),
+    }
+    body
+}
+
+/// The `/generate` body's fields other than the prompt.
+pub(crate) fn fields(spec: &RequestSpec) -> Value {
+    json!({
         "rid": spec.rid,
         "sampling_params": {
             "max_new_tokens": spec.max_tokens,
@@ -19,12 +29,7 @@ pub fn build_body(spec: &RequestSpec) -> Value {
             "temperature": 0,
         },
         "stream": true,
-    });
-    match &spec.prompt {
-        Prompt::TokenIds(ids) => body["input_ids"] = json!(ids),
-        Prompt::Text(t) => body["text"] = json!(t),
-    }
-    body
+    })
 }
 
 pub(crate) fn decode(ev: Event, at_ns: u64, st: &mut DecoderState) -> Chunk {
