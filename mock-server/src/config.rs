@@ -334,10 +334,8 @@ impl Config {
 
     /// Whether speculative decoding is on.
     pub fn speculative(&self) -> bool {
-        !matches!(
-            self.speculative_algorithm.to_ascii_uppercase().as_str(),
-            "NONE" | ""
-        )
+        let a = self.speculative_algorithm.as_str();
+        !(a.is_empty() || a.eq_ignore_ascii_case("none"))
     }
 }
 

@@ -32,6 +32,17 @@ pub fn decode(ids: &[u32]) -> String {
     ids.iter().map(|i| decode_token(*i)).collect()
 }
 
+/// Appends the text of a run of output tokens to `out`, as [`decode`] spells it. The text is a
+/// space, a letter and digits per token: it is also its own JSON string contents (nothing to
+/// escape).
+pub fn decode_into(ids: &[u32], out: &mut Vec<u8>) {
+    let mut num = itoa::Buffer::new();
+    for id in ids {
+        out.extend_from_slice(b" t");
+        out.extend_from_slice(num.format(*id).as_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +55,14 @@ mod tests {
         assert!(a.iter().all(|t| *t < 32000));
         assert_eq!(encode(&decode(&[5, 6, 7]), 32000).len(), 3);
         assert!(encode("   ", 10).is_empty());
+    }
+
+    #[test]
+    fn decoded_text_is_its_own_json_contents() {
+        let ids = [0, 5, 31_999, u32::MAX];
+        let mut out = Vec::new();
+        decode_into(&ids, &mut out);
+        let json = serde_json::to_string(&decode(&ids)).unwrap();
+        assert_eq!(out, json.as_bytes()[1..json.len() - 1]);
     }
 }

@@ -89,7 +89,7 @@ impl StampedReads {
     /// stream) has no stamp.
     pub fn poll_read(
         &mut self,
-        tcp: &TcpStream,
+        tcp: &mut TcpStream,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<Option<u64>>> {
@@ -104,9 +104,20 @@ impl StampedReads {
                 std::task::ready!(tcp.poll_read_ready(cx))?;
                 let len = buf.remaining().min(self.scratch.len());
                 let (dst, cmsg) = (&mut self.scratch[..len], &mut self.cmsg);
-                match tcp.try_io(tokio::io::Interest::READABLE, || {
-                    recv_stamped(fd, dst, cmsg)
-                }) {
+                // A short read drained the socket: it is reported to tokio as `WouldBlock`, which
+                // clears the readiness, so the next read waits for new bytes instead of making a
+                // `recvmsg` that finds none (tokio's own reads do the same).
+                let mut drained = None;
+                let got = tcp.try_io(tokio::io::Interest::READABLE, || {
+                    match recv_stamped(fd, dst, cmsg)? {
+                        (n, stamp) if n > 0 && n < len => {
+                            drained = Some((n, stamp));
+                            Err(io::ErrorKind::WouldBlock.into())
+                        }
+                        read => Ok(read),
+                    }
+                });
+                match drained.map_or(got, Ok) {
                     Ok((n, stamp)) => {
                         buf.put_slice(&self.scratch[..n]);
                         if n == self.scratch.len() && n < self.max_read {
@@ -133,23 +144,15 @@ fn retry(e: &io::Error) -> bool {
 }
 
 /// One read of `tcp` into `buf`, without a stamp (what [`StampedReads::poll_read`] does on a
-/// socket without receive timestamps).
+/// socket without receive timestamps): tokio's own read, which reads into the buffer's
+/// uninitialised room without zeroing it first and takes a short read to mean the socket is
+/// drained (no second `read` that only finds it empty).
 pub fn poll_read_untimed(
-    tcp: &TcpStream,
+    tcp: &mut TcpStream,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
 ) -> Poll<io::Result<()>> {
-    loop {
-        std::task::ready!(tcp.poll_read_ready(cx))?;
-        match tcp.try_read(buf.initialize_unfilled()) {
-            Ok(n) => {
-                buf.advance(n);
-                return Poll::Ready(Ok(()));
-            }
-            Err(e) if retry(&e) => continue,
-            Err(e) => return Poll::Ready(Err(e)),
-        }
-    }
+    tokio::io::AsyncRead::poll_read(std::pin::Pin::new(tcp), cx, buf)
 }
 
 /// One `recvmsg` into `dst`: the bytes read and the kernel's stamp of the last segment consumed.
@@ -191,7 +194,8 @@ mod tests {
         let mut storage = [0u8; 8];
         let mut buf = ReadBuf::new(&mut storage);
         buf.put_slice(b"x");
-        std::future::poll_fn(|cx| poll_read_untimed(&server, cx, &mut buf))
+        let mut server = server;
+        std::future::poll_fn(|cx| poll_read_untimed(&mut server, cx, &mut buf))
             .await
             .unwrap();
         assert_eq!(buf.filled(), b"xabc");
@@ -223,7 +227,8 @@ mod tests {
         assert!(reads.stamped());
         let mut storage = [0u8; 64];
         let mut buf = ReadBuf::new(&mut storage);
-        let stamp = std::future::poll_fn(|cx| reads.poll_read(&server, cx, &mut buf))
+        let mut server = server;
+        let stamp = std::future::poll_fn(|cx| reads.poll_read(&mut server, cx, &mut buf))
             .await
             .unwrap()
             .expect("a stamp");

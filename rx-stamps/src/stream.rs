@@ -74,7 +74,7 @@ impl<O: Observe> AsyncRead for StampedStream<O> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        let stamp = std::task::ready!(this.reads.poll_read(&this.tcp, cx, buf))?;
+        let stamp = std::task::ready!(this.reads.poll_read(&mut this.tcp, cx, buf))?;
         let new = &buf.filled()[before..];
         if !new.is_empty() {
             this.observer.read(new, stamp);

@@ -1,5 +1,6 @@
 //! Wire dialects: request bodies and per-event decoding into [`Chunk`]s. Dialect differences live here only.
 
+mod body;
 mod chunk;
 mod event;
 pub mod openai;

@@ -11,15 +11,7 @@ use crate::plan::RequestSpec;
 
 /// Build the `/generate` body.
 pub fn build_body(spec: &RequestSpec) -> Value {
-    let mut body = json!({
-        "rid": spec.rid,
-        "sampling_params": {
-            "max_new_tokens": spec.max_tokens,
-            "ignore_eos": spec.ignore_eos,
-            "temperature": 0,
-        },
-        "stream": true,
-    });
+    let mut body = fields(spec);
     match &spec.prompt {
         Prompt::TokenIds(ids) => body["input_ids"] = json!(ids),
         Prompt::Text(t) => body["text"] = json!(t),
@@ -27,18 +19,37 @@ pub fn build_body(spec: &RequestSpec) -> Value {
     body
 }
 
+/// The `/generate` body's fields other than the prompt.
+pub(crate) fn fields(spec: &RequestSpec) -> Value {
+    json!({
+        "rid": spec.rid,
+        "sampling_params": {
+            "max_new_tokens": spec.max_tokens,
+            "ignore_eos": spec.ignore_eos,
+            "temperature": 0,
+        },
+        "stream": true,
+    })
+}
+
 pub(crate) fn decode(ev: Event, at_ns: u64, st: &mut DecoderState) -> Chunk {
     let meta = ev.meta_info.as_ref();
     let text = ev.text.as_deref().unwrap_or("");
     // Text is cumulative by default and incremental with --incremental-streaming-output.
-    let text_len = if !st.prev_text.is_empty() && text.starts_with(st.prev_text.as_str()) {
+    let extends = !st.prev_text.is_empty() && text.starts_with(st.prev_text.as_str());
+    let text_len = if extends {
         text.len() - st.prev_text.len()
     } else {
         text.len()
     };
     st.prev_text_len = text.len();
-    st.prev_text.clear();
-    st.prev_text.push_str(text);
+    // Cumulative text only grows: keep the previous text and append what is new.
+    if extends {
+        st.prev_text.push_str(&text[st.prev_text.len()..]);
+    } else {
+        st.prev_text.clear();
+        st.prev_text.push_str(text);
+    }
 
     let cum = meta.and_then(|m| m.completion_tokens);
     let (tokens, method) = if let Some(cum) = cum {

@@ -235,14 +235,10 @@ pub async fn send_traced(
         let end = StreamEnd::Invalid { message };
         (head.finish(None, None, None, end, 0), Instant::now())
     };
-    let body = match target.dialect.build_body(spec, target.model.as_deref()) {
+    // Serialise before the clock starts: a 185k-token prompt is ~1.3 MB of JSON.
+    let bytes = match target.dialect.body_bytes(spec, target.model.as_deref()) {
         Ok(b) => b,
         Err(message) => return invalid(head, message),
-    };
-    // Serialise before the clock starts: a 185k-token prompt is ~1.3 MB of JSON.
-    let bytes = match serde_json::to_vec(&body) {
-        Ok(b) => b,
-        Err(e) => return invalid(head, format!("cannot serialise request body: {e}")),
     };
     let url = target.url(target.dialect.path());
     let t0 = Instant::now();

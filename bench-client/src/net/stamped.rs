@@ -53,7 +53,7 @@ pub enum Stamping {
 /// hyper reads ahead of it by at most one frame.
 const LOG_READS: usize = 32;
 
-/// Most bytes one timestamped read takes (the read buffer has to be zeroed first).
+/// Most bytes one timestamped read takes (into the connection's own scratch buffer).
 const MAX_READ: usize = 16 * 1024;
 
 /// A kernel stamp older than this is not trusted (a clock step between the two readings).

@@ -258,9 +258,14 @@ impl LoadSummary {
         self.metric("sglang_vllm_ttft").record(n.ttft_ns);
         self.metric("e2e").record(n.e2e_ns);
         self.metric("sglang_vllm_e2e").record(n.e2e_ns);
-        for &gap in &n.inter_chunk_ns {
-            self.metric("inter_chunk").record(gap);
-            self.metric("sglang_vllm_itl").record(gap);
+        // One look-up per metric, not per sample (and none without samples).
+        if !n.inter_chunk_ns.is_empty() {
+            for name in ["inter_chunk", "sglang_vllm_itl"] {
+                let m = self.metric(name);
+                for &gap in &n.inter_chunk_ns {
+                    m.record(gap);
+                }
+            }
         }
         if m.token_attribution != TokenAttribution::Unknown {
             for &t in &m.tokens_per_chunk {
@@ -268,8 +273,11 @@ impl LoadSummary {
                 self.chunks_counted += 1;
                 self.chunk_tokens += u64::from(t);
             }
-            for &v in &n.per_token_ns {
-                self.metric("per_token").record(v);
+            if !n.per_token_ns.is_empty() {
+                let per_token = self.metric("per_token");
+                for &v in &n.per_token_ns {
+                    per_token.record(v);
+                }
             }
             if let Some(v) = n.tpot_ns {
                 self.metric("tpot").record(v);

@@ -15,8 +15,20 @@ fn logprob(id: u32) -> f64 {
 
 /// Seconds as JSON (a float, as Python prints them).
 fn secs(buf: &mut Vec<u8>, key: &str, v: f64) {
-    let _ = write!(buf, ",\"{key}\":");
+    key_of(buf, key);
     let _ = serde_json::to_writer(&mut *buf, &v);
+}
+
+/// `,"key":`.
+fn key_of(buf: &mut Vec<u8>, key: &str) {
+    buf.extend_from_slice(b",\"");
+    buf.extend_from_slice(key.as_bytes());
+    buf.extend_from_slice(b"\":");
+}
+
+/// An integer as JSON.
+fn int(buf: &mut Vec<u8>, v: impl itoa::Integer) {
+    buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 impl Renderer {
@@ -31,8 +43,14 @@ impl Renderer {
             self.first_at_ns = o.first_at_ns;
         }
         // Only the new tokens are rendered; cumulative output appends them to the JSON kept from
-        // the events before (escaping is per character, so escaped pieces concatenate).
-        let mut new_ids_json = Vec::with_capacity(new_ids.len() * 6);
+        // the events before (escaping is per character, so escaped pieces concatenate). The new
+        // pieces go into buffers the renderer keeps from event to event.
+        let mut new_ids_json = std::mem::take(&mut self.new_ids_json);
+        let mut new_text = std::mem::take(&mut self.new_text_json);
+        let mut new_lp = std::mem::take(&mut self.new_logprobs_json);
+        new_ids_json.clear();
+        new_text.clear();
+        new_lp.clear();
         let mut num = itoa::Buffer::new();
         for id in new_ids {
             if !new_ids_json.is_empty() {
@@ -40,11 +58,7 @@ impl Renderer {
             }
             new_ids_json.extend_from_slice(num.format(*id).as_bytes());
         }
-        let new_text = serde_json::to_vec(&tokenizer::decode(new_ids)).unwrap_or_default();
-        let new_text = new_text
-            .get(1..new_text.len().saturating_sub(1))
-            .unwrap_or_default();
-        let mut new_lp = Vec::new();
+        tokenizer::decode_into(new_ids, &mut new_text);
         if self.logprobs {
             for id in new_ids {
                 if !new_lp.is_empty() {
@@ -54,10 +68,10 @@ impl Renderer {
             }
         }
         let (ids, text, lp): (&[u8], &[u8], &[u8]) = if self.incremental {
-            (&new_ids_json, new_text, &new_lp)
+            (&new_ids_json, &new_text, &new_lp)
         } else {
             append(&mut self.ids_json, &new_ids_json);
-            self.text_json.extend_from_slice(new_text);
+            self.text_json.extend_from_slice(&new_text);
             append(&mut self.logprobs_json, &new_lp);
             (&self.ids_json, &self.text_json, &self.logprobs_json)
         };
@@ -67,22 +81,25 @@ impl Renderer {
         buf.extend_from_slice(b"\",\"output_ids\":[");
         buf.extend_from_slice(ids);
         buf.extend_from_slice(b"],\"meta_info\":{\"id\":");
-        let _ = serde_json::to_writer(&mut *buf, &self.rid);
+        buf.extend_from_slice(&self.rid_json);
         buf.extend_from_slice(b",\"finish_reason\":");
         match finish {
             None => buf.extend_from_slice(b"null"),
             Some(Finish::Length(n)) => {
-                let _ = write!(buf, "{{\"type\":\"length\",\"length\":{n}}}");
+                buf.extend_from_slice(b"{\"type\":\"length\",\"length\":");
+                int(buf, *n);
+                buf.push(b'}');
             }
             Some(Finish::Stop(t)) => {
-                let _ = write!(buf, "{{\"type\":\"stop\",\"matched\":{t}}}");
+                buf.extend_from_slice(b"{\"type\":\"stop\",\"matched\":");
+                int(buf, *t);
+                buf.push(b'}');
             }
         }
-        let _ = write!(
-            buf,
-            ",\"prompt_tokens\":{},\"weight_version\":\"default\",\"num_retractions\":{}",
-            self.prompt_tokens, o.times.retractions
-        );
+        buf.extend_from_slice(b",\"prompt_tokens\":");
+        int(buf, self.prompt_tokens);
+        buf.extend_from_slice(b",\"weight_version\":\"default\",\"num_retractions\":");
+        int(buf, o.times.retractions);
         let t0 = self.received_unix_s;
         let at = |ns: u64| ns as f64 / 1e9;
         if self.metrics {
@@ -98,23 +115,24 @@ impl Renderer {
         if self.logprobs {
             buf.extend_from_slice(b",\"input_token_logprobs\":[],\"output_token_logprobs\":[");
             buf.extend_from_slice(lp);
-            let _ = write!(buf, "],\"output_token_logprobs_length\":{completion}");
+            buf.extend_from_slice(b"],\"output_token_logprobs_length\":");
+            int(buf, completion);
         }
-        let _ = write!(
-            buf,
-            ",\"reasoning_tokens\":0,\"completion_tokens\":{completion},\"cached_tokens\":{cached}"
-        );
+        buf.extend_from_slice(b",\"reasoning_tokens\":0,\"completion_tokens\":");
+        int(buf, completion);
+        buf.extend_from_slice(b",\"cached_tokens\":");
+        int(buf, cached);
         if finish.is_some() {
-            let _ = write!(
-                buf,
-                ",\"weight_versions\":[{{\"version\":\"default\",\"start\":0,\"end\":{completion}}}]"
+            buf.extend_from_slice(
+                b",\"weight_versions\":[{\"version\":\"default\",\"start\":0,\"end\":",
             );
+            int(buf, completion);
+            buf.extend_from_slice(b"}]");
         }
         if cached > 0 {
-            let _ = write!(
-                buf,
-                ",\"cached_tokens_details\":{{\"device\":{cached},\"host\":0}}"
-            );
+            buf.extend_from_slice(b",\"cached_tokens_details\":{\"device\":");
+            int(buf, cached);
+            buf.extend_from_slice(b",\"host\":0}");
         } else {
             buf.extend_from_slice(b",\"cached_tokens_details\":null");
         }
@@ -129,11 +147,9 @@ impl Renderer {
             // The instant the engine handed the final chunk over.
             secs(buf, "e2e_latency", at(at_ns));
             if let Some(s) = speculative {
-                let _ = write!(
-                    buf,
-                    ",\"spec_verify_ct\":{},\"spec_accept_length\":",
-                    s.verify_ct
-                );
+                buf.extend_from_slice(b",\"spec_verify_ct\":");
+                int(buf, s.verify_ct);
+                buf.extend_from_slice(b",\"spec_accept_length\":");
                 let _ = serde_json::to_writer(&mut *buf, &s.accept_length);
                 buf.extend_from_slice(b",\"spec_accept_rate\":");
                 let _ = serde_json::to_writer(&mut *buf, &s.accept_rate);
@@ -161,6 +177,9 @@ impl Renderer {
             }
         }
         buf.extend_from_slice(b"}}");
+        self.new_ids_json = new_ids_json;
+        self.new_text_json = new_text;
+        self.new_logprobs_json = new_lp;
     }
 }
 

@@ -57,18 +57,24 @@ fn get_ids(v: &Value, what: &str, vocab: u32) -> Result<Vec<u32>, String> {
     let arr = v
         .as_array()
         .ok_or_else(|| format!("{what} must be a list of token ids"))?;
-    arr.iter()
-        .map(|x| match x.as_u64() {
-            Some(i) if i <= u64::from(u32::MAX) => Ok(i as u32),
-            None if x.as_i64().is_some_and(|i| i < 0) => Ok(u32::MAX),
-            Some(i) => Err(format!(
-                "{what}: token id {i} is outside the vocabulary (size {vocab})"
-            )),
-            None => Err(format!(
-                "{what} must contain non-negative integer token ids, got {x}"
-            )),
-        })
-        .collect()
+    let mut ids = Vec::with_capacity(arr.len());
+    for x in arr {
+        ids.push(match x.as_u64() {
+            Some(i) if i <= u64::from(u32::MAX) => i as u32,
+            None if x.as_i64().is_some_and(|i| i < 0) => u32::MAX,
+            Some(i) => {
+                return Err(format!(
+                    "{what}: token id {i} is outside the vocabulary (size {vocab})"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "{what} must contain non-negative integer token ids, got {x}"
+                ))
+            }
+        });
+    }
+    Ok(ids)
 }
 
 /// What a request asks of the sampler, in either dialect.

@@ -31,6 +31,13 @@ pub(super) struct Renderer {
     pub(super) ids_json: Vec<u8>,
     pub(super) text_json: Vec<u8>,
     pub(super) logprobs_json: Vec<u8>,
+    /// The pieces of the event being rendered (kept to be reused) and the rid as JSON.
+    pub(super) new_ids_json: Vec<u8>,
+    pub(super) new_text_json: Vec<u8>,
+    pub(super) new_logprobs_json: Vec<u8>,
+    pub(super) rid_json: Vec<u8>,
+    /// Bytes of the last streamed native event.
+    pub(super) event_len: usize,
     pub(super) prompt_tokens: usize,
     /// When the request was received, in seconds since the Unix epoch (SGLang's `*_ts` fields).
     pub(super) received_unix_s: f64,
@@ -55,6 +62,7 @@ impl Renderer {
         received: Instant,
         prompt_tokens: usize,
     ) -> Self {
+        let rid_json = serde_json::to_vec(&rid).unwrap_or_default();
         Renderer {
             dialect,
             rid,
@@ -68,6 +76,11 @@ impl Renderer {
             ids_json: Vec::new(),
             text_json: Vec::new(),
             logprobs_json: Vec::new(),
+            new_ids_json: Vec::new(),
+            new_text_json: Vec::new(),
+            new_logprobs_json: Vec::new(),
+            rid_json,
+            event_len: 0,
             prompt_tokens,
             received_unix_s: unix_s_at(received),
             metrics: cfg.enable_metrics,
@@ -118,7 +131,8 @@ pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
         } => {
             let mut out = Vec::new();
             if ctx.dialect == Dialect::Native {
-                let mut buf = Vec::with_capacity(256 + ctx.ids_json.len() + ctx.text_json.len());
+                // An event is about as long as the one before, plus its new tokens.
+                let mut buf = Vec::with_capacity(ctx.event_len + 32 * new_ids.len() + 256);
                 buf.extend_from_slice(b"data: ");
                 ctx.native(
                     &mut buf,
@@ -134,6 +148,7 @@ pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
                     },
                 );
                 buf.extend_from_slice(b"\n\n");
+                ctx.event_len = buf.len();
                 out.push(Bytes::from(buf));
             } else {
                 out.push(sse(&ctx.openai_chunk(&new_ids, completion_tokens, &finish)));
