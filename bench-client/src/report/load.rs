@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::measure::Slo;
 use crate::measure::{load_numbers, measure};
-use crate::results::Record;
-use crate::trace::TokenAttribution;
+use crate::results::{LoadInfo, Record};
+use crate::trace::{RequestTrace, TokenAttribution};
 
 /// A histogram with its exact maximum.
 #[derive(Clone, Debug, PartialEq)]
@@ -187,6 +187,43 @@ pub struct LoadSummary {
     pub shards: BTreeSet<String>,
 }
 
+/// A load request's scheduled start, send and stream end, unix ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Instants {
+    /// Scheduled start.
+    pub scheduled: u64,
+    /// Send.
+    pub sent: u64,
+    /// End of the stream.
+    pub end: u64,
+}
+
+impl Instants {
+    /// The instants of one request from its load fields and trace.
+    pub fn of(load: &LoadInfo, trace: &RequestTrace) -> Self {
+        let base = load.start_unix_ms.saturating_mul(1_000_000);
+        let sent = base.saturating_add(load.sent_ns);
+        Self {
+            scheduled: base.saturating_add(load.scheduled_ns),
+            sent,
+            end: sent.saturating_add(trace.end_ns),
+        }
+    }
+
+    /// Seconds from the earliest scheduled start to the latest end of `requests` (`None` when
+    /// there are none or the span is zero), the span [`LoadSummary::duration_s`] divides by.
+    pub fn span_s(requests: impl IntoIterator<Item = Self>) -> Option<f64> {
+        let (a, b) = requests
+            .into_iter()
+            .fold(None, |acc: Option<(u64, u64)>, i| {
+                Some(acc.map_or((i.scheduled, i.end), |(a, b)| {
+                    (a.min(i.scheduled), b.max(i.end))
+                }))
+            })?;
+        (b > a).then(|| (b - a) as f64 / 1e9)
+    }
+}
+
 impl LoadSummary {
     /// An empty summary with an SLO.
     pub fn new(slo: Slo) -> Self {
@@ -214,10 +251,11 @@ impl LoadSummary {
         let (Some(load), Some(trace)) = (&rec.load, &rec.trace) else {
             return;
         };
-        let base = load.start_unix_ms.saturating_mul(1_000_000);
-        let scheduled = base.saturating_add(load.scheduled_ns);
-        let sent = base.saturating_add(load.sent_ns);
-        let end = sent.saturating_add(trace.end_ns);
+        let Instants {
+            scheduled,
+            sent,
+            end,
+        } = Instants::of(load, trace);
         self.requests += 1;
         self.shards.insert(load.shard.to_string());
         self.first_scheduled_ns = Some(

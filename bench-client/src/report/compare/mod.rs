@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::load::{LoadSummary, Slo};
+use super::load::{Instants, Slo};
 use crate::measure::compare::{
     compare, Bootstrap, Comparison, Direction, Run, Sample, Statistic, Verdict,
 };
@@ -147,28 +147,28 @@ fn runs_of(files: &[Vec<Record>], kind: Kind) -> Vec<Vec<&Record>> {
     }
 }
 
-/// The kind of a side's records; an empty, failed-only or mixed side is refused.
-pub fn kind_of(side: &str, records: &[Record]) -> anyhow::Result<Kind> {
-    if records.is_empty() {
+/// The kind of a side's records (over all its files); an empty, failed-only or mixed side is
+/// refused.
+pub fn kind_of(side: &str, files: &[Vec<Record>]) -> anyhow::Result<Kind> {
+    let records = || files.iter().flatten();
+    let total = records().count();
+    if total == 0 {
         anyhow::bail!("{side} has no records");
     }
-    let load = records.iter().filter(|r| r.load.is_some()).count();
+    let load = records().filter(|r| r.load.is_some()).count();
     let kind = match load {
         0 => Kind::Sweep,
-        n if n == records.len() => Kind::Load,
+        n if n == total => Kind::Load,
         _ => anyhow::bail!(
-            "{side} mixes sweep and load records ({load} of {} are load records); compare one kind at a time",
-            records.len()
+            "{side} mixes sweep and load records ({load} of {total} are load records); compare one kind at a time"
         ),
     };
-    let ok = records
-        .iter()
+    let ok = records()
         .filter(|r| r.error.is_none() && r.method == Method::Streaming)
         .count();
     if ok == 0 {
         anyhow::bail!(
-            "{side} has no successful streaming requests ({} records, all failed or two-point)",
-            records.len()
+            "{side} has no successful streaming requests ({total} records, all failed or two-point)"
         );
     }
     Ok(kind)
@@ -320,9 +320,7 @@ struct LoadValues {
 fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
     let mut v = LoadValues::default();
     let ms = |ns: u64| ns as f64 / 1e6;
-    let mut summary = LoadSummary::new(slo);
     for r in records {
-        summary.add(r);
         let (Some(info), Some(trace)) = (&r.load, &r.trace) else {
             continue;
         };
@@ -346,7 +344,11 @@ fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
         v.succeeded.push(1.0);
         v.good.push(if slo.met(&n, output) { 1.0 } else { 0.0 });
     }
-    v.duration_s = summary.duration_s().filter(|d| *d > 0.0);
+    v.duration_s = Instants::span_s(
+        records
+            .iter()
+            .filter_map(|r| Some(Instants::of(r.load.as_ref()?, r.trace.as_ref()?))),
+    );
     v
 }
 
@@ -431,10 +433,8 @@ pub fn compare_records(
     slo: Slo,
     b: &Bootstrap,
 ) -> anyhow::Result<CompareReport> {
-    let all = |side: &[Vec<Record>]| -> Vec<Record> { side.iter().flatten().cloned().collect() };
-    let (base_all, new_all) = (all(base), all(new));
-    let kb = kind_of("BASE", &base_all)?;
-    let kn = kind_of("NEW", &new_all)?;
+    let kb = kind_of("BASE", base)?;
+    let kn = kind_of("NEW", new)?;
     if kb != kn {
         anyhow::bail!(
             "BASE holds {} records and NEW {} records: nothing to compare",
@@ -443,12 +443,12 @@ pub fn compare_records(
         );
     }
     let mut notes = Vec::new();
-    for (side, recs) in [("BASE", &base_all), ("NEW", &new_all)] {
-        let failed = recs.iter().filter(|r| r.error.is_some()).count();
+    for (side, files) in [("BASE", base), ("NEW", new)] {
+        let total: usize = files.iter().map(Vec::len).sum();
+        let failed = files.iter().flatten().filter(|r| r.error.is_some()).count();
         if failed > 0 {
             notes.push(format!(
-                "{side}: {failed} of {} records failed and are left out of the latencies",
-                recs.len()
+                "{side}: {failed} of {total} records failed and are left out of the latencies"
             ));
         }
     }
