@@ -12,6 +12,8 @@
 #                       method with and without --flush-cache, a short load run, `conformance diff`, stop
 #   sglang.sh decide    start, three repeat sweeps and load runs a side compared, load at concurrency 2/8, capacity
 #                       searches by rate and by concurrency, stop (outputs in target/real/sglang/decide/)
+#   sglang.sh twin      start, the twin check alone (calibrate, then predict the held-out runs), stop
+#                       (outputs and the server log in target/real/sglang/twin/)
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 300), LLMB_URL (record/check against a running
 # server), SGLANG_VERSION (default 0.5.23), SGLANG_INCREMENTAL=1 (start with --incremental-streaming-output),
@@ -177,16 +179,27 @@ decide() {
     run_decide "$SERVER_NAME" "$url" sglang
 }
 
+# The twin check alone (common.sh `run_twin`): outputs in target/real/sglang/twin/, with the server's log.
+twin() {
+    local url rc=0
+    use_server
+    url="$SERVER_URL"
+    run_twin "$SERVER_NAME" "$url" sglang || rc=1
+    cp "$RUN_DIR/$SERVER_NAME.log" "$REPO_ROOT/target/real/$SERVER_NAME/twin/server.log" 2>/dev/null || true
+    return "$rc"
+}
+
 case "${1:-}" in
 install) install ;;
 diff) diff_record ;;
 decide) decide ;;
+twin) twin ;;
 start) start ;;
 stop) stop_server "$SERVER_NAME" ;;
 record) record "${@:2}" ;;
 check) check ;;
 *)
-    echo "usage: $0 install|start|stop|record|diff|check|decide" >&2
+    echo "usage: $0 install|start|stop|record|diff|check|decide|twin" >&2
     exit 2
     ;;
 esac

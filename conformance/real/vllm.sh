@@ -8,6 +8,8 @@
 #   vllm.sh check     start, run `conformance --url` and a short `bench-client sweep`, stop
 #   vllm.sh decide    start, three repeat sweeps and load runs a side compared, load at concurrency 2/8, capacity
 #                     searches by rate and by concurrency, stop (outputs in target/real/vllm/decide/)
+#   vllm.sh twin      start, the twin check alone (calibrate, then predict the held-out runs), stop
+#                     (outputs and the server log in target/real/vllm/twin/)
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 420), LLMB_URL (record/check against a running
 # server), VLLM_VERSION (default 0.32.0), VLLM_TORCH (default 2.13.0), VLLM_NGRAM=0 (start without the ngram
@@ -113,6 +115,16 @@ decide() {
         run_decide "$SERVER_NAME" "$url" openai "$MODEL_NAME"
 }
 
+# The twin check alone (common.sh `run_twin`): outputs in target/real/vllm/twin/, with the server's log.
+twin() {
+    local url rc=0
+    use_server
+    url="$SERVER_URL"
+    run_twin "$SERVER_NAME" "$url" openai "$MODEL_NAME" || rc=1
+    cp "$RUN_DIR/$SERVER_NAME.log" "$REPO_ROOT/target/real/$SERVER_NAME/twin/server.log" 2>/dev/null || true
+    return "$rc"
+}
+
 case "${1:-}" in
 install) install ;;
 start) start ;;
@@ -120,8 +132,9 @@ stop) stop_server "$SERVER_NAME" ;;
 record) record "${@:2}" ;;
 check) check ;;
 decide) decide ;;
+twin) twin ;;
 *)
-    echo "usage: $0 install|start|stop|record|check|decide" >&2
+    echo "usage: $0 install|start|stop|record|check|decide|twin" >&2
     exit 2
     ;;
 esac
