@@ -65,7 +65,8 @@ async fn load(s: &MockServer, out: &Path) {
         Schedule::new(Arrivals::Closed { concurrency: 4 }, Stop::Requests(16), 5).unwrap();
     let workload = Workload::Random {
         input: LenDist::Fixed { n: 128 },
-        output: LenDist::Fixed { n: 128 },
+        // Outputs of different lengths, so that requests start while others decode.
+        output: LenDist::Uniform { lo: 64, hi: 192 },
     };
     let cfg = LoadConfig {
         stamping: Stamping::Socket,
@@ -98,7 +99,8 @@ fn close(got: f64, want: f64, tol: f64) -> bool {
     (got - want).abs() <= tol * want.abs()
 }
 
-/// A mock with generated costs: chunked prefill, a batch cost, and speculation whose verify steps
+/// A mock with generated costs: chunked prefill, either scheduler (mixed batches or not), a batch
+/// cost, and speculation whose verify steps
 /// accept a fixed number of drafts (rates 1 then 0), so the twin draws the same tokens. Passes
 /// last tens of milliseconds, so that the paused clock's 1 ms steps stay well under 1% of what
 /// is compared.
@@ -108,31 +110,35 @@ fn model() -> impl Strategy<Value = Config> {
         (0.05f64..0.15, 5e-5f64..2e-4, 2e-9f64..1e-8),
         (0.02f64..0.05, 5e-7f64..4e-6, 0.002f64..0.01),
         (0usize..=3).prop_flat_map(|d| (Just(d), 0..=d)),
+        any::<bool>(),
     )
-        .prop_map(|(chunk, (pb, pt, pp), (db, dc, dr), (draft, accepted))| {
-            let mut c = Config::preset("small-cpu-demo").unwrap();
-            c.port = 0;
-            c.chunked_prefill_size = chunk;
-            (
-                c.prefill_base_s,
-                c.prefill_per_token_s,
-                c.prefill_per_token_pair_s,
-            ) = (pb, pt, pp);
-            (
-                c.decode_base_s,
-                c.decode_per_context_token_s,
-                c.decode_per_request_s,
-            ) = (db, dc, dr);
-            if draft == 0 {
-                c.speculative_algorithm = "none".into();
-            } else {
-                c.speculative_num_draft_tokens = draft;
-                c.spec_accept_rates = (0..draft)
-                    .map(|i| f64::from(u8::from(i < accepted)))
-                    .collect();
-            }
-            c
-        })
+        .prop_map(
+            |(chunk, (pb, pt, pp), (db, dc, dr), (draft, accepted), mixed)| {
+                let mut c = Config::preset("small-cpu-demo").unwrap();
+                c.port = 0;
+                c.chunked_prefill_size = chunk;
+                c.mixed_batches = mixed;
+                (
+                    c.prefill_base_s,
+                    c.prefill_per_token_s,
+                    c.prefill_per_token_pair_s,
+                ) = (pb, pt, pp);
+                (
+                    c.decode_base_s,
+                    c.decode_per_context_token_s,
+                    c.decode_per_request_s,
+                ) = (db, dc, dr);
+                if draft == 0 {
+                    c.speculative_algorithm = "none".into();
+                } else {
+                    c.speculative_num_draft_tokens = draft;
+                    c.spec_accept_rates = (0..draft)
+                        .map(|i| f64::from(u8::from(i < accepted)))
+                        .collect();
+                }
+                c
+            },
+        )
 }
 
 proptest! {
@@ -170,6 +176,7 @@ proptest! {
             prop_assert!(close(got, want, 0.02), "{name}: fitted {got}, mock {want}\n{}", twin.text);
         }
         prop_assert_eq!(c.chunked_prefill_size, mock.chunked_prefill_size);
+        prop_assert_eq!(c.mixed_batches, mock.mixed_batches);
         prop_assert_eq!(c.speculative(), mock.speculative());
         if mock.speculative() {
             prop_assert_eq!(&c.spec_accept_rates, &mock.spec_accept_rates);

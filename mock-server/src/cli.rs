@@ -48,6 +48,9 @@ pub struct Args {
     /// Most requests decoding at once (SGLang `--max-running-requests`).
     #[arg(long)]
     pub max_running_requests: Option<usize>,
+    /// Decode the running batch in the same pass as the prefill, its tokens counted in the chunked prefill size (SGLang `--enable-mixed-chunk`; vLLM's scheduler always does).
+    #[arg(long)]
+    pub enable_mixed_chunk: bool,
     /// Speculative decoding, e.g. EAGLE or NGRAM: chunks carry several tokens (SGLang `--speculative-algorithm`).
     #[arg(long)]
     pub speculative_algorithm: Option<String>,
@@ -161,6 +164,7 @@ pub fn build(a: &Args) -> Result<Config, CliError> {
         (a.disable_radix_cache, "disable_radix_cache"),
         (a.restart_on_oom, "restart_on_oom"),
         (a.debug_endpoints, "debug_endpoints"),
+        (a.enable_mixed_chunk, "mixed_batches"),
     ] {
         if flag {
             put(key, "true".into());
@@ -290,6 +294,7 @@ mod tests {
             "--disable-radix-cache",
             "--restart-on-oom",
             "--debug-endpoints",
+            "--enable-mixed-chunk",
         ])
         .unwrap();
         let mut want = Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
@@ -313,6 +318,7 @@ mod tests {
         want.disable_radix_cache = true;
         want.restart_on_oom = true;
         want.debug_endpoints = true;
+        want.mixed_batches = true;
         assert_eq!(c, want);
     }
 

@@ -54,6 +54,11 @@ pub struct Config {
     /// Prefill tokens per pass; -1 disables chunking.
     pub chunked_prefill_size: i64,
     pub max_running_requests: usize,
+    /// vLLM's scheduler: every pass decodes the running batch and prefills waiting requests in
+    /// the same forward, `chunked_prefill_size` (vLLM's `max_num_batched_tokens`) bounding the
+    /// pass's tokens, decode tokens first. Off: SGLang's, a prefill pass or a decode pass.
+    #[serde(default)]
+    pub mixed_batches: bool,
     /// Emit a stream event every N output tokens (the last one always).
     pub stream_interval: usize,
     pub incremental_streaming_output: bool,

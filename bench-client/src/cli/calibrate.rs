@@ -58,7 +58,7 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         eprintln!("note: no chunked prefill size in the manifests' /server_info and no --chunked-prefill-size: prefill is fitted as one pass per request");
     }
     eprintln!(
-        "calibrating from {} sweep requests and {} load run(s); chunked prefill {}; KV pool {}",
+        "calibrating from {} sweep requests and {} load run(s); chunked prefill {}; KV pool {}; scheduler {}",
         twin.sweep_requests,
         twin.load_runs,
         match (facts.chunked_prefill_size, chunk_source) {
@@ -70,7 +70,12 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
             .kv_pool_tokens
             .map_or("from the base preset".into(), |p| format!(
                 "{p} tokens (server)"
-            ))
+            )),
+        match facts.mixed_batches {
+            Some(true) => "mixed prefill and decode passes (server)",
+            Some(false) => "prefill or decode passes (server)",
+            None => "the base preset's",
+        }
     );
     print!("{}", render(cal));
     if let (Some(b), Some(g)) = (a.kv_bytes_per_token, a.mem_bandwidth_gbs) {

@@ -19,11 +19,7 @@ pub(super) struct Step {
 impl Engine {
     pub(super) async fn decode_step(&mut self, start: Instant) -> Instant {
         self.retract_for_decode();
-        let c = &self.cfg;
-        let ctx: usize = self.running.iter().map(|r| r.kv_len).sum();
-        let secs = c.decode_base_s
-            + c.decode_per_context_token_s * ctx as f64
-            + c.decode_per_request_s * self.running.len() as f64;
+        let secs = self.cfg.decode_base_s + self.batch_cost_s();
         let deadline = start + self.scaled(secs);
         // The batch is fixed when the pass starts, so its tokens can be drawn before it ends. They
         // are drawn once the previous pass's output has left (or at the end, if that is later),
@@ -34,18 +30,56 @@ impl Engine {
             .map_or(start, |f| f.max(start))
             .min(deadline);
         self.clock.sleep_until(draw_at).await;
+        let mut stats = PassStats::default();
+        let mut drawn = Vec::with_capacity(self.running.len());
+        let mut events = Vec::with_capacity(self.running.len());
+        let step_tokens = self
+            .draw_running(deadline, &mut stats, &mut events, &mut drawn)
+            .await;
+        self.clock.sleep_until(deadline).await;
+        let since = self.last_wake.replace(deadline).unwrap_or(start);
+        self.end_pass(stats, events, drawn).await;
+        self.gen_throughput(step_tokens, since, deadline);
+        deadline
+    }
+
+    /// Like SGLang, a pass's decoded tokens over the clock time they took (here: since the
+    /// previous pass ended).
+    pub(super) fn gen_throughput(&self, tokens: usize, since: Instant, end: Instant) {
+        let dt = end.saturating_duration_since(since).as_secs_f64();
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.last_gen_throughput = if dt > 0.0 { tokens as f64 / dt } else { 0.0 };
+        }
+    }
+
+    /// The running batch's model cost in a pass beside `decode_base_s`: its summed context and
+    /// its size.
+    pub(super) fn batch_cost_s(&self) -> f64 {
+        let c = &self.cfg;
+        let ctx: usize = self.running.iter().map(|r| r.kv_len).sum();
+        c.decode_per_context_token_s * ctx as f64
+            + c.decode_per_request_s * self.running.len() as f64
+    }
+
+    /// Draws one step's tokens for every running request (the pass ends at `deadline`), taking
+    /// them out of the running set into `drawn` and their events into `events`; returns the
+    /// tokens drawn.
+    pub(super) async fn draw_running(
+        &mut self,
+        deadline: Instant,
+        stats: &mut PassStats,
+        events: &mut Vec<Outgoing>,
+        drawn: &mut Vec<Drawn>,
+    ) -> usize {
         let running = std::mem::take(&mut self.running);
         let mut step_tokens = 0usize;
-        let mut stats = PassStats::default();
-        let mut drawn = Vec::with_capacity(running.len());
-        let mut events = Vec::with_capacity(running.len());
         for (i, mut r) in running.into_iter().enumerate() {
             // Let the output stage and the connections run while a large batch is drawn.
             if i % 32 == 31 {
                 tokio::task::yield_now().await;
             }
             let before = r.output.len();
-            let step = self.step_tokens(&mut r, deadline, &mut stats);
+            let step = self.step_tokens(&mut r, deadline, stats);
             r.kv_len += r.output.len() - before;
             step_tokens += r.output.len() - before;
             events.extend(step.event);
@@ -55,19 +89,7 @@ impl Engine {
                 Drawn::Running(r)
             });
         }
-        self.clock.sleep_until(deadline).await;
-        let since = self.last_wake.replace(deadline).unwrap_or(start);
-        self.end_pass(stats, events, drawn).await;
-        // Like SGLang, tokens over the clock time they took (here: since the previous pass ended).
-        let dt = deadline.saturating_duration_since(since).as_secs_f64();
-        if let Ok(mut s) = self.shared.stats.lock() {
-            s.last_gen_throughput = if dt > 0.0 {
-                step_tokens as f64 / dt
-            } else {
-                0.0
-            };
-        }
-        deadline
+        step_tokens
     }
 
     /// Tokens one verify step may emit: with speculation, the accepted prefix of the draft (each

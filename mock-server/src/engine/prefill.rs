@@ -27,8 +27,24 @@ impl Engine {
         }
     }
 
+    /// Whether a pass can prefill: always, except in a mixed pass whose running batch's decode
+    /// tokens take the whole token budget (vLLM's scheduler then decodes only).
+    pub(super) fn prefill_has_room(&self) -> bool {
+        !self.cfg.mixed_batches || self.chunk_budget() > self.running.len() * self.tokens_per_step()
+    }
+
+    /// A prefill pass, or with `mixed_batches` and a running batch a mixed pass: the batch's
+    /// decode step in the same forward, its tokens first in the budget, its cost beside the
+    /// prefill's (no `decode_base_s`: one forward), its events before those of the first tokens.
     pub(super) async fn prefill_pass(&mut self, start: Instant) -> Option<Instant> {
+        let mixed = self.cfg.mixed_batches && !self.running.is_empty();
+        if mixed {
+            self.retract_for_decode();
+        }
         let mut budget = self.chunk_budget();
+        if mixed {
+            budget = budget.saturating_sub(self.running.len() * self.tokens_per_step());
+        }
         let mut items: Vec<PrefillChunk> = Vec::new();
         for i in 0..self.prefilling.len() {
             if budget == 0 {
@@ -65,8 +81,10 @@ impl Engine {
             return None;
         }
         let peak = self.shared.budget.activation_peak(extend, ctx_end);
+        let batch_s = if mixed { self.batch_cost_s() } else { 0.0 };
         let c = &self.cfg;
-        let secs = c.prefill_base_s
+        let secs = batch_s
+            + c.prefill_base_s
             + items
                 .iter()
                 .map(|x| {
@@ -82,7 +100,7 @@ impl Engine {
         }
         let deadline = start + self.scaled(secs);
         self.clock.sleep_until(deadline).await;
-        self.last_wake = Some(deadline);
+        let since = self.last_wake.replace(deadline).unwrap_or(start);
         self.shared.truth.count_pass();
         let mut done = Vec::new();
         for chunk in items {
@@ -115,9 +133,15 @@ impl Engine {
                 finished.push(r);
             }
         }
-        let mut completed = Vec::new();
+        let mut drawn = Vec::new();
         let mut stats = PassStats::default();
         let mut events = Vec::new();
+        let step_tokens = if mixed {
+            self.draw_running(deadline, &mut stats, &mut events, &mut drawn)
+                .await
+        } else {
+            0
+        };
         for mut r in finished.into_iter().rev() {
             let done_ns = r.ns(deadline);
             r.times.prefill_finished_ns.get_or_insert(done_ns);
@@ -126,13 +150,16 @@ impl Engine {
                 let step = self.step_tokens(&mut r, deadline, &mut stats);
                 events.extend(step.event);
                 if step.finished {
-                    completed.push(Drawn::Finished(r));
+                    drawn.push(Drawn::Finished(r));
                     continue;
                 }
             }
-            self.running.push(r);
+            drawn.push(Drawn::Running(r));
         }
-        self.end_pass(stats, events, completed).await;
+        self.end_pass(stats, events, drawn).await;
+        if mixed {
+            self.gen_throughput(step_tokens, since, deadline);
+        }
         Some(deadline)
     }
 

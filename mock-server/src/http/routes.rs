@@ -141,6 +141,7 @@ async fn server_info(State(st): State<AppState>) -> Response {
     if let Some(o) = v.as_object_mut() {
         o.remove("api_key");
         o.insert("max_total_num_tokens".into(), json!(b.kv_pool_tokens));
+        o.insert("enable_mixed_chunk".into(), json!(c.mixed_batches));
         o.insert("speculative_accept_length".into(), json!(s.accept_length()));
         o.insert(
             "memory_usage".into(),

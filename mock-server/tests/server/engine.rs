@@ -352,3 +352,82 @@ async fn on_the_real_clock_events_due_within_a_tick_leave_together() {
         "{gaps} separate departures after the first: {chunks:?}"
     );
 }
+
+/// Costs that make a pass's length tell what it ran: 10 ms a prefill pass, 0.1 ms a prompt
+/// token, 2 ms a decode pass, 1 ms a request in the batch; one token a step, no output spread.
+fn pass_costs(mixed: bool) -> Config {
+    let mut c = Config::default();
+    c.speculative_algorithm = "none".into();
+    c.output_per_request_s = 0.0;
+    c.stream_latency_s = 0.0;
+    c.chunked_prefill_size = 256;
+    (
+        c.prefill_base_s,
+        c.prefill_per_token_s,
+        c.prefill_per_token_pair_s,
+    ) = (0.010, 0.0001, 0.0);
+    (
+        c.decode_base_s,
+        c.decode_per_context_token_s,
+        c.decode_per_request_s,
+    ) = (0.002, 0.0, 0.001);
+    c.mixed_batches = mixed;
+    c
+}
+
+/// A request that arrives while another decodes: with mixed batches each of its prefill passes
+/// also decodes the running request (its token counted in the pass's budget, its batch cost
+/// added, no decode base) and the running request gets a chunk when each pass ends; without,
+/// the passes prefill only and the running request waits them out.
+#[tokio::test(start_paused = true)]
+async fn mixed_batches_decode_the_running_batch_in_each_prefill_pass() {
+    use mock_server::engine::StreamEvent;
+    for mixed in [true, false] {
+        let (truth, engine, _crashed) = spawn_engine(pass_costs(mixed));
+        let t0 = tokio::time::Instant::now();
+        let mut d = engine
+            .submit(engine_request("d", ids(100, 1), 60, t0))
+            .unwrap();
+        let later = t0 + std::time::Duration::from_millis(30);
+        tokio::time::sleep_until(later).await;
+        let mut p = engine
+            .submit(engine_request("p", ids(400, 2), 2, later))
+            .unwrap();
+        for rx in [&mut d, &mut p] {
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
+                    StreamEvent::Tokens { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        let (dt, pt) = (truth.request("d").unwrap(), truth.request("p").unwrap());
+        let tokens: Vec<usize> = pt.prefill_passes.iter().map(|x| x.tokens).collect();
+        let d_chunks: Vec<u64> = dt.chunks.iter().map(|c| c.model_ns).collect();
+        for x in &pt.prefill_passes {
+            let want = 0.010 + 0.0001 * x.tokens as f64 + if mixed { 0.001 } else { 0.0 };
+            let took = (x.end_ns - x.start_ns) as f64 / 1e9;
+            assert!(
+                (took - want).abs() < 1e-6,
+                "mixed {mixed}: pass {x:?} took {took}, want {want}"
+            );
+            // d was received 30 ms before p.
+            let end_for_d = x.end_ns + 30_000_000;
+            assert_eq!(
+                d_chunks.contains(&end_for_d),
+                mixed,
+                "mixed {mixed}: d's chunks {d_chunks:?}, pass end {end_for_d}"
+            );
+        }
+        assert_eq!(
+            tokens,
+            if mixed {
+                vec![255, 145]
+            } else {
+                vec![256, 144]
+            }
+        );
+        assert_eq!(dt.completion_tokens, 60);
+    }
+}

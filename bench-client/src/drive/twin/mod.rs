@@ -83,12 +83,28 @@ fn facts_of(infos: &[Value]) -> ServerFacts {
         )
     });
     let us = |k: &str| int(infos, k).and_then(|v| usize::try_from(v).ok());
+    // SGLang says in `/server_info`; vLLM's and llama.cpp's schedulers always mix, and their
+    // `/v1/models` names them as the owner.
+    let mixed = infos.iter().find_map(|i| {
+        i.get("enable_mixed_chunk")
+            .and_then(Value::as_bool)
+            .or_else(|| {
+                let owner = i
+                    .get("data")?
+                    .as_array()?
+                    .first()?
+                    .get("owned_by")?
+                    .as_str()?;
+                matches!(owner, "vllm" | "llamacpp").then_some(true)
+            })
+    });
     ServerFacts {
         chunked_prefill_size: int(infos, "chunked_prefill_size"),
         kv_pool_tokens: int(infos, "max_total_num_tokens").and_then(|v| u64::try_from(v).ok()),
         speculative: spec,
         draft_tokens: us("speculative_num_draft_tokens").filter(|_| spec == Some(true)),
         stream_interval: us("stream_interval"),
+        mixed_batches: mixed,
     }
 }
 

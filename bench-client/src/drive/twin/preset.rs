@@ -92,6 +92,13 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
             },
         );
     }
+    if let Some(m) = t.facts.mixed_batches {
+        cfg.mixed_batches = m;
+        marks.insert(
+            "mixed_batches",
+            "DERIVED: the server's scheduler (vLLM's and llama.cpp's mix prefill and decode in a pass; SGLang's with enable_mixed_chunk)".into(),
+        );
+    }
     match &c.shape {
         Shape::Speculative {
             draft_tokens,

@@ -1,6 +1,6 @@
-//! The decode fit: each request's time from its first chunk to its last is its decode steps,
-//! plus the prefill passes of requests that arrived meanwhile (a prefill pass stalls every
-//! decoding request). A step costs `decode_base_s` + the batch's summed context x
+//! The decode fit: each request's gaps between chunks after its first are its decode steps, those
+//! during which no other request waited or prefilled (a prefill pass stalls every decoding
+//! request, or shares its forward in mixed batches). A step costs `decode_base_s` + the batch's summed context x
 //! `decode_per_context_token_s` + the batch size x `decode_per_request_s`.
 //!
 //! A request's steps are its chunks after the first (a verify step each under speculation; one
@@ -11,7 +11,7 @@
 //! Alone (a sweep), the batch is one request, so `decode_base_s` and `decode_per_request_s` are
 //! told apart only by a load run at concurrency above 1.
 
-use super::{by_context, fit_points, lsq, prefill_terms, FitPoint, Observed, PrefillFit, Unfit};
+use super::{by_context, fit_points, lsq, FitPoint, Observed, Unfit};
 use serde::Serialize;
 
 /// The decode fit.
@@ -90,13 +90,11 @@ impl<'a> Placed<'a> {
 }
 
 /// Decode terms of each request of one run (all sent on one clock): `spec` says whether a chunk
-/// is one step; `prefill` predicts the stalls, with `chunk` the prefill chunk size.
-fn run_terms(
-    reqs: &[Observed],
-    spec: bool,
-    prefill: &PrefillFit,
-    chunk: usize,
-) -> (Vec<Terms>, usize) {
+/// is one step. Only a request's clean gaps count: a gap during which another request of the run
+/// was waiting or prefilling (sent before the gap ended, first chunk after it began) is left out,
+/// because a prefill stalls it (SGLang's passes) or shares its forward (mixed batches), at a cost
+/// no decode term carries.
+fn run_terms(reqs: &[Observed], spec: bool) -> (Vec<Terms>, usize) {
     let mut placed: Vec<Placed> = reqs
         .iter()
         .filter(|r| r.chunks.len() >= 2)
@@ -108,6 +106,11 @@ fn run_terms(
         .map(|p| p.last() - p.first())
         .fold(0.0, f64::max);
     let firsts: Vec<f64> = placed.iter().map(Placed::first).collect();
+    // Every request's wait and prefill, [sent, first chunk), the failed ones' included.
+    let prefills: Vec<(f64, f64)> = reqs
+        .iter()
+        .filter_map(|r| Some((r.sent_s, r.sent_s + r.ttft_s()?)))
+        .collect();
     let mut out = Vec::new();
     let mut max_batch = 1;
     for (ri, r) in placed.iter().enumerate() {
@@ -121,7 +124,7 @@ fn run_terms(
             steps: 0.0,
             batch_steps: 0.0,
             context: 0.0,
-            time_s: r.last() - r.first(),
+            time_s: 0.0,
         };
         // Chunks of one pass arrive within a fraction of a step of each other: a third of the
         // request's shortest gap (a step without a stall) tells them from the next pass's.
@@ -133,6 +136,10 @@ fn run_terms(
         for j in 1..r.at.len() {
             let (s, e) = (r.at[j - 1], r.at[j]);
             let cut = e - tol;
+            // (The request's own wait ended at its first chunk, before any of its gaps.)
+            if prefills.iter().any(|&(a, f)| a < cut && f > s + tol) {
+                continue;
+            }
             let batch: Vec<&Placed> = others
                 .iter()
                 .copied()
@@ -147,27 +154,7 @@ fn run_terms(
             t.steps += steps;
             t.batch_steps += steps * b as f64;
             t.context += steps * ctx0 + b as f64 * steps * (steps - 1.0) / 2.0;
-            // Prefills that ended in this gap stalled it.
-            let (mut k, mut n, mut q) = (0.0, 0.0, 0.0);
-            for p in others
-                .iter()
-                .filter(|p| p.first() > s + tol && p.first() < cut)
-            {
-                let (_, pn, pq) = prefill_terms(p.r.prompt_tokens, p.r.cached_tokens, chunk);
-                n += pn;
-                q += pq;
-                k = 1.0;
-            }
-            if k > 0.0 {
-                let passes = if chunk == usize::MAX {
-                    1.0
-                } else {
-                    (n / chunk as f64).ceil().max(1.0)
-                };
-                t.time_s -= passes * prefill.base_s
-                    + n * prefill.per_token_s
-                    + q * prefill.per_token_pair_s;
-            }
+            t.time_s += e - s;
         }
         if t.steps > 0.0 && t.time_s > 0.0 {
             out.push(t);
@@ -197,8 +184,6 @@ pub fn fit_decode(
     sweep: &[Observed],
     loads: &[Vec<Observed>],
     spec: bool,
-    prefill: &PrefillFit,
-    chunk: usize,
     base_per_request_s: f64,
 ) -> Result<DecodeFit, Unfit> {
     let mut rows = Vec::new();
@@ -229,7 +214,7 @@ pub fn fit_decode(
     }
     let mut max_batch = 1;
     for (i, run) in loads.iter().enumerate() {
-        let (terms, b) = run_terms(run, spec, prefill, chunk);
+        let (terms, b) = run_terms(run, spec);
         max_batch = max_batch.max(b);
         if terms.is_empty() || b < 2 {
             continue;
@@ -293,20 +278,11 @@ pub fn fit_decode(
     })
 }
 
-/// Terms of requests that ran alone (no stalls, batch one).
+/// Terms of requests that ran alone (batch one).
 fn run_terms_alone(reqs: &[Observed], spec: bool) -> (Vec<Terms>, usize) {
-    let none = PrefillFit {
-        way_s: 0.0,
-        base_s: 0.0,
-        per_token_s: 0.0,
-        per_token_pair_s: 0.0,
-        points: Vec::new(),
-        r_squared: 1.0,
-        notes: Vec::new(),
-    };
     let mut out = Vec::new();
     for r in reqs {
-        let (t, _) = run_terms(std::slice::from_ref(r), spec, &none, usize::MAX);
+        let (t, _) = run_terms(std::slice::from_ref(r), spec);
         out.extend(t);
     }
     (out, 1)

@@ -55,6 +55,9 @@ pub struct ServerFacts {
     pub draft_tokens: Option<usize>,
     /// Tokens per stream event without speculation (1 unless the server says).
     pub stream_interval: Option<usize>,
+    /// Whether a pass decodes the running batch beside its prefill (vLLM; SGLang's
+    /// `enable_mixed_chunk`), when the server says.
+    pub mixed_batches: Option<bool>,
 }
 
 impl ServerFacts {
@@ -348,14 +351,7 @@ pub fn calibrate(
         .collect();
     let spec = speculative(&all, facts);
     let shape = fit_shape(&all, facts);
-    let decode = decode::fit_decode(
-        sweep,
-        loads,
-        spec,
-        &prefill,
-        facts.chunk(),
-        base_per_request_s,
-    )?;
+    let decode = decode::fit_decode(sweep, loads, spec, base_per_request_s)?;
     Ok(Calibration {
         prefill,
         decode,

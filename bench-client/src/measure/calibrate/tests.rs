@@ -78,7 +78,7 @@ proptest! {
         prop_assert!(near(p.per_token_s, c.pt) && near(p.per_token_pair_s, c.pp), "{p:?} {c:?}");
         prop_assert!(p.r_squared > 1.0 - 1e-9);
         // Alone, the batch cost cannot be told from the base: the base preset's stands in.
-        let d = decode::fit_decode(&sweep, &[], l > 1, &p, chunk, c.dr).unwrap();
+        let d = decode::fit_decode(&sweep, &[], l > 1, c.dr).unwrap();
         prop_assert!(!d.per_request_fitted);
         prop_assert!(near(d.base_s, c.db) && near(d.per_context_token_s, c.dc), "{d:?} {c:?}");
     }
