@@ -17,7 +17,7 @@
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 300), LLMB_URL (record/check against a running
 # server), SGLANG_VERSION (default 0.5.23), SGLANG_INCREMENTAL=1 (start with --incremental-streaming-output),
-# LLMB_CONTEXTS (check's sweep contexts, default 256,1024,3000).
+# SGLANG_ARGS (more server arguments, e.g. --disable-overlap-schedule), LLMB_CONTEXTS (check's sweep contexts, default 256,1024,3000).
 #
 # Why the stub: the sglang-kernel CUDA wheel links libcuda.so.1 and calls one symbol of it,
 # cuPointerGetAttribute; without a GPU driver the import fails. A stub libcuda.so.1 whose only function
@@ -69,6 +69,8 @@ start() {
     port="$(pick_port)"
     url="http://127.0.0.1:$port"
     [[ "${SGLANG_INCREMENTAL:-0}" == "1" ]] && extra+=(--incremental-streaming-output)
+    # shellcheck disable=SC2206 # SGLANG_ARGS is a list of words
+    [[ -n "${SGLANG_ARGS:-}" ]] && extra+=(${SGLANG_ARGS})
     SGLANG_USE_CPU_ENGINE=1 LD_LIBRARY_PATH="$STUB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 DO_NOT_TRACK=1 \
         start_server "$SERVER_NAME" "$port" nice "$VENV/bin/python" -m sglang.launch_server \
