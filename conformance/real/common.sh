@@ -337,6 +337,7 @@ run_twin() {
 # of TTFT and decode p50 (sweep) and TTFT and TPOT p50 (load). Targets (issue 20): 10% and 20%.
 run_twin_check() {
     local d="$1" c k files=()
+    rm -f "$d"/twin-*.jsonl "$d"/twin-*.json "$d"/twin-*.txt "$d/twin.toml" "$d/twin-table.md"
     for k in a1 a2 a3 b1 b2 b3; do
         [[ -f "$d/sweep-$k.jsonl" ]] && files+=("$d/sweep-$k.jsonl" "$d/load-c4$k.jsonl")
     done

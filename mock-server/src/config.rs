@@ -59,6 +59,13 @@ pub struct Config {
     /// pass's tokens, decode tokens first. Off: SGLang's, a prefill pass or a decode pass.
     #[serde(default)]
     pub mixed_batches: bool,
+    /// SGLang's overlap scheduler on a device whose forward blocks the scheduler (the CPU
+    /// backend): a pass's results are processed once the next pass has run, so its events leave
+    /// when that pass ends (at once when none follows). The `/metrics` latency histograms keep
+    /// the instants the tokens were drawn. Off: events leave when their own pass ends (also
+    /// SGLang's overlap on a GPU, whose launches return at once).
+    #[serde(default)]
+    pub results_after_next_pass: bool,
     /// Emit a stream event every N output tokens (the last one always).
     pub stream_interval: usize,
     pub incremental_streaming_output: bool,

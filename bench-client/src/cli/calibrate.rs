@@ -75,8 +75,11 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
             Some(true) => "mixed prefill and decode passes (server)",
             Some(false) => "prefill or decode passes (server)",
             None => "the base preset's",
-        }
+        },
     );
+    if facts.results_after_next_pass == Some(true) {
+        eprintln!("note: the server processes a pass's results after the next pass (SGLang's overlap scheduler on CPU): the twin does too");
+    }
     print!("{}", render(cal));
     if let (Some(b), Some(g)) = (a.kv_bytes_per_token, a.mem_bandwidth_gbs) {
         let d = cal.decode.per_context_token_s;

@@ -38,7 +38,7 @@ impl Engine {
             .await;
         self.clock.sleep_until(deadline).await;
         let since = self.last_wake.replace(deadline).unwrap_or(start);
-        self.end_pass(stats, events, drawn).await;
+        self.end_pass(stats, events, drawn, deadline).await;
         self.gen_throughput(step_tokens, since, deadline);
         deadline
     }
@@ -202,8 +202,15 @@ impl Engine {
                 }
             });
             let tokens = new_ids.len();
-            let processed = self.output_free.map_or(pass_end, |f| f.max(pass_end));
-            self.output_free = Some(processed + self.scaled(self.cfg.output_per_request_s));
+            // Held for the next pass, the event is timed when it is released (`time_events`);
+            // until then it carries the instant its token was drawn.
+            let processed = if self.cfg.results_after_next_pass {
+                pass_end
+            } else {
+                let p = self.output_free.map_or(pass_end, |f| f.max(pass_end));
+                self.output_free = Some(p + self.scaled(self.cfg.output_per_request_s));
+                p
+            };
             let model_at = processed + self.scaled(self.cfg.stream_latency_s);
             let at = r.ns(model_at);
             let chunk = r.chunks;

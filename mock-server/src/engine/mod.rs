@@ -86,6 +86,7 @@ impl EngineHandle {
             last_wake: None,
             out_tx,
             output_free: None,
+            lagged: Vec::new(),
             cfg: config,
             clock,
         };
@@ -186,6 +187,8 @@ struct Engine {
     out_tx: mpsc::UnboundedSender<Outgoing>,
     /// When the modelled output stage is free for the next event.
     output_free: Option<Instant>,
+    /// With `results_after_next_pass`, the last pass's events, held until the next pass ends.
+    lagged: Vec<Outgoing>,
 }
 
 impl Engine {
@@ -241,6 +244,9 @@ impl Engine {
         let mut chain: Option<Instant> = None;
         loop {
             if self.idle() {
+                // No pass follows: the last pass's results are processed now.
+                self.release_lagged(chain.unwrap_or_else(Instant::now))
+                    .await;
                 chain = None;
                 self.last_wake = None;
                 // Gauges must read idle (no running requests, cache-only KV) while waiting.
@@ -277,6 +283,8 @@ impl Engine {
                     let _ = r.tx.send(StreamEvent::Error(msg.clone()));
                     self.finish_truth(&r, FinishTruth::Error(msg));
                 }
+                self.release_lagged(chain.unwrap_or_else(Instant::now))
+                    .await;
                 chain = None;
                 continue;
             };

@@ -43,8 +43,17 @@ impl Engine {
         stats: PassStats,
         events: Vec<Outgoing>,
         reqs: Vec<Drawn>,
+        end: Instant,
     ) {
         stats.apply(&self.shared);
+        let events = if self.cfg.results_after_next_pass {
+            // This pass's results wait for the next pass; the last pass's are processed now.
+            let mut last = std::mem::replace(&mut self.lagged, events);
+            self.time_events(&mut last, end);
+            last
+        } else {
+            events
+        };
         self.hand_over(events).await;
         let mut completed = 0usize;
         for drawn in reqs {
@@ -60,6 +69,32 @@ impl Engine {
             }
             self.complete(r);
             completed += 1;
+        }
+    }
+
+    /// Hands the held events of the last pass to the output stage, processed from `at` on.
+    pub(super) async fn release_lagged(&mut self, at: Instant) {
+        if self.lagged.is_empty() {
+            return;
+        }
+        let mut events = std::mem::take(&mut self.lagged);
+        self.time_events(&mut events, at);
+        self.hand_over(events).await;
+    }
+
+    /// Times events whose processing starts at `from`: one output queue, `output_per_request_s`
+    /// each, then `stream_latency_s` to the stream.
+    pub(super) fn time_events(&mut self, events: &mut [Outgoing], from: Instant) {
+        for o in events {
+            let processed = self.output_free.map_or(from, |f| f.max(from));
+            self.output_free = Some(processed + self.scaled(self.cfg.output_per_request_s));
+            let at = processed + self.scaled(self.cfg.stream_latency_s);
+            let ns = at.saturating_duration_since(o.received).as_nanos() as u64;
+            o.at = at;
+            o.model_ns = ns;
+            if let StreamEvent::Tokens { at_ns, .. } = &mut o.event {
+                *at_ns = ns;
+            }
         }
     }
 

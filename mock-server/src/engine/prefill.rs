@@ -156,7 +156,7 @@ impl Engine {
             }
             drawn.push(Drawn::Running(r));
         }
-        self.end_pass(stats, events, drawn).await;
+        self.end_pass(stats, events, drawn, deadline).await;
         if mixed {
             self.gen_throughput(step_tokens, since, deadline);
         }

@@ -431,3 +431,41 @@ async fn mixed_batches_decode_the_running_batch_in_each_prefill_pass() {
         assert_eq!(dt.completion_tokens, 60);
     }
 }
+
+/// With `results_after_next_pass` (SGLang's overlap scheduler on the CPU backend) a pass's
+/// events leave when the next pass ends, and at once when none follows: alone, a request's
+/// first chunk waits for its first decode step and its last leaves with the one before it.
+#[tokio::test(start_paused = true)]
+async fn results_wait_for_the_next_pass_and_leave_at_once_when_none_follows() {
+    use mock_server::engine::StreamEvent;
+    for lag in [true, false] {
+        let mut c = pass_costs(false);
+        c.results_after_next_pass = lag;
+        let (truth, engine, _crashed) = spawn_engine(c);
+        let mut rx = engine
+            .submit(engine_request(
+                "d",
+                ids(100, 1),
+                5,
+                tokio::time::Instant::now(),
+            ))
+            .unwrap();
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
+                StreamEvent::Tokens { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let t = truth.request("d").unwrap();
+        let ms: Vec<u64> = t.chunks.iter().map(|c| c.model_ns / 1_000_000).collect();
+        // Prefill 20 ms (10 + 100 x 0.1), then decode steps of 3 ms (2 + 1 request).
+        let want = if lag {
+            vec![23, 26, 29, 32, 32]
+        } else {
+            vec![20, 23, 26, 29, 32]
+        };
+        assert_eq!(ms, want, "lag {lag}");
+        assert!(t.chunks.iter().all(|c| c.at_ns >= c.model_ns), "{t:?}");
+    }
+}

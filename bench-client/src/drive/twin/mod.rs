@@ -98,6 +98,17 @@ fn facts_of(infos: &[Value]) -> ServerFacts {
                 matches!(owner, "vllm" | "llamacpp").then_some(true)
             })
     });
+    // The mock says; SGLang's overlap scheduler (on unless `disable_overlap_schedule`) makes
+    // a pass wait for the next one's results only where its forward blocks, on the CPU.
+    let lag = infos.iter().find_map(|i| {
+        i.get("results_after_next_pass")
+            .and_then(Value::as_bool)
+            .or_else(|| {
+                let off = i.get("disable_overlap_schedule")?.as_bool()?;
+                let cpu = i.get("device").and_then(Value::as_str) == Some("cpu");
+                Some(!off && cpu)
+            })
+    });
     ServerFacts {
         chunked_prefill_size: int(infos, "chunked_prefill_size"),
         kv_pool_tokens: int(infos, "max_total_num_tokens").and_then(|v| u64::try_from(v).ok()),
@@ -105,6 +116,7 @@ fn facts_of(infos: &[Value]) -> ServerFacts {
         draft_tokens: us("speculative_num_draft_tokens").filter(|_| spec == Some(true)),
         stream_interval: us("stream_interval"),
         mixed_batches: mixed,
+        results_after_next_pass: lag,
     }
 }
 

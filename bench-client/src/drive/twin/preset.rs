@@ -99,6 +99,14 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
             "DERIVED: the server's scheduler (vLLM's and llama.cpp's mix prefill and decode in a pass; SGLang's with enable_mixed_chunk)".into(),
         );
     }
+    if let Some(l) = t.facts.results_after_next_pass {
+        cfg.results_after_next_pass = l;
+        marks.insert(
+            "results_after_next_pass",
+            "DERIVED: the server's /server_info (SGLang's overlap scheduler on the CPU backend)"
+                .into(),
+        );
+    }
     match &c.shape {
         Shape::Speculative {
             draft_tokens,

@@ -93,8 +93,9 @@ impl<'a> Placed<'a> {
 /// is one step. Only a request's clean gaps count: a gap during which another request of the run
 /// was waiting or prefilling (sent before the gap ended, first chunk after it began) is left out,
 /// because a prefill stalls it (SGLang's passes) or shares its forward (mixed batches), at a cost
-/// no decode term carries.
-fn run_terms(reqs: &[Observed], spec: bool) -> (Vec<Terms>, usize) {
+/// no decode term carries. With `lag` (results processed after the next pass) a request's last
+/// gap is no step: its last chunk leaves at once when no pass follows.
+fn run_terms(reqs: &[Observed], spec: bool, lag: bool) -> (Vec<Terms>, usize) {
     let mut placed: Vec<Placed> = reqs
         .iter()
         .filter(|r| r.chunks.len() >= 2)
@@ -126,14 +127,15 @@ fn run_terms(reqs: &[Observed], spec: bool) -> (Vec<Terms>, usize) {
             context: 0.0,
             time_s: 0.0,
         };
+        let gaps = if lag { r.at.len() - 1 } else { r.at.len() };
         // Chunks of one pass arrive within a fraction of a step of each other: a third of the
         // request's shortest gap (a step without a stall) tells them from the next pass's.
-        let tol =
-            r.at.windows(2)
-                .map(|w| w[1] - w[0])
-                .fold(f64::INFINITY, f64::min)
-                / 3.0;
-        for j in 1..r.at.len() {
+        let tol = r.at[..gaps]
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .fold(f64::INFINITY, f64::min)
+            / 3.0;
+        for j in 1..gaps {
             let (s, e) = (r.at[j - 1], r.at[j]);
             let cut = e - tol;
             // (The request's own wait ended at its first chunk, before any of its gaps.)
@@ -184,6 +186,7 @@ pub fn fit_decode(
     sweep: &[Observed],
     loads: &[Vec<Observed>],
     spec: bool,
+    lag: bool,
     base_per_request_s: f64,
 ) -> Result<DecodeFit, Unfit> {
     let mut rows = Vec::new();
@@ -191,7 +194,7 @@ pub fn fit_decode(
     let mut labels = Vec::new();
     for (ctx, reqs) in by_context(sweep) {
         let own: Vec<Observed> = reqs.into_iter().cloned().collect();
-        let (terms, _) = run_terms_alone(&own, spec);
+        let (terms, _) = run_terms_alone(&own, spec, lag);
         if terms.is_empty() {
             continue;
         }
@@ -214,7 +217,7 @@ pub fn fit_decode(
     }
     let mut max_batch = 1;
     for (i, run) in loads.iter().enumerate() {
-        let (terms, b) = run_terms(run, spec);
+        let (terms, b) = run_terms(run, spec, lag);
         max_batch = max_batch.max(b);
         if terms.is_empty() || b < 2 {
             continue;
@@ -279,10 +282,10 @@ pub fn fit_decode(
 }
 
 /// Terms of requests that ran alone (batch one).
-fn run_terms_alone(reqs: &[Observed], spec: bool) -> (Vec<Terms>, usize) {
+fn run_terms_alone(reqs: &[Observed], spec: bool, lag: bool) -> (Vec<Terms>, usize) {
     let mut out = Vec::new();
     for r in reqs {
-        let (t, _) = run_terms(std::slice::from_ref(r), spec);
+        let (t, _) = run_terms(std::slice::from_ref(r), spec, lag);
         out.extend(t);
     }
     (out, 1)

@@ -58,6 +58,9 @@ pub struct ServerFacts {
     /// Whether a pass decodes the running batch beside its prefill (vLLM; SGLang's
     /// `enable_mixed_chunk`), when the server says.
     pub mixed_batches: Option<bool>,
+    /// Whether a pass's results are processed only after the next pass (SGLang's overlap
+    /// scheduler on the CPU backend), when the server says.
+    pub results_after_next_pass: Option<bool>,
 }
 
 impl ServerFacts {
@@ -177,7 +180,13 @@ pub(crate) fn by_context(reqs: &[Observed]) -> Vec<(u32, Vec<&Observed>)> {
 /// Fits prefill to the sweep's requests (each alone on the server), on the median TTFT at each
 /// context. Needs three contexts; the way-in/out constant is kept apart from `prefill_base_s`
 /// only when the number of prefill passes varies in a way the tokens do not explain.
-pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit, Unfit> {
+/// With `lag` (results processed after the next pass), a request's first chunk also waited for
+/// its first decode step, which `lag` predicts from the prompt length and is taken off TTFT.
+pub fn fit_prefill(
+    sweep: &[Observed],
+    facts: &ServerFacts,
+    lag: Option<&decode::DecodeFit>,
+) -> Result<PrefillFit, Unfit> {
     let chunk = facts.chunk();
     let groups = by_context(sweep);
     if groups.len() < 3 {
@@ -199,7 +208,10 @@ pub fn fit_prefill(sweep: &[Observed], facts: &ServerFacts) -> Result<PrefillFit
         let prompt = median(&mut prompt).round() as u32;
         let (k, n, q) = prefill_terms(prompt, median(&mut cached).round() as u32, chunk);
         rows.push(vec![1.0, k, n, q]);
-        y.push(median(&mut ttft));
+        let first_step = lag.map_or(0.0, |d| {
+            d.base_s + d.per_request_s + d.per_context_token_s * f64::from(prompt)
+        });
+        y.push(median(&mut ttft) - first_step);
         labels.push((format!("context {ctx}"), reqs.len()));
     }
     let mut notes = Vec::new();
@@ -343,7 +355,8 @@ pub fn calibrate(
     facts: &ServerFacts,
     base_per_request_s: f64,
 ) -> Result<Calibration, Unfit> {
-    let prefill = fit_prefill(sweep, facts)?;
+    // Prefill first, so that what it cannot fit is what a refusal names.
+    let mut prefill = fit_prefill(sweep, facts, None)?;
     let all: Vec<Observed> = sweep
         .iter()
         .chain(loads.iter().flatten())
@@ -351,7 +364,14 @@ pub fn calibrate(
         .collect();
     let spec = speculative(&all, facts);
     let shape = fit_shape(&all, facts);
-    let decode = decode::fit_decode(sweep, loads, spec, base_per_request_s)?;
+    let lag = facts.results_after_next_pass == Some(true);
+    let decode = decode::fit_decode(sweep, loads, spec, lag, base_per_request_s)?;
+    if lag {
+        prefill = fit_prefill(sweep, facts, Some(&decode))?;
+        prefill.notes.push(
+            "a pass's results leave after the next pass (SGLang's overlap scheduler on CPU): TTFT is fitted less the request's first decode step".into(),
+        );
+    }
     Ok(Calibration {
         prefill,
         decode,

@@ -73,12 +73,12 @@ proptest! {
             .iter()
             .map(|&p| alone(&c, p, chunk, 40, l))
             .collect();
-        let p = fit_prefill(&sweep, &facts).unwrap();
+        let p = fit_prefill(&sweep, &facts, None).unwrap();
         prop_assert!(near(p.way_s, c.way) && near(p.base_s, c.pb), "{p:?} {c:?}");
         prop_assert!(near(p.per_token_s, c.pt) && near(p.per_token_pair_s, c.pp), "{p:?} {c:?}");
         prop_assert!(p.r_squared > 1.0 - 1e-9);
         // Alone, the batch cost cannot be told from the base: the base preset's stands in.
-        let d = decode::fit_decode(&sweep, &[], l > 1, c.dr).unwrap();
+        let d = decode::fit_decode(&sweep, &[], l > 1, false, c.dr).unwrap();
         prop_assert!(!d.per_request_fitted);
         prop_assert!(near(d.base_s, c.db) && near(d.per_context_token_s, c.dc), "{d:?} {c:?}");
     }
@@ -129,7 +129,7 @@ fn two_contexts_are_refused_with_what_is_missing() {
         .iter()
         .map(|&p| alone(&c, p, 512, 8, 1))
         .collect();
-    let e = fit_prefill(&sweep, &ServerFacts::default()).unwrap_err();
+    let e = fit_prefill(&sweep, &ServerFacts::default(), None).unwrap_err();
     assert!(
         e.missing.contains("three or more context lengths (have 2)"),
         "{e:?}"
@@ -151,7 +151,7 @@ fn without_chunking_the_way_in_and_out_is_counted_as_prefill() {
         .iter()
         .map(|&p| alone(&c, p, usize::MAX, 8, 1))
         .collect();
-    let p = fit_prefill(&sweep, &ServerFacts::default()).unwrap();
+    let p = fit_prefill(&sweep, &ServerFacts::default(), None).unwrap();
     assert!(near(p.base_s, c.pb + c.way) && p.way_s == 0.0, "{p:?}");
     assert!(
         p.notes.iter().any(|n| n.contains("way in and out")),
