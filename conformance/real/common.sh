@@ -297,10 +297,9 @@ run_decide() {
     return "$rc"
 }
 
-# run_twin NAME URL API [MODEL]: only what the twin check needs, in target/real/NAME/twin/: three sweeps
-# at 256, 1k and 3k interleaved with three load runs at concurrency 4 (what `calibrate` fits from), the
-# held-out sweep (512, 2k) and load runs at concurrency 2 and 8 (what the twin predicts), then
-# `run_twin_check`. The runs are `run_decide`'s, so the two directories compare.
+# run_twin NAME URL API [MODEL]: only what the twin check needs, in target/real/NAME/twin/: three rounds of
+# a sweep at 256, 1k and 3k and a load run at concurrency 4 (what `calibrate` fits from), a held-out sweep
+# (512, 2k) and held-out load runs at concurrency 2 and 8 (what the twin predicts), then `run_twin_check`.
 run_twin() {
     local name="$1" url="$2" api="$3" out rc=0 k c
     local target=(--url "$url" --api "$api")
@@ -310,6 +309,8 @@ run_twin() {
     rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.json "$out"/*.md "$out"/*.toml
     rust_bin bench-client sweep "${target[@]}" --contexts 256 --runs 1 --warmup 1 \
         --output-tokens 16 --no-progress --out "$out/warmup.jsonl" >/dev/null 2>&1 || true
+    # Three rounds, each with its share of what is fitted and of what is predicted, so that a drift
+    # of the machine falls on both.
     for k in 1 2 3; do
         run_step "sweep a$k (256, 1k, 3k)" "$out/sweep-a$k.txt" bench-client sweep "${target[@]}" \
             --contexts 256,1024,3000 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
@@ -317,14 +318,14 @@ run_twin() {
         run_step "load a$k --concurrency 4" "$out/load-c4a$k.txt" bench-client load "${target[@]}" \
             --concurrency 4 --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
             --seed "${k}4" --no-progress --out "$out/load-c4a$k.jsonl" || rc=1
-    done
-    run_step "sweep at the held-out contexts (512, 2k)" "$out/sweep-heldout.txt" bench-client sweep \
-        "${target[@]}" --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
-        --seed 3 --out "$out/sweep-heldout.jsonl" || rc=1
-    for c in 2 8; do
-        run_step "load --concurrency $c" "$out/load-c$c.txt" bench-client load "${target[@]}" \
-            --concurrency "$c" --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
-            --seed 4 --no-progress --out "$out/load-c$c.jsonl" || rc=1
+        run_step "held-out sweep $k (512, 2k)" "$out/sweep-heldout$k.txt" bench-client sweep \
+            "${target[@]}" --contexts 512,2048 --runs 2 --warmup 1 --output-tokens 64 --no-progress \
+            --seed "${k}3" --out "$out/sweep-heldout$k.jsonl" || rc=1
+        for c in 2 8; do
+            run_step "held-out load $k --concurrency $c" "$out/load-c$c-$k.txt" bench-client load \
+                "${target[@]}" --concurrency "$c" --num-requests $((4 * c + 4)) --input-len 1024 \
+                --output-len 32 --warmup 2 --seed "${k}6" --no-progress --out "$out/load-c$c-$k.jsonl" || rc=1
+        done
     done
     run_twin_check "$out" || rc=1
     log "twin: outputs in $out"
@@ -335,14 +336,15 @@ run_twin() {
 # sweeps at 256, 1k and 3k and load runs at concurrency 4 (sweep-a1..b3, load-c4a1..b3, those present); the twin then runs, simulated, the held-out sweep (512,
 # 2k) and the load runs at concurrency 2 and 8, and DIR/twin-table.md gets measured, predicted and the error
 # of TTFT and decode p50 (sweep) and TTFT and TPOT p50 (load). Targets (issue 20): 10% and 20%.
+# LLMB_TWIN_CALIBRATE_ARGS: more `calibrate` flags (what the server does not report).
 run_twin_check() {
-    local d="$1" c k files=()
+    local d="$1" c k f measured files=()
     rm -f "$d"/twin-*.jsonl "$d"/twin-*.json "$d"/twin-*.txt "$d/twin.toml" "$d/twin-table.md"
     for k in a1 a2 a3 b1 b2 b3; do
         [[ -f "$d/sweep-$k.jsonl" ]] && files+=("$d/sweep-$k.jsonl" "$d/load-c4$k.jsonl")
     done
     run_step "calibrate from $((${#files[@]} / 2)) sweeps and as many load runs at concurrency 4" "$d/calibrate.txt" \
-        bench-client calibrate "${files[@]}" --out "$d/twin.toml" || return 1
+        bench-client calibrate "${files[@]}" ${LLMB_TWIN_CALIBRATE_ARGS:-} --out "$d/twin.toml" || return 1
     run_step "the twin: held-out sweep (512, 2k), simulated" "$d/twin-heldout.txt" bench-client sweep \
         --preset-file "$d/twin.toml" --simulate --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 \
         --seed 3 --no-progress --out "$d/twin-heldout.jsonl" || return 1
@@ -351,7 +353,13 @@ run_twin_check() {
             --preset-file "$d/twin.toml" --simulate --concurrency "$c" --num-requests 24 --input-len 1024 \
             --output-len 32 --warmup 2 --seed 4 --no-progress --out "$d/twin-c$c.jsonl" || return 1
     done
-    for k in sweep-heldout twin-heldout load-c2 twin-c2 load-c8 twin-c8; do
+    # What was measured: every held-out file (`run_twin` splits them over its rounds).
+    for k in sweep-heldout load-c2 load-c8; do
+        measured=()
+        for f in "$d/$k"*.jsonl; do [[ "$f" == *.manifest.jsonl ]] || measured+=("$f"); done
+        rust_bin bench-client report "${measured[@]}" --format json >"$d/$k.json" 2>/dev/null || return 1
+    done
+    for k in twin-heldout twin-c2 twin-c8; do
         rust_bin bench-client report "$d/$k.jsonl" --format json >"$d/$k.json" 2>/dev/null || return 1
     done
     python3 - "$d" >"$d/twin-table.md" <<'PY' || return 1

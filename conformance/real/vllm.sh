@@ -12,13 +12,15 @@
 #                     (outputs and the server log in target/real/vllm/twin/)
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 420), LLMB_URL (record/check against a running
-# server), VLLM_VERSION (default 0.32.0), VLLM_TORCH (default 2.13.0), VLLM_NGRAM=0 (start without the ngram
-# speculative config).
+# server), VLLM_VERSION (default 0.32.0), VLLM_TORCH (default 2.13.0), VLLM_BATCHED_TOKENS (default 2048,
+# --max-num-batched-tokens), VLLM_NGRAM=0 (start without the ngram speculative config).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SERVER_NAME=vllm
 MODEL_NAME=tiny-llama
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 VLLM_TORCH="${VLLM_TORCH:-2.13.0}"
+# The scheduler's token budget per pass, set here because vLLM does not report it (the twin needs it).
+VLLM_BATCHED_TOKENS="${VLLM_BATCHED_TOKENS:-2048}"
 VENV="$LLMB_REAL_CACHE/vllm-venv-$VLLM_VERSION"
 MODEL_DIR="$LLMB_REAL_CACHE/models/tiny-llama-hf"
 
@@ -84,7 +86,8 @@ start() {
         start_server "$SERVER_NAME" "$port" "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL_DIR" --served-model-name "$MODEL_NAME" --host 127.0.0.1 --port "$port" \
         --load-format dummy --skip-tokenizer-init --dtype bfloat16 --max-model-len 4096 \
-        --enable-prefix-caching --enable-prompt-tokens-details "${spec[@]}"
+        --enable-prefix-caching --enable-prompt-tokens-details --max-num-batched-tokens "$VLLM_BATCHED_TOKENS" \
+        "${spec[@]}"
     wait_ready "$SERVER_NAME" "$url" "${LLMB_READY_TIMEOUT:-420}" || { stop_server "$SERVER_NAME"; die "vLLM did not become ready"; }
     echo "$url"
 }
@@ -112,6 +115,7 @@ decide() {
     url="$SERVER_URL"
     LLMB_DECIDE_SLO="${LLMB_DECIDE_SLO:-ttft=300,tpot=15}" LLMB_DECIDE_RATES="${LLMB_DECIDE_RATES:-2,4,8,16,32}" \
         LLMB_DECIDE_CONCURRENCIES="${LLMB_DECIDE_CONCURRENCIES:-1,2,4,8,16,32}" \
+        LLMB_TWIN_CALIBRATE_ARGS="--chunked-prefill-size $VLLM_BATCHED_TOKENS" \
         run_decide "$SERVER_NAME" "$url" openai "$MODEL_NAME"
 }
 
@@ -120,7 +124,8 @@ twin() {
     local url rc=0
     use_server
     url="$SERVER_URL"
-    run_twin "$SERVER_NAME" "$url" openai "$MODEL_NAME" || rc=1
+    LLMB_TWIN_CALIBRATE_ARGS="--chunked-prefill-size $VLLM_BATCHED_TOKENS" \
+        run_twin "$SERVER_NAME" "$url" openai "$MODEL_NAME" || rc=1
     cp "$RUN_DIR/$SERVER_NAME.log" "$REPO_ROOT/target/real/$SERVER_NAME/twin/server.log" 2>/dev/null || true
     return "$rc"
 }

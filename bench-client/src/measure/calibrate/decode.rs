@@ -142,15 +142,18 @@ fn run_terms(reqs: &[Observed], spec: bool, lag: bool) -> (Vec<Terms>, usize) {
             if prefills.iter().any(|&(a, f)| a < cut && f > s + tol) {
                 continue;
             }
-            let batch: Vec<&Placed> = others
-                .iter()
-                .copied()
-                .filter(|q| q.first() < cut && q.last() >= cut)
-                .collect();
+            // The gap is the pass that drew chunk j, or with `lag` the pass after it: then the
+            // batch holds those released later, and chunk j's tokens are in its context.
+            let (in_batch, at): (&dyn Fn(&Placed) -> bool, f64) = if lag {
+                (&|q: &Placed| q.first() < cut && q.last() > e + tol, e + tol)
+            } else {
+                (&|q: &Placed| q.first() < cut && q.last() >= cut, cut)
+            };
+            let batch: Vec<&Placed> = others.iter().copied().filter(|q| in_batch(q)).collect();
             let b = batch.len() + 1;
             max_batch = max_batch.max(b);
             let ctx0 =
-                r.context_before(cut) + batch.iter().map(|q| q.context_before(cut)).sum::<f64>();
+                r.context_before(at) + batch.iter().map(|q| q.context_before(at)).sum::<f64>();
             let tokens = f64::from(r.r.chunks[j].1.max(1));
             let steps = if spec { 1.0 } else { tokens };
             t.steps += steps;
