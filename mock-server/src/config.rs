@@ -123,6 +123,10 @@ pub struct Config {
     pub speculative_num_draft_tokens: usize,
     /// Probability that draft position i is accepted given that positions before it were.
     pub spec_accept_rates: Vec<f64>,
+    /// Verify steps after a request's first token that accept no draft: prompt-lookup (n-gram)
+    /// drafts find nothing to propose until the output repeats (vLLM's `ngram`). Default 0.
+    #[serde(default)]
+    pub spec_warmup_steps: usize,
 }
 
 fn default_output_tick_s() -> f64 {

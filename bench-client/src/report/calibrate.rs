@@ -119,6 +119,7 @@ pub fn render(c: &Calibration) -> String {
             accept_rates,
             mean_accept_length,
             steps,
+            warmup_steps,
         } => {
             let rates: Vec<String> = accept_rates.iter().map(|r| format!("{r:.3}")).collect();
             let _ = writeln!(
@@ -126,6 +127,12 @@ pub fn render(c: &Calibration) -> String {
                 "  speculative: {draft_tokens} draft tokens, acceptance by position [{}], {mean_accept_length:.3} tokens per verify step over {steps} steps",
                 rates.join(", ")
             );
+            if *warmup_steps > 0 {
+                let _ = writeln!(
+                    out,
+                    "  the first {warmup_steps} verify steps after the first token accept no draft (the median request's)"
+                );
+            }
         }
         Shape::Plain { stream_interval } => {
             let _ = writeln!(

@@ -94,8 +94,10 @@ impl Engine {
 
     /// Tokens one verify step may emit: with speculation, the accepted prefix of the draft (each
     /// position accepted with its rate given that those before it were) plus the verified token.
-    fn verify_step_len(&mut self) -> usize {
-        if !self.cfg.speculative() {
+    /// `verify_ct` is the request's verify steps so far (its first token's included): the
+    /// `spec_warmup_steps` after the first token accept nothing.
+    fn verify_step_len(&mut self, verify_ct: usize) -> usize {
+        if !self.cfg.speculative() || (verify_ct >= 1 && verify_ct <= self.cfg.spec_warmup_steps) {
             return 1;
         }
         let mut accepted = 0;
@@ -127,7 +129,7 @@ impl Engine {
         pass_end: Instant,
         pass: &mut PassStats,
     ) -> Step {
-        let n = self.verify_step_len();
+        let n = self.verify_step_len(r.verify_ct);
         // `max_new_tokens = 0`: the request ends right after its prefill, with no token.
         let mut finish =
             (r.output.len() >= r.request.max_new_tokens).then_some(Finish::Length(r.output.len()));

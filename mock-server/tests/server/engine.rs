@@ -469,3 +469,34 @@ async fn results_wait_for_the_next_pass_and_leave_at_once_when_none_follows() {
         assert!(t.chunks.iter().all(|c| c.at_ns >= c.model_ns), "{t:?}");
     }
 }
+
+/// `spec_warmup_steps`: the verify steps right after the first token accept no draft, those
+/// after accept as the rates say (here every draft).
+#[tokio::test(start_paused = true)]
+async fn warm_up_steps_after_the_first_token_accept_no_draft() {
+    use mock_server::engine::StreamEvent;
+    let mut c = pass_costs(false);
+    c.speculative_algorithm = "EAGLE".into();
+    c.speculative_num_draft_tokens = 2;
+    c.spec_accept_rates = vec![1.0, 1.0];
+    c.spec_warmup_steps = 3;
+    let (truth, engine, _crashed) = spawn_engine(c);
+    let mut rx = engine
+        .submit(engine_request(
+            "w",
+            ids(50, 1),
+            15,
+            tokio::time::Instant::now(),
+        ))
+        .unwrap();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
+            StreamEvent::Tokens { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let t = truth.request("w").unwrap();
+    let tokens: Vec<usize> = t.chunks.iter().map(|c| c.tokens).collect();
+    assert_eq!(tokens, vec![3, 1, 1, 1, 3, 3, 3]);
+}

@@ -112,6 +112,7 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
             draft_tokens,
             accept_rates,
             steps,
+            warmup_steps,
             ..
         } => {
             if !cfg.speculative() {
@@ -127,6 +128,12 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
             let m = format!("MEASURED: per-chunk token counts of {steps} verify steps");
             marks.insert("speculative_num_draft_tokens", m.clone());
             marks.insert("spec_accept_rates", m);
+            cfg.spec_warmup_steps = *warmup_steps;
+            marks.insert(
+                "spec_warmup_steps",
+                "MEASURED: the median request's one-token verify steps after its first chunk"
+                    .into(),
+            );
         }
         Shape::Plain { stream_interval } => {
             cfg.speculative_algorithm = "none".into();

@@ -270,6 +270,9 @@ pub enum Shape {
         /// Mean tokens per verify step.
         mean_accept_length: f64,
         steps: usize,
+        /// Verify steps after the first token that accept no draft (the median request's run of
+        /// one-token chunks there: prompt-lookup drafts); the rates are fitted from the steps after.
+        warmup_steps: usize,
     },
     /// One token per step, `stream_interval` tokens per stream event.
     Plain { stream_interval: usize },
@@ -292,10 +295,25 @@ pub fn speculative(reqs: &[Observed], facts: &ServerFacts) -> bool {
 /// (token coalescing), from the counts or from completion tokens over chunks when they are unknown.
 pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
     if speculative(reqs, facts) {
-        let lens: Vec<usize> = reqs
+        let known: Vec<&Observed> = reqs.iter().filter(|r| r.counts_known).collect();
+        // A run of one-token steps right after the first chunk, in the median request, is a
+        // warm-up (with acceptance rates above one half, a run is otherwise usually empty).
+        let mut runs: Vec<f64> = known
             .iter()
-            .filter(|r| r.counts_known)
-            .flat_map(|r| r.chunks[..r.chunks.len().saturating_sub(1)].iter())
+            .filter(|r| r.chunks.len() > 2)
+            .map(|r| {
+                let mid = &r.chunks[1..r.chunks.len() - 1];
+                mid.iter().take_while(|c| c.1 == 1).count() as f64
+            })
+            .collect();
+        let warmup_steps = median(&mut runs).floor() as usize;
+        let lens: Vec<usize> = known
+            .iter()
+            .flat_map(|r| {
+                let steps = &r.chunks[..r.chunks.len().saturating_sub(1)];
+                let after = (1 + warmup_steps).min(steps.len());
+                steps[..steps.len().min(1)].iter().chain(&steps[after..])
+            })
             .map(|c| c.1 as usize)
             .filter(|&l| l > 0)
             .collect();
@@ -320,6 +338,7 @@ pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
             accept_rates,
             mean_accept_length: mean,
             steps: lens.len(),
+            warmup_steps,
         };
     }
     let known: Vec<f64> = reqs

@@ -105,10 +105,52 @@ fn acceptance_rates_are_the_conditional_shares_of_verify_steps() {
         Shape::Speculative {
             accept_rates,
             steps,
+            warmup_steps,
             ..
         } => {
             assert_eq!(steps, 4);
             assert_eq!(accept_rates, vec![0.75, 1.0 / 3.0, 0.0]);
+            assert_eq!(warmup_steps, 0);
+        }
+        s => panic!("{s:?}"),
+    }
+}
+
+#[test]
+fn one_token_steps_after_the_first_chunk_are_a_warm_up_left_out_of_the_rates() {
+    // Prompt-lookup drafts: each request's first steps after its first chunk carry one token
+    // (two, three and two of them), then the drafts are accepted. The median run, 2, is the
+    // warm-up; the rates come from the first chunk and the steps after the warm-up.
+    let req = |ones: usize| Observed {
+        context: 10,
+        prompt_tokens: 10,
+        cached_tokens: 0,
+        sent_s: 0.0,
+        chunks: std::iter::once((0.1, 1))
+            .chain((0..ones).map(|i| (0.2 + 0.1 * i as f64, 1)))
+            .chain([(1.0, 3), (1.1, 3), (1.2, 2), (1.3, 1)])
+            .collect(),
+        counts_known: true,
+    };
+    let facts = ServerFacts {
+        speculative: Some(true),
+        draft_tokens: Some(2),
+        ..ServerFacts::default()
+    };
+    match fit_shape(&[req(2), req(3), req(2)], &facts) {
+        Shape::Speculative {
+            accept_rates,
+            steps,
+            warmup_steps,
+            ..
+        } => {
+            assert_eq!(warmup_steps, 2);
+            // Per request: the first chunk (1), then 3, 3, 2; the second request's third
+            // one-token step (1) is past the warm-up and counts.
+            assert_eq!(steps, 13);
+            let ones = 3.0 + 1.0;
+            assert_eq!(accept_rates[0], (13.0 - ones) / 13.0);
+            assert_eq!(accept_rates[1], 6.0 / 9.0);
         }
         s => panic!("{s:?}"),
     }
