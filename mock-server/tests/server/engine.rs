@@ -355,6 +355,18 @@ async fn on_the_real_clock_events_due_within_a_tick_leave_together() {
 
 /// Costs that make a pass's length tell what it ran: 10 ms a prefill pass, 0.1 ms a prompt
 /// token, 2 ms a decode pass, 1 ms a request in the batch; one token a step, no output spread.
+/// Reads a stream to its finishing event; any other event fails the test.
+async fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<mock_server::engine::StreamEvent>) {
+    use mock_server::engine::StreamEvent;
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
+            StreamEvent::Tokens { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 fn pass_costs(mixed: bool) -> Config {
     let mut c = Config::default();
     c.speculative_algorithm = "none".into();
@@ -381,7 +393,6 @@ fn pass_costs(mixed: bool) -> Config {
 /// the passes prefill only and the running request waits them out.
 #[tokio::test(start_paused = true)]
 async fn mixed_batches_decode_the_running_batch_in_each_prefill_pass() {
-    use mock_server::engine::StreamEvent;
     for mixed in [true, false] {
         let (truth, engine, _crashed) = spawn_engine(pass_costs(mixed));
         let t0 = tokio::time::Instant::now();
@@ -394,13 +405,7 @@ async fn mixed_batches_decode_the_running_batch_in_each_prefill_pass() {
             .submit(engine_request("p", ids(400, 2), 2, later))
             .unwrap();
         for rx in [&mut d, &mut p] {
-            while let Some(ev) = rx.recv().await {
-                match ev {
-                    StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
-                    StreamEvent::Tokens { .. } => {}
-                    other => panic!("{other:?}"),
-                }
-            }
+            drain(rx).await;
         }
         let (dt, pt) = (truth.request("d").unwrap(), truth.request("p").unwrap());
         let tokens: Vec<usize> = pt.prefill_passes.iter().map(|x| x.tokens).collect();
@@ -437,7 +442,6 @@ async fn mixed_batches_decode_the_running_batch_in_each_prefill_pass() {
 /// first chunk waits for its first decode step and its last leaves with the one before it.
 #[tokio::test(start_paused = true)]
 async fn results_wait_for_the_next_pass_and_leave_at_once_when_none_follows() {
-    use mock_server::engine::StreamEvent;
     for lag in [true, false] {
         let mut c = pass_costs(false);
         c.results_after_next_pass = lag;
@@ -450,13 +454,7 @@ async fn results_wait_for_the_next_pass_and_leave_at_once_when_none_follows() {
                 tokio::time::Instant::now(),
             ))
             .unwrap();
-        while let Some(ev) = rx.recv().await {
-            match ev {
-                StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
-                StreamEvent::Tokens { .. } => {}
-                other => panic!("{other:?}"),
-            }
-        }
+        drain(&mut rx).await;
         let t = truth.request("d").unwrap();
         let ms: Vec<u64> = t.chunks.iter().map(|c| c.model_ns / 1_000_000).collect();
         // Prefill 20 ms (10 + 100 x 0.1), then decode steps of 3 ms (2 + 1 request).
@@ -474,7 +472,6 @@ async fn results_wait_for_the_next_pass_and_leave_at_once_when_none_follows() {
 /// after accept as the rates say (here every draft).
 #[tokio::test(start_paused = true)]
 async fn warm_up_steps_after_the_first_token_accept_no_draft() {
-    use mock_server::engine::StreamEvent;
     let mut c = pass_costs(false);
     c.speculative_algorithm = "EAGLE".into();
     c.speculative_num_draft_tokens = 2;
@@ -489,13 +486,7 @@ async fn warm_up_steps_after_the_first_token_accept_no_draft() {
             tokio::time::Instant::now(),
         ))
         .unwrap();
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
-            StreamEvent::Tokens { .. } => {}
-            other => panic!("{other:?}"),
-        }
-    }
+    drain(&mut rx).await;
     let t = truth.request("w").unwrap();
     let tokens: Vec<usize> = t.chunks.iter().map(|c| c.tokens).collect();
     assert_eq!(tokens, vec![3, 1, 1, 1, 3, 3, 3]);
