@@ -233,6 +233,30 @@ run_step() {
     cat "$file"
 }
 
+# warm_up OUT TARGET...: one unrecorded sweep (OUT/warmup.jsonl): the first requests after start pay
+# one-time costs.
+warm_up() {
+    local out="$1"
+    shift
+    rust_bin bench-client sweep "$@" --contexts 256 --runs 1 --warmup 1 \
+        --output-tokens 16 --no-progress --out "$out/warmup.jsonl" >/dev/null 2>&1 || true
+}
+
+# repeat_runs OUT SK TARGET...: repeat SK (side a or b, then its number) of one setup: a sweep at 256,
+# 1k and 3k (OUT/sweep-SK.jsonl) and a load run at concurrency 4 (OUT/load-c4SK.jsonl), seeded by SK.
+repeat_runs() {
+    local out="$1" sk="$2" rc=0 side
+    shift 2
+    side=$([[ ${sk:0:1} == a ]] && echo 0 || echo 1)
+    run_step "sweep $sk (256, 1k, 3k)" "$out/sweep-$sk.txt" bench-client sweep "$@" \
+        --contexts 256,1024,3000 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
+        --seed "${sk:1}$((1 + side))" --out "$out/sweep-$sk.jsonl" || rc=1
+    run_step "load $sk --concurrency 4" "$out/load-c4$sk.txt" bench-client load "$@" \
+        --concurrency 4 --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
+        --seed "${sk:1}$((4 + side))" --no-progress --out "$out/load-c4$sk.jsonl" || rc=1
+    return "$rc"
+}
+
 # run_decide NAME URL API [MODEL]: decisions on a real server: three repeat sweeps and three repeat load
 # runs of each of two sides of one setup, interleaved (A B A B A B, so that a drift of the machine falls on
 # both sides) and compared with the runs resampled by run (`compare` must say `same` or `unclear`, never
@@ -249,17 +273,10 @@ run_decide() {
     out="$REPO_ROOT/target/real/$name/decide"
     mkdir -p "$out"
     rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.svg
-    # One unrecorded warm-up sweep: the first requests after start pay one-time costs.
-    rust_bin bench-client sweep "${target[@]}" --contexts 256 --runs 1 --warmup 1 \
-        --output-tokens 16 --no-progress --out "$out/warmup.jsonl" >/dev/null 2>&1 || true
+    warm_up "$out" "${target[@]}"
     for k in 1 2 3; do
         for r in a b; do
-            run_step "sweep $r$k (256, 1k, 3k)" "$out/sweep-$r$k.txt" bench-client sweep "${target[@]}" \
-                --contexts 256,1024,3000 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
-                --seed "$k$([[ $r == a ]] && echo 1 || echo 2)" --out "$out/sweep-$r$k.jsonl" || rc=1
-            run_step "load $r$k --concurrency 4" "$out/load-c4$r$k.txt" bench-client load "${target[@]}" \
-                --concurrency 4 --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
-                --seed "$k$([[ $r == a ]] && echo 4 || echo 5)" --no-progress --out "$out/load-c4$r$k.jsonl" || rc=1
+            repeat_runs "$out" "$r$k" "${target[@]}" || rc=1
         done
     done
     run_step "compare sweep-a1 sweep-b1 (one run a side)" "$out/compare-sweep-pair.txt" bench-client compare \
@@ -307,17 +324,11 @@ run_twin() {
     out="$REPO_ROOT/target/real/$name/twin"
     mkdir -p "$out"
     rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.json "$out"/*.md "$out"/*.toml
-    rust_bin bench-client sweep "${target[@]}" --contexts 256 --runs 1 --warmup 1 \
-        --output-tokens 16 --no-progress --out "$out/warmup.jsonl" >/dev/null 2>&1 || true
+    warm_up "$out" "${target[@]}"
     # Three rounds, each with its share of what is fitted and of what is predicted, so that a drift
     # of the machine falls on both.
     for k in 1 2 3; do
-        run_step "sweep a$k (256, 1k, 3k)" "$out/sweep-a$k.txt" bench-client sweep "${target[@]}" \
-            --contexts 256,1024,3000 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
-            --seed "${k}1" --out "$out/sweep-a$k.jsonl" || rc=1
-        run_step "load a$k --concurrency 4" "$out/load-c4a$k.txt" bench-client load "${target[@]}" \
-            --concurrency 4 --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
-            --seed "${k}4" --no-progress --out "$out/load-c4a$k.jsonl" || rc=1
+        repeat_runs "$out" "a$k" "${target[@]}" || rc=1
         run_step "held-out sweep $k (512, 2k)" "$out/sweep-heldout$k.txt" bench-client sweep \
             "${target[@]}" --contexts 512,2048 --runs 2 --warmup 1 --output-tokens 64 --no-progress \
             --seed "${k}3" --out "$out/sweep-heldout$k.jsonl" || rc=1

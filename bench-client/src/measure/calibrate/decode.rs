@@ -108,10 +108,19 @@ fn run_terms(reqs: &[Observed], spec: bool, lag: bool) -> (Vec<Terms>, usize) {
         .fold(0.0, f64::max);
     let firsts: Vec<f64> = placed.iter().map(Placed::first).collect();
     // Every request's wait and prefill, [sent, first chunk), the failed ones' included.
-    let prefills: Vec<(f64, f64)> = reqs
+    let mut prefills: Vec<(f64, f64)> = reqs
         .iter()
         .filter_map(|r| Some((r.sent_s, r.sent_s + r.ttft_s()?)))
         .collect();
+    prefills.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let longest_wait = prefills.iter().map(|p| p.1 - p.0).fold(0.0, f64::max);
+    // Whether a wait or prefill overlaps (from, to): only those sent less than the longest wait
+    // before `from` can, so a gap looks at its neighbours, not at the whole run.
+    let busy = |from: f64, to: f64| {
+        let lo = prefills.partition_point(|p| p.0 < from - longest_wait - 1e-9);
+        let hi = prefills.partition_point(|p| p.0 < to);
+        prefills[lo..hi].iter().any(|&(_, f)| f > from)
+    };
     let mut out = Vec::new();
     let mut max_batch = 1;
     for (ri, r) in placed.iter().enumerate() {
@@ -139,17 +148,17 @@ fn run_terms(reqs: &[Observed], spec: bool, lag: bool) -> (Vec<Terms>, usize) {
             let (s, e) = (r.at[j - 1], r.at[j]);
             let cut = e - tol;
             // (The request's own wait ended at its first chunk, before any of its gaps.)
-            if prefills.iter().any(|&(a, f)| a < cut && f > s + tol) {
+            if busy(s + tol, cut) {
                 continue;
             }
             // The gap is the pass that drew chunk j, or with `lag` the pass after it: then the
             // batch holds those released later, and chunk j's tokens are in its context.
-            let (in_batch, at): (&dyn Fn(&Placed) -> bool, f64) = if lag {
-                (&|q: &Placed| q.first() < cut && q.last() > e + tol, e + tol)
-            } else {
-                (&|q: &Placed| q.first() < cut && q.last() >= cut, cut)
-            };
-            let batch: Vec<&Placed> = others.iter().copied().filter(|q| in_batch(q)).collect();
+            let at = if lag { e + tol } else { cut };
+            let batch: Vec<&Placed> = others
+                .iter()
+                .copied()
+                .filter(|q| q.first() < cut && if lag { q.last() > at } else { q.last() >= cut })
+                .collect();
             let b = batch.len() + 1;
             max_batch = max_batch.max(b);
             let ctx0 =

@@ -94,17 +94,16 @@ fn rate(runs: &[(&[f64], f64)]) -> Sample {
     Sample::new("SIDE", runs, Statistic::Rate).unwrap()
 }
 
+/// NEW against BASE, higher is better, with the default bootstrap.
+fn faster(base: &Sample, new: &Sample) -> Comparison {
+    compare(base, new, Direction::HigherIsBetter, &Bootstrap::default()).unwrap()
+}
+
 #[test]
 fn rates_of_one_run_resample_requests_over_its_duration_and_stay_unclear() {
     let tokens = [10.0, 12.0, 11.0, 9.0, 10.0, 0.0, 10.0, 11.0];
     let (base, new) = (rate(&[(&tokens, 2.0)]), rate(&[(&tokens, 1.0)]));
-    let c = compare(
-        &base,
-        &new,
-        Direction::HigherIsBetter,
-        &Bootstrap::default(),
-    )
-    .unwrap();
+    let c = faster(&base, &new);
     assert_eq!(c.base, 36.5);
     assert_eq!(c.ratio, 2.0);
     assert!(c.lo <= 2.0 && 2.0 <= c.hi);
@@ -119,26 +118,14 @@ fn rates_of_several_runs_pool_tokens_over_the_durations() {
     let t = [10.0, 10.0];
     let base = rate(&[(&t, 1.0), (&t, 1.0), (&t, 1.0)]);
     let new = rate(&[(&t, 0.5), (&t, 0.5), (&t, 0.5)]);
-    let c = compare(
-        &base,
-        &new,
-        Direction::HigherIsBetter,
-        &Bootstrap::default(),
-    )
-    .unwrap();
+    let c = faster(&base, &new);
     assert_eq!((c.base, c.new, c.ratio), (20.0, 40.0, 2.0));
     assert_eq!((c.lo, c.hi), (2.0, 2.0));
     assert_eq!(c.verdict, Verdict::Better);
     assert!(c.across_runs());
     // Runs that differ in speed widen the interval of the same total.
     let noisy = rate(&[(&t, 0.3), (&t, 0.5), (&t, 0.7)]);
-    let d = compare(
-        &base,
-        &noisy,
-        Direction::HigherIsBetter,
-        &Bootstrap::default(),
-    )
-    .unwrap();
+    let d = faster(&base, &noisy);
     assert_eq!(d.ratio, 2.0);
     assert!(d.lo < 1.8 && d.hi > 2.4, "{d:?}");
 }
