@@ -2,7 +2,8 @@
 # One closed-loop `bench-client load` against a fresh `mock-server` (both from BINDIR), with the CPU
 # each used and, unless PERF=0, a `perf record` of each (flat profiles: `perf report -i
 # OUT/client.perf --no-children --sort dso,symbol`). Prints one line: client user/system/wall
-# seconds, the mock's CPU seconds, the streamed events and tokens, and the results file's size.
+# seconds and voluntary/involuntary context switches, the mock's CPU seconds (user, system), the
+# streamed events and tokens, and the results file's size. OUTLEN sets the output length (128).
 #
 #   scripts/profile-load.sh BINDIR OUT [REQUESTS=500] [CONCURRENCY=64] [API=sglang]
 #   PERF=0 scripts/profile-load.sh target/release /tmp/run 1000 64 openai
@@ -27,14 +28,14 @@ if [ "${PERF:-1}" = 1 ]; then
     PP=$!
     PR=(perf record -F 1999 -o "$D/client.perf" --)
 fi
-/usr/bin/time -f '%U %S %e' -o "$D/time" "${PR[@]}" "$B/bench-client" load --url "http://127.0.0.1:$PORT" \
-    --api "$API" --num-requests "$N" --concurrency "$C" --input-len 1024 --output-len 128 \
+/usr/bin/time -f '%U %S %e %w %c' -o "$D/time" "${PR[@]}" "$B/bench-client" load --url "http://127.0.0.1:$PORT" \
+    --api "$API" --num-requests "$N" --concurrency "$C" --input-len 1024 --output-len "${OUTLEN:-128}" \
     --out "$D/r.jsonl" >"$D/client.log" 2>&1
 if [ "${PERF:-1}" = 1 ]; then
     kill -INT "$PP"
     wait "$PP" || true
 fi
-MCPU=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$MP/stat")
+MCPU=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f (user %.2f sys %.2f)", ($14 + $15) / hz, $14 / hz, $15 / hz}' "/proc/$MP/stat")
 kill "$MP"
 wait "$MP" 2>/dev/null || true
 EV=$(python3 - "$D/r.jsonl" <<'PY'

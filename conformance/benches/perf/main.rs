@@ -4,7 +4,7 @@
 //! stream and under 5 ms at 1,000 or 2,000 streams; its SSE layer decodes at least 1,000,000 events/s.
 //! Run `cargo bench -p conformance --bench perf -- [SCENARIO ...] [--external]` (no scenario:
 //! all). Scenarios: `mock-streams`, `kimi-sweep-paused`, `client-overhead`, `sse-decode`,
-//! `long-prompt`, `load-2000`, `twin-load`. `--external` runs the mock as a separate process (the `mock-server`
+//! `long-prompt`, `load-2000`, `twin-load`, `tcp-floor`. `--external` runs the mock as a separate process (the `mock-server`
 //! release binary, built with `cargo build --release -p mock-server` into the same target directory,
 //! or the binary `PERF_MOCK_BIN` names) for `mock-streams`, `client-overhead` and `load-2000`; its
 //! ground truth then comes from `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the
@@ -22,7 +22,7 @@
 //! runtime, where tokio's clock is the real monotonic clock.
 //!
 //! One module per scenario (`mock_streams`, `kimi_sweep_paused`, `client_overhead`, `sse_decode`,
-//! `long_prompt`, `load_2000`, `twin_load`); shared: `report` (table and JSON), `machine` (CPU, memory and RSS
+//! `long_prompt`, `load_2000`, `twin_load`, `tcp_floor`); shared: `report` (table and JSON), `machine` (CPU, memory and RSS
 //! probes), `hiccup` (machine stalls), `mock` (the mock in-process or as a child), `client` (streams
 //! through `bench_client::net`) and `lags` (the client against the mock's ground truth).
 
@@ -39,6 +39,7 @@ mod load_2000;
 mod long_prompt;
 mod mock_streams;
 mod sse_decode;
+mod tcp_floor;
 mod twin_load;
 
 use anyhow::{bail, Result};
@@ -53,6 +54,7 @@ const SCENARIOS: &[&str] = &[
     "long-prompt",
     "load-2000",
     "twin-load",
+    "tcp-floor",
 ];
 pub(crate) const DEMO: &str = "small-cpu-demo";
 pub(crate) const KIMI: &str = "kimi-k2.6-dflash-8xrtx-pro-6000";
@@ -92,6 +94,7 @@ fn run() -> Result<()> {
             "long-prompt" => long_prompt::run()?,
             "load-2000" => load_2000::run(external)?,
             "twin-load" => twin_load::run()?,
+            "tcp-floor" => tcp_floor::run()?,
             _ => continue,
         };
         report.print();
