@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Side by side on one mock configuration: bench-client load, SGLang's bench_serving and (when it
-# installs) guidellm, each against a fresh mock-server release binary, printing each tool's CPU
-# seconds per million streamed tokens and its mean TTFT overhead over the mock's ground truth
-# (`/debug/ttft`: socket arrival to the hand-off of the first chunk). Not part of `cargo test`.
+# Side by side on one mock configuration: bench-client load, SGLang's bench_serving and guidellm
+# (0.8's `guidellm run`; OpenAI dialect only), each against a fresh mock-server release binary,
+# printing each tool's CPU seconds per million streamed tokens and its mean TTFT overhead over the
+# mock's ground truth (`/debug/ttft`: socket arrival to the hand-off of the first chunk). Not part
+# of `cargo test`.
 #
 #   conformance/real/side_by_side.sh            # every concurrency x dialect x tool
 #   SBS_CONC="64" SBS_DIALECTS=sglang conformance/real/side_by_side.sh
 #
 # Env (all optional): SBS_REQUESTS (2000), SBS_INPUT (1024), SBS_OUTPUT (128), SBS_CONC ("64 1000"),
-# SBS_DIALECTS ("sglang openai"), SBS_TOOLS ("bench-client bench_serving"; add guidellm to try it:
-# the row uses the `guidellm benchmark` command line of guidellm before 0.8, and PyPI's 0.8.1 has
-# replaced it with `guidellm run`, so with 0.8.1 the row fails and is left out),
+# SBS_DIALECTS ("sglang openai"), SBS_TOOLS ("bench-client bench_serving"; add guidellm for its
+# row: guidellm 0.8.1 from PyPI, installed into its own venv on first use, runs
+# a "concurrent" profile of SBS_CONC streams for SBS_REQUESTS streamed /v1/completions requests,
+# synthetic prompts of SBS_INPUT tokens of the local tiny tokenizer, HF_HUB_OFFLINE=1),
 # SBS_MOCK_ARGS (extra mock-server flags), LLMB_BIN_DIR (mock-server and bench-client binaries; else
 # `cargo build --release`), SGLANG_VERSION (0.5.23; `sglang.sh install` installs it), SBS_OUT
 # (working directory, default a new temporary one), and those of common.sh.
 #
 # CPU is user + system time of the tool's process tree (`/usr/bin/time`), start-up included;
-# bench_serving's Python start-up (importing it, measured apart) is also shown subtracted. Tokens
+# bench_serving's and guidellm's Python start-up (importing it once, measured apart) is also shown
+# subtracted (guidellm's worker processes start up too, and that stays in). Tokens
 # are those the mock streamed (its ground truth), so every tool is divided by the same count.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SERVER_NAME=side-by-side
@@ -54,7 +57,7 @@ if [[ " $TOOLS " == *" guidellm "* ]] && ! "$GUIDELLM_VENV/bin/guidellm" --help 
     ensure_tools
     log "installing guidellm from PyPI into $GUIDELLM_VENV"
     if ! { "$TOOLS_VENV/bin/uv" venv -q -p 3.11 "$GUIDELLM_VENV" &&
-        VIRTUAL_ENV="$GUIDELLM_VENV" nice -n 15 "$TOOLS_VENV/bin/uv" pip install -q guidellm; }; then
+        VIRTUAL_ENV="$GUIDELLM_VENV" nice -n 15 "$TOOLS_VENV/bin/uv" pip install -q guidellm==0.8.1; }; then
         log "guidellm did not install; it is left out"
         TOOLS="${TOOLS/guidellm/}"
     fi
@@ -155,26 +158,44 @@ run_bench_serving() {
         "$(python3 -c "print(f'{$cpu - $BS_IMPORT_CPU:.2f} s without its {$BS_IMPORT_CPU:.2f} s Python start-up')")"
 }
 
+# guidellm 0.8's `guidellm run`: a "concurrent" profile of $conc streams stopped after $REQUESTS
+# requests, synthetic prompts of $INPUT tokens of the local tokenizer (nothing from the Hugging
+# Face hub), streamed on /v1/completions as bench_serving's sglang-oai backend does. With
+# output_tokens set, guidellm sends max_tokens with ignore_eos true, as
+# bench_serving sends ignore_eos, so the mock streams exactly $OUTPUT tokens a request. guidellm
+# spawns min(conc, 10) worker processes; /usr/bin/time counts them all.
+GL_IMPORT_CPU=""
 run_guidellm() {
     local dialect="$1" conc="$2" out="$WORK/gl-$1-$2.json"
     if [[ "$dialect" != openai ]]; then
         return 0 # guidellm speaks the OpenAI API only
     fi
+    if [[ -z "$GL_IMPORT_CPU" ]]; then
+        HF_HUB_OFFLINE=1 /usr/bin/time -f '%U %S' -o "$WORK/time" "$GUIDELLM_VENV/bin/python" \
+            -c 'import guidellm.benchmark.entrypoints' >/dev/null 2>&1
+        GL_IMPORT_CPU="$(cpu_of "$WORK/time")"
+    fi
     rm -f "$out"
-    /usr/bin/time -f '%U %S' -o "$WORK/time" "$GUIDELLM_VENV/bin/guidellm" benchmark \
-        --target "$URL" --model tiny-llama --processor "$TOKENIZER_DIR" --rate-type concurrent \
-        --rate "$conc" --max-requests "$REQUESTS" \
-        --data "prompt_tokens=$INPUT,output_tokens=$OUTPUT" --output-path "$out" >"$WORK/gl.log" 2>&1 ||
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 /usr/bin/time -f '%U %S' -o "$WORK/time" \
+        "$GUIDELLM_VENV/bin/guidellm" run \
+        --backend "kind=openai_http,target=$URL,model=tiny-llama,request_format=/v1/completions,stream=true" \
+        --tokenizer "kind=huggingface_auto,model=$TOKENIZER_DIR" \
+        --profile "kind=concurrent,streams=$conc" \
+        --constraint "kind=max_requests,count=$REQUESTS" \
+        --data "kind=synthetic_text,prompt_tokens=$INPUT,output_tokens=$OUTPUT" \
+        --output "kind=json,path=$out" \
+        --disable-console-interactive >"$WORK/gl.log" 2>&1 ||
         { log "guidellm failed: $(tail -5 "$WORK/gl.log")"; return 0; }
-    local ttft cpu
-    ttft="$(python3 - "$out" <<'EOF'
+    local ttft prompt cpu
+    read -r ttft prompt < <(python3 - "$out" <<'EOF'
 import json, sys
-b = json.load(open(sys.argv[1]))["benchmarks"][0]
-print(b["metrics"]["time_to_first_token_ms"]["successful"]["mean"])
+m = json.load(open(sys.argv[1]))["benchmarks"][0]["metrics"]
+print(m["time_to_first_token_ms"]["successful"]["mean"], m["prompt_token_count"]["successful"]["mean"])
 EOF
-)"
+) || { log "no mean TTFT in $out"; return 0; }
     cpu="$(cpu_of "$WORK/time")"
-    row guidellm "$dialect" "$conc" "$cpu" "$ttft"
+    row guidellm "$dialect" "$conc" "$cpu" "$ttft" \
+        "$(python3 -c "print(f'{$cpu - $GL_IMPORT_CPU:.2f} s without one {$GL_IMPORT_CPU:.2f} s Python start-up; $INPUT-token prompts are {$prompt:.0f} mock tokens')")"
 }
 
 log "mock-server $("$BIN/mock-server" --version 2>/dev/null || true); $REQUESTS requests, $INPUT in / $OUTPUT out; work dir $WORK"
