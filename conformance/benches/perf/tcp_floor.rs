@@ -133,7 +133,10 @@ pub(crate) fn run() -> Result<Report> {
     ));
     let events = (STREAMS * EVENTS_PER_STREAM) as f64;
     let mut rows = Vec::new();
-    for (name, burst) in [("spread (one connection at a time)", 1), ("bursts of 64", 64)] {
+    for (name, burst) in [
+        ("spread (one connection at a time)", 1),
+        ("bursts of 64", 64),
+    ] {
         let (s, rcv) = run_one(burst)?;
         let us = |d: Duration| d.as_secs_f64() * 1e6 / events;
         r.row(
@@ -150,8 +153,10 @@ pub(crate) fn run() -> Result<Report> {
                 rcv.ops as f64 / events
             ),
         );
-        rows.push(json!({"pacing": name, "burst": burst, "sender_us_per_event": us(s.cpu),
-            "receiver_us_per_event": us(rcv.cpu), "reads_per_event": rcv.ops as f64 / events}));
+        rows.push(
+            json!({"pacing": name, "burst": burst, "sender_us_per_event": us(s.cpu),
+            "receiver_us_per_event": us(rcv.cpu), "reads_per_event": rcv.ops as f64 / events}),
+        );
     }
     r.set("runs", json!(rows));
     Ok(r)
