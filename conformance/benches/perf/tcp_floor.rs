@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
+use crate::machine::thread_cpu_ns;
 use crate::report::Report;
 
 const STREAMS: usize = 64;
@@ -30,9 +31,7 @@ const EVENTS_PER_S: f64 = 6_900.0;
 
 /// CPU time of the calling thread (user + system), from the scheduler's own accounting.
 fn thread_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
+    thread_cpu_ns().map(Duration::from_nanos)
 }
 
 struct Side {
