@@ -136,14 +136,19 @@ EOF
         "$(python3 -c "print(f'client {$cpu / $events * 1e6:.2f} us/event over {$events} events; mock {$mock / $events * 1e6:.2f} us/event; record $(($(stat -c %s "$out") / REQUESTS)) B')")"
 }
 
+# CPU seconds of importing module $2 with Python $1: the tool's Python start-up, taken off its row.
+import_cpu() {
+    HF_HUB_OFFLINE=1 /usr/bin/time -f '%U %S' -o "$WORK/time" "$1" -c "import $2" >/dev/null 2>&1
+    cpu_of "$WORK/time"
+}
+
 BS_IMPORT_CPU=""
 run_bench_serving() {
     local dialect="$1" conc="$2" backend out="$WORK/bs-$1-$2.json"
     backend=sglang
     [[ "$dialect" == openai ]] && backend=sglang-oai
     if [[ -z "$BS_IMPORT_CPU" ]]; then
-        /usr/bin/time -f '%U %S' -o "$WORK/time" "$SGLANG_VENV/bin/python" -c 'import sglang.benchmark.serving' >/dev/null 2>&1
-        BS_IMPORT_CPU="$(cpu_of "$WORK/time")"
+        BS_IMPORT_CPU="$(import_cpu "$SGLANG_VENV/bin/python" sglang.benchmark.serving)"
     fi
     rm -f "$out"
     /usr/bin/time -f '%U %S' -o "$WORK/time" "$SGLANG_VENV/bin/python" -m sglang.bench_serving \
@@ -171,9 +176,7 @@ run_guidellm() {
         return 0 # guidellm speaks the OpenAI API only
     fi
     if [[ -z "$GL_IMPORT_CPU" ]]; then
-        HF_HUB_OFFLINE=1 /usr/bin/time -f '%U %S' -o "$WORK/time" "$GUIDELLM_VENV/bin/python" \
-            -c 'import guidellm.benchmark.entrypoints' >/dev/null 2>&1
-        GL_IMPORT_CPU="$(cpu_of "$WORK/time")"
+        GL_IMPORT_CPU="$(import_cpu "$GUIDELLM_VENV/bin/python" guidellm.benchmark.entrypoints)"
     fi
     rm -f "$out"
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 /usr/bin/time -f '%U %S' -o "$WORK/time" \

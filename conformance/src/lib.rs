@@ -3,3 +3,4 @@
 
 pub mod checks;
 pub mod diff;
+pub mod streams;

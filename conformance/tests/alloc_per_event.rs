@@ -9,9 +9,8 @@
 //! binary.
 
 use bench_client::api::Dialect;
-use bench_client::plan::prompt::{Prompt, PromptGen};
-use bench_client::plan::RequestSpec;
 use bench_client::stream::StreamAssembler;
+use conformance::streams::{capture, per_event_reads};
 use mock_server::{Config, MockServer};
 
 #[global_allocator]
@@ -22,44 +21,6 @@ fn count_allocs(f: impl FnOnce()) -> u64 {
     let before = dhat::HeapStats::get().total_blocks;
     f();
     dhat::HeapStats::get().total_blocks - before
-}
-
-/// The bytes of one streamed response from the mock, whole.
-async fn capture(server: &MockServer, dialect: Dialect, prompt: u32, max_tokens: u32) -> Vec<u8> {
-    let p = if dialect == Dialect::OpenAiChat {
-        // Chat takes text: one mock token a word.
-        Prompt::Text(vec!["word"; prompt as usize].join(" "))
-    } else {
-        Prompt::TokenIds(PromptGen::new(3).token_ids(prompt, 0))
-    };
-    let spec = RequestSpec::new(format!("alloc-{}", dialect.as_str()), p, max_tokens);
-    let body = dialect
-        .build_body(&spec, Some("mock/small-cpu-demo"))
-        .expect("body");
-    let resp = reqwest::Client::new()
-        .post(format!("{}{}", server.url(), dialect.path()))
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    assert!(resp.status().is_success(), "HTTP {}", resp.status());
-    resp.bytes().await.expect("body").to_vec()
-}
-
-/// One read per SSE event (`\n\n`-terminated), as the mock and uvicorn write them.
-fn per_event_reads(stream: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for i in 1..stream.len() {
-        if stream[i - 1] == b'\n' && stream[i] == b'\n' {
-            out.push(&stream[start..=i]);
-            start = i + 1;
-        }
-    }
-    if start < stream.len() {
-        out.push(&stream[start..]);
-    }
-    out
 }
 
 fn streams() -> Vec<(Dialect, Vec<u8>)> {
@@ -75,7 +36,12 @@ fn streams() -> Vec<(Dialect, Vec<u8>)> {
         let server = MockServer::start(cfg).await.expect("mock starts");
         let mut out = Vec::new();
         for d in [Dialect::Sglang, Dialect::OpenAi, Dialect::OpenAiChat] {
-            out.push((d, capture(&server, d, 1000, 1024).await));
+            out.push((
+                d,
+                capture(&server.url(), d, 1000, 1024)
+                    .await
+                    .expect("capture"),
+            ));
         }
         server.shutdown().await;
         out

@@ -1,12 +1,11 @@
 //! `sse-decode`: events per second through the SSE decoder and the dialect decoding, on captured
 //! streams.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use bench_client::api::sse::SseDecoder;
 use bench_client::api::Dialect;
-use bench_client::plan::prompt::{Prompt, PromptGen};
-use bench_client::plan::RequestSpec;
 use bench_client::stream::StreamAssembler;
+use conformance::streams::{capture, per_event_reads};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -16,54 +15,8 @@ use crate::mock::Mock;
 use crate::report::Report;
 use crate::DEMO;
 
-/// The exact bytes of one stream from the mock, captured under a paused clock.
-async fn capture(
-    mock: &Mock,
-    dialect: Dialect,
-    prompt_tokens: u32,
-    max_tokens: u32,
-) -> Result<Vec<u8>> {
-    let spec = RequestSpec::new(
-        format!("capture-{}", dialect.as_str()),
-        Prompt::TokenIds(PromptGen::new(3).token_ids(prompt_tokens, 0)),
-        max_tokens,
-    );
-    let body = dialect
-        .build_body(&spec, Some("mock/small-cpu-demo"))
-        .map_err(|e| anyhow!(e))?;
-    let resp = reqwest::Client::new()
-        .post(format!("{}{}", mock.url(), dialect.path()))
-        .json(&body)
-        .send()
-        .await?;
-    if !resp.status().is_success() {
-        bail!("capture {}: HTTP {}", dialect.as_str(), resp.status());
-    }
-    Ok(resp.bytes().await?.to_vec())
-}
-
-/// One read per SSE event, as the mock (and uvicorn) write them.
-fn per_event_reads(stream: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut i = 0;
-    while i + 1 < stream.len() {
-        if stream[i] == b'\n' && stream[i + 1] == b'\n' {
-            out.push(stream[start..i + 2].to_vec());
-            start = i + 2;
-            i += 2;
-        } else {
-            i += 1;
-        }
-    }
-    if start < stream.len() {
-        out.push(stream[start..].to_vec());
-    }
-    out
-}
-
-fn fixed_reads(stream: &[u8], size: usize) -> Vec<Vec<u8>> {
-    stream.chunks(size).map(<[u8]>::to_vec).collect()
+fn fixed_reads(stream: &[u8], size: usize) -> Vec<&[u8]> {
+    stream.chunks(size).collect()
 }
 
 /// Events per wall second and per on-CPU second of this thread through `f`, repeated until the
@@ -113,8 +66,8 @@ pub(crate) fn run() -> Result<Report> {
     let (native, openai) = rt.block_on(async {
         let sets = [("enable_cache_report", "true".to_string())];
         let mock = Mock::start(DEMO, &sets, false).await?;
-        let native = capture(&mock, Dialect::Sglang, 1000, 128).await?;
-        let openai = capture(&mock, Dialect::OpenAi, 1000, 128).await?;
+        let native = capture(&mock.url(), Dialect::Sglang, 1000, 128).await?;
+        let openai = capture(&mock.url(), Dialect::OpenAi, 1000, 128).await?;
         mock.stop().await;
         anyhow::Ok((native, openai))
     })?;

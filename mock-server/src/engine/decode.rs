@@ -206,14 +206,11 @@ impl Engine {
             let tokens = new_ids.len();
             // Held for the next pass, the event is timed when it is released (`time_events`);
             // until then it carries the instant its token was drawn.
-            let processed = if self.cfg.results_after_next_pass {
-                pass_end
+            let model_at = if self.cfg.results_after_next_pass {
+                pass_end + self.scaled(self.cfg.stream_latency_s)
             } else {
-                let p = self.output_free.map_or(pass_end, |f| f.max(pass_end));
-                self.output_free = Some(p + self.scaled(self.cfg.output_per_request_s));
-                p
+                self.output_at(pass_end)
             };
-            let model_at = processed + self.scaled(self.cfg.stream_latency_s);
             let at = r.ns(model_at);
             let chunk = r.chunks;
             r.chunks += 1;

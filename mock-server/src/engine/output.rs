@@ -82,13 +82,10 @@ impl Engine {
         self.hand_over(events).await;
     }
 
-    /// Times events whose processing starts at `from`: one output queue, `output_per_request_s`
-    /// each, then `stream_latency_s` to the stream.
+    /// Times events whose processing starts at `from`, in order, through the output queue.
     pub(super) fn time_events(&mut self, events: &mut [Outgoing], from: Instant) {
         for o in events {
-            let processed = self.output_free.map_or(from, |f| f.max(from));
-            self.output_free = Some(processed + self.scaled(self.cfg.output_per_request_s));
-            let at = processed + self.scaled(self.cfg.stream_latency_s);
+            let at = self.output_at(from);
             let ns = at.saturating_duration_since(o.received).as_nanos() as u64;
             o.at = at;
             o.model_ns = ns;
@@ -96,6 +93,14 @@ impl Engine {
                 *at_ns = ns;
             }
         }
+    }
+
+    /// When an event whose processing can start at `from` reaches its stream: it takes the output
+    /// queue's next slot (`output_per_request_s` each), then `stream_latency_s`.
+    pub(super) fn output_at(&mut self, from: Instant) -> Instant {
+        let processed = self.output_free.map_or(from, |f| f.max(from));
+        self.output_free = Some(processed + self.scaled(self.cfg.output_per_request_s));
+        processed + self.scaled(self.cfg.stream_latency_s)
     }
 
     /// Hands a pass's events to the output stage, then yields once if there were any. Sending
