@@ -66,7 +66,9 @@ fn the_search_agrees_with_a_fine_scan_and_its_curve_is_monotone() {
 
     // More rate, more latency, where the mock is: TPOT p50 grows between rates at least 1.09x
     // apart, TTFT p99 between rates at least 1.5x apart (closer steps are within their noise: two
-    // runs at one rate differ by a few percent).
+    // runs at one rate differ by a few percent). Up to about 32 req/s a request waits at most for
+    // the step under way, so TTFT p99 is flat there (4.9 ms at 16 and at 32 req/s): it may not
+    // fall by more than that noise, 2%.
     let steps: Vec<&Value> = search["steps"].as_array().unwrap().iter().collect();
     for a in &steps {
         for b in &steps {
@@ -80,7 +82,7 @@ fn the_search_agrees_with_a_fine_scan_and_its_curve_is_monotone() {
             }
             if f(b, "rate") >= 1.5 * f(a, "rate") {
                 assert!(
-                    f(b, "ttft_p99_ms") >= f(a, "ttft_p99_ms"),
+                    f(b, "ttft_p99_ms") >= 0.98 * f(a, "ttft_p99_ms"),
                     "TTFT p99 falls from {} to {} req/s: {search}",
                     a["rate"],
                     b["rate"]

@@ -101,7 +101,7 @@ fn close(got: f64, want: f64, tol: f64) -> bool {
 
 /// A mock with generated costs: chunked prefill, either scheduler (mixed batches or not), results
 /// processed at once or after the next pass, a batch cost, and speculation (after a warm-up of
-/// one-token steps) whose verify steps accept a fixed number of drafts (rates 1 then 0), so the twin draws the same tokens. Passes
+/// one-token steps, its first chunk a verify step or the prefill's token alone) whose verify steps accept a fixed number of drafts (rates 1 then 0), so the twin draws the same tokens. Passes
 /// last tens of milliseconds, so that the paused clock's 1 ms steps stay well under 1% of what
 /// is compared.
 fn model() -> impl Strategy<Value = Config> {
@@ -112,10 +112,16 @@ fn model() -> impl Strategy<Value = Config> {
         (0.05f64..0.15, 5e-5f64..2e-4, 5e-9f64..2e-8),
         (0.02f64..0.05, 5e-7f64..4e-6, 0.002f64..0.01),
         (0usize..=3).prop_flat_map(|d| (Just(d), 0..=d)),
-        (any::<bool>(), any::<bool>(), 0usize..3),
+        (any::<bool>(), any::<bool>(), 0usize..3, any::<bool>()),
     )
         .prop_map(
-            |(chunk, (pb, pt, pp), (db, dc, dr), (draft, accepted), (mixed, lag, warmup))| {
+            |(
+                chunk,
+                (pb, pt, pp),
+                (db, dc, dr),
+                (draft, accepted),
+                (mixed, lag, warmup, alone),
+            )| {
                 let mut c = Config::preset("small-cpu-demo").unwrap();
                 c.port = 0;
                 c.chunked_prefill_size = chunk;
@@ -139,6 +145,7 @@ fn model() -> impl Strategy<Value = Config> {
                         .map(|i| f64::from(u8::from(i < accepted)))
                         .collect();
                     c.spec_warmup_steps = warmup;
+                    c.spec_first_token_alone = alone;
                 }
                 c
             },
@@ -192,6 +199,7 @@ proptest! {
             // With no draft ever accepted, every step is one token and no warm-up shows.
             if accepted_any(&mock) {
                 prop_assert_eq!(c.spec_warmup_steps, mock.spec_warmup_steps);
+                prop_assert_eq!(c.spec_first_token_alone, mock.spec_first_token_alone);
             }
         }
         prop_assert_eq!(c.kv_pool_tokens(), mock.kv_pool_tokens());

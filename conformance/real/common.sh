@@ -326,15 +326,16 @@ run_twin() {
     rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.json "$out"/*.md "$out"/*.toml
     warm_up "$out" "${target[@]}"
     # Three rounds, each with its share of what is fitted and of what is predicted, so that a drift
-    # of the machine falls on both.
+    # of the machine falls on both. Each side's medians are over as many requests per context as the
+    # fit's (15), the load runs' over 24 (c=2) and 72 (c=8) requests a round.
     for k in 1 2 3; do
         repeat_runs "$out" "a$k" "${target[@]}" || rc=1
         run_step "held-out sweep $k (512, 2k)" "$out/sweep-heldout$k.txt" bench-client sweep \
-            "${target[@]}" --contexts 512,2048 --runs 2 --warmup 1 --output-tokens 64 --no-progress \
+            "${target[@]}" --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
             --seed "${k}3" --out "$out/sweep-heldout$k.jsonl" || rc=1
         for c in 2 8; do
             run_step "held-out load $k --concurrency $c" "$out/load-c$c-$k.txt" bench-client load \
-                "${target[@]}" --concurrency "$c" --num-requests $((4 * c + 4)) --input-len 1024 \
+                "${target[@]}" --concurrency "$c" --num-requests $((8 * c + 8)) --input-len 1024 \
                 --output-len 32 --warmup 2 --seed "${k}6" --no-progress --out "$out/load-c$c-$k.jsonl" || rc=1
         done
     done
@@ -361,7 +362,7 @@ run_twin_check() {
         --seed 3 --no-progress --out "$d/twin-heldout.jsonl" || return 1
     for c in 2 8; do
         run_step "the twin: load --concurrency $c, simulated" "$d/twin-c$c.txt" bench-client load \
-            --preset-file "$d/twin.toml" --simulate --concurrency "$c" --num-requests 24 --input-len 1024 \
+            --preset-file "$d/twin.toml" --simulate --concurrency "$c" --num-requests $((8 * c + 8)) --input-len 1024 \
             --output-len 32 --warmup 2 --seed 4 --no-progress --out "$d/twin-c$c.jsonl" || return 1
     done
     # What was measured: every held-out file (`run_twin` splits them over its rounds).

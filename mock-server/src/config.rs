@@ -127,6 +127,11 @@ pub struct Config {
     /// drafts find nothing to propose until the output repeats (vLLM's `ngram`). Default 0.
     #[serde(default)]
     pub spec_warmup_steps: usize,
+    /// The first chunk carries the prefill's one token and no draft; verify steps start with the
+    /// first decode step (vLLM's). Off, the first token's step accepts drafts as any other, so a
+    /// first chunk carries several tokens (SGLang's EAGLE and DFlash). Default false.
+    #[serde(default)]
+    pub spec_first_token_alone: bool,
 }
 
 fn default_output_tick_s() -> f64 {

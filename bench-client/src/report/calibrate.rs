@@ -120,6 +120,7 @@ pub fn render(c: &Calibration) -> String {
             mean_accept_length,
             steps,
             warmup_steps,
+            first_token_alone,
         } => {
             let rates: Vec<String> = accept_rates.iter().map(|r| format!("{r:.3}")).collect();
             let _ = writeln!(
@@ -131,6 +132,12 @@ pub fn render(c: &Calibration) -> String {
                 let _ = writeln!(
                     out,
                     "  the first {warmup_steps} verify steps after the first token accept no draft (the median request's)"
+                );
+            }
+            if *first_token_alone {
+                let _ = writeln!(
+                    out,
+                    "  the first chunk is the prefill's one token, not a verify step (every request's)"
                 );
             }
         }

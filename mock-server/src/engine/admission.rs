@@ -12,7 +12,14 @@ impl Engine {
     /// A request is admitted only when the KV pool (after evicting cache) holds the rest of its
     /// prompt together with the rest of every request already admitted, and one more decode step
     /// for the running batch and for it, as SGLang's prefill adder budgets a batch as a whole.
-    pub(super) fn plan_prefill(&mut self) -> bool {
+    ///
+    /// A pass starting at `start` admits only requests received before it: a request received at
+    /// or after `start` reached the scheduler once the pass had begun and waits for the next one.
+    /// On the paused clock every instant is a whole millisecond, so requests sent in one tick tie
+    /// with the pass they would join; they count as after it, as the real servers see them (the
+    /// sends are tens of microseconds apart). The one exception keeps an engine from idling while
+    /// a request waits: with nothing admitted or running, the oldest waiting request is admitted.
+    pub(super) fn plan_prefill(&mut self, start: Instant) -> bool {
         let per_step = self.tokens_per_step();
         let mut committed: usize = self
             .prefilling
@@ -26,6 +33,13 @@ impl Engine {
         let mut used = self.kv_used();
         let pool = self.shared.budget.kv_pool_tokens;
         while self.running.len() + self.prefilling.len() < self.cfg.max_running_requests {
+            let Some(head) = self.waiting.front() else {
+                break;
+            };
+            let nothing_else = self.running.is_empty() && self.prefilling.is_empty();
+            if head.request.received >= start && !nothing_else {
+                break;
+            }
             let Some(mut r) = self.waiting.pop_front() else {
                 break;
             };

@@ -95,9 +95,12 @@ impl Engine {
     /// Tokens one verify step may emit: with speculation, the accepted prefix of the draft (each
     /// position accepted with its rate given that those before it were) plus the verified token.
     /// `verify_ct` is the request's verify steps so far (its first token's included): the
-    /// `spec_warmup_steps` after the first token accept nothing.
+    /// `spec_warmup_steps` after the first token accept nothing, and with
+    /// `spec_first_token_alone` the first token's step too.
     fn verify_step_len(&mut self, verify_ct: usize) -> usize {
-        if !self.cfg.speculative() || (verify_ct >= 1 && verify_ct <= self.cfg.spec_warmup_steps) {
+        let warming = (1..=self.cfg.spec_warmup_steps).contains(&verify_ct);
+        let first_alone = verify_ct == 0 && self.cfg.spec_first_token_alone;
+        if !self.cfg.speculative() || warming || first_alone {
             return 1;
         }
         let mut accepted = 0;

@@ -265,7 +265,7 @@ impl Engine {
                 continue;
             }
             let start = chain.unwrap_or_else(Instant::now);
-            let end = if self.plan_prefill() && self.prefill_has_room() {
+            let end = if self.plan_prefill(start) && self.prefill_has_room() {
                 match self.prefill_pass(start).await {
                     Some(end) => end,
                     None => return, // crashed

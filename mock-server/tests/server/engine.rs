@@ -45,7 +45,9 @@ async fn a_pass_emits_its_events_one_output_slot_apart() {
     c.output_per_request_s = 0.0005;
     c.speculative_algorithm = "none".into();
     let (truth, engine, _crashed) = spawn_engine(c);
-    let received = tokio::time::Instant::now();
+    // Received a millisecond before the engine wakes: all four reached the scheduler before the
+    // pass began (one received at its very instant would wait for the next).
+    let received = tokio::time::Instant::now() - std::time::Duration::from_millis(1);
     let mut rxs = Vec::new();
     for i in 0..4u32 {
         rxs.push(
@@ -470,24 +472,83 @@ async fn results_wait_for_the_next_pass_and_leave_at_once_when_none_follows() {
 
 /// `spec_warmup_steps`: the verify steps right after the first token accept no draft, those
 /// after accept as the rates say (here every draft).
+///
+/// With `spec_first_token_alone` (vLLM's) the first chunk carries one token as well, and the
+/// last step is clipped at the output length.
 #[tokio::test(start_paused = true)]
 async fn warm_up_steps_after_the_first_token_accept_no_draft() {
+    for alone in [false, true] {
+        let mut c = pass_costs(false);
+        c.speculative_algorithm = "EAGLE".into();
+        c.speculative_num_draft_tokens = 2;
+        c.spec_accept_rates = vec![1.0, 1.0];
+        c.spec_warmup_steps = 3;
+        c.spec_first_token_alone = alone;
+        let (truth, engine, _crashed) = spawn_engine(c);
+        let mut rx = engine
+            .submit(engine_request(
+                "w",
+                ids(50, 1),
+                15,
+                tokio::time::Instant::now(),
+            ))
+            .unwrap();
+        drain(&mut rx).await;
+        let t = truth.request("w").unwrap();
+        let tokens: Vec<usize> = t.chunks.iter().map(|c| c.tokens).collect();
+        let want = if alone {
+            vec![1, 1, 1, 1, 3, 3, 3, 2]
+        } else {
+            vec![3, 1, 1, 1, 3, 3, 3]
+        };
+        assert_eq!(tokens, want, "first token alone: {alone}");
+    }
+}
+
+/// On the paused clock requests sent in one tick tie with the pass they would join. They count
+/// as having reached the scheduler after it began, as the real servers see sends tens of
+/// microseconds apart: of two requests at once the first starts a pass alone and the second
+/// waits for the next, and a request received at the instant a decode step starts waits for
+/// the step to end.
+#[tokio::test(start_paused = true)]
+async fn requests_tied_with_a_pass_start_wait_for_the_next_pass() {
     let mut c = pass_costs(false);
-    c.speculative_algorithm = "EAGLE".into();
-    c.speculative_num_draft_tokens = 2;
-    c.spec_accept_rates = vec![1.0, 1.0];
-    c.spec_warmup_steps = 3;
+    c.chunked_prefill_size = 4096;
     let (truth, engine, _crashed) = spawn_engine(c);
-    let mut rx = engine
-        .submit(engine_request(
-            "w",
-            ids(50, 1),
-            15,
-            tokio::time::Instant::now(),
-        ))
+    let t0 = tokio::time::Instant::now();
+    let mut a = engine
+        .submit(engine_request("a", ids(100, 1), 3, t0))
         .unwrap();
-    drain(&mut rx).await;
-    let t = truth.request("w").unwrap();
-    let tokens: Vec<usize> = t.chunks.iter().map(|c| c.tokens).collect();
-    assert_eq!(tokens, vec![3, 1, 1, 1, 3, 3, 3]);
+    let mut b = engine
+        .submit(engine_request("b", ids(100, 2), 3, t0))
+        .unwrap();
+    for rx in [&mut a, &mut b] {
+        drain(rx).await;
+    }
+    let pass = |rid: &str| -> Vec<(u64, u64)> {
+        let t = truth.request(rid).unwrap();
+        t.prefill_passes
+            .iter()
+            .map(|x| (x.start_ns / 1_000_000, x.end_ns / 1_000_000))
+            .collect()
+    };
+    // One 100-token prompt a pass (20 ms each), not both in one pass of 30 ms.
+    assert_eq!(pass("a"), vec![(0, 20)]);
+    assert_eq!(pass("b"), vec![(20, 40)]);
+
+    // d alone: prefill 20 ms, then decode steps of 3 ms ending at 23, 26, ...
+    let t1 = tokio::time::Instant::now();
+    let mut d = engine
+        .submit(engine_request("d", ids(100, 3), 20, t1))
+        .unwrap();
+    let tie = t1 + std::time::Duration::from_millis(23);
+    tokio::time::sleep_until(tie).await;
+    let mut p = engine
+        .submit(engine_request("p", ids(100, 4), 2, tie))
+        .unwrap();
+    for rx in [&mut d, &mut p] {
+        drain(rx).await;
+    }
+    // p's prefill starts when the step that began at its arrival ends, 3 ms later.
+    assert_eq!(pass("p"), vec![(3, 23)]);
 }

@@ -113,6 +113,7 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
             accept_rates,
             steps,
             warmup_steps,
+            first_token_alone,
             ..
         } => {
             if !cfg.speculative() {
@@ -134,6 +135,13 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
                 "MEASURED: the median request's one-token verify steps after its first chunk"
                     .into(),
             );
+            cfg.spec_first_token_alone = *first_token_alone;
+            let why = if *first_token_alone {
+                "MEASURED: every request's first chunk carries one token, unlikely for a verify step at the measured acceptance"
+            } else {
+                "MEASURED: first chunks of several tokens, or too few to tell (a verify step)"
+            };
+            marks.insert("spec_first_token_alone", why.into());
         }
         Shape::Plain { stream_interval } => {
             cfg.speculative_algorithm = "none".into();

@@ -273,6 +273,9 @@ pub enum Shape {
         /// Verify steps after the first token that accept no draft (the median request's run of
         /// one-token chunks there: prompt-lookup drafts); the rates are fitted from the steps after.
         warmup_steps: usize,
+        /// The first chunk is the prefill's one token, not a verify step (vLLM's); the rates
+        /// then leave it out.
+        first_token_alone: bool,
     },
     /// One token per step, `stream_interval` tokens per stream event.
     Plain { stream_interval: usize },
@@ -288,6 +291,25 @@ pub fn speculative(reqs: &[Observed], facts: &ServerFacts) -> bool {
             .flat_map(|r| r.chunks[1..r.chunks.len() - 1].iter().map(|c| c.1));
         sizes.next().is_some_and(|s| sizes.any(|t| t != s))
     })
+}
+
+/// Whether the first chunk is the prefill's one token rather than a verify step: every request's
+/// first chunk carries one token, and were it a verify step at the first position's acceptance
+/// rate of the later steps, that would happen less than once in a hundred such runs.
+/// `later` holds each request's verify steps after its warm-up.
+fn first_token_alone(known: &[&Observed], later: &[Vec<usize>]) -> bool {
+    let firsts: Vec<u32> = known
+        .iter()
+        .filter(|r| r.chunks.len() > 1)
+        .map(|r| r.chunks[0].1)
+        .collect();
+    if firsts.is_empty() || firsts.iter().any(|&t| t != 1) {
+        return false;
+    }
+    let steps: Vec<usize> = later.iter().flatten().copied().filter(|&l| l > 0).collect();
+    let accepted = steps.iter().filter(|&&l| l >= 2).count() as f64;
+    let p = accepted / steps.len().max(1) as f64;
+    (1.0 - p).powi(firsts.len() as i32) < 0.01
 }
 
 /// The stream's shape from the per-chunk token counts: acceptance rates when speculative (every
@@ -307,14 +329,29 @@ pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
             })
             .collect();
         let warmup_steps = median(&mut runs).floor() as usize;
-        let lens: Vec<usize> = known
+        // Each request's verify steps after the warm-up, its clipped last chunk left out.
+        let later: Vec<Vec<usize>> = known
             .iter()
-            .flat_map(|r| {
+            .map(|r| {
                 let steps = &r.chunks[..r.chunks.len().saturating_sub(1)];
                 let after = (1 + warmup_steps).min(steps.len());
-                steps[..steps.len().min(1)].iter().chain(&steps[after..])
+                steps[after..].iter().map(|c| c.1 as usize).collect()
             })
-            .map(|c| c.1 as usize)
+            .collect();
+        let first_token_alone = first_token_alone(&known, &later);
+        let lens: Vec<usize> = known
+            .iter()
+            .zip(&later)
+            .flat_map(|(r, steps)| {
+                let first = r
+                    .chunks
+                    .first()
+                    .filter(|_| !first_token_alone && r.chunks.len() > 1);
+                first
+                    .map(|c| c.1 as usize)
+                    .into_iter()
+                    .chain(steps.iter().copied())
+            })
             .filter(|&l| l > 0)
             .collect();
         let draft = facts
@@ -339,6 +376,7 @@ pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
             mean_accept_length: mean,
             steps: lens.len(),
             warmup_steps,
+            first_token_alone,
         };
     }
     let known: Vec<f64> = reqs

@@ -86,14 +86,14 @@ proptest! {
 
 #[test]
 fn acceptance_rates_are_the_conditional_shares_of_verify_steps() {
-    // Verify steps of 1, 2, 2, 3 tokens (the last chunk, clipped, is left out): position 1 was
+    // Verify steps of 2, 2, 1, 3 tokens (the last chunk, clipped, is left out): position 1 was
     // accepted in 3 of 4 steps, position 2 in 1 of the 3 that reached it.
     let r = Observed {
         context: 10,
         prompt_tokens: 10,
         cached_tokens: 0,
         sent_s: 0.0,
-        chunks: vec![(0.1, 1), (0.2, 2), (0.3, 2), (0.4, 3), (0.5, 1)],
+        chunks: vec![(0.1, 2), (0.2, 2), (0.3, 1), (0.4, 3), (0.5, 1)],
         counts_known: true,
     };
     let facts = ServerFacts {
@@ -120,7 +120,8 @@ fn acceptance_rates_are_the_conditional_shares_of_verify_steps() {
 fn one_token_steps_after_the_first_chunk_are_a_warm_up_left_out_of_the_rates() {
     // Prompt-lookup drafts: each request's first steps after its first chunk carry one token
     // (two, three and two of them), then the drafts are accepted. The median run, 2, is the
-    // warm-up; the rates come from the first chunk and the steps after the warm-up.
+    // warm-up; the rates come from the steps after it. Every first chunk is one token where the
+    // later steps accept a draft nine times in ten: the prefill's token, left out.
     let req = |ones: usize| Observed {
         context: 10,
         prompt_tokens: 10,
@@ -142,18 +143,68 @@ fn one_token_steps_after_the_first_chunk_are_a_warm_up_left_out_of_the_rates() {
             accept_rates,
             steps,
             warmup_steps,
+            first_token_alone,
             ..
         } => {
             assert_eq!(warmup_steps, 2);
-            // Per request: the first chunk (1), then 3, 3, 2; the second request's third
-            // one-token step (1) is past the warm-up and counts.
-            assert_eq!(steps, 13);
-            let ones = 3.0 + 1.0;
-            assert_eq!(accept_rates[0], (13.0 - ones) / 13.0);
+            assert!(first_token_alone);
+            // Per request 3, 3, 2; the second request's third one-token step (1) is past the
+            // warm-up and counts.
+            assert_eq!(steps, 10);
+            assert_eq!(accept_rates[0], 9.0 / 10.0);
             assert_eq!(accept_rates[1], 6.0 / 9.0);
         }
         s => panic!("{s:?}"),
     }
+}
+
+#[test]
+fn a_one_token_first_chunk_is_the_prefill_s_only_when_a_verify_step_would_rarely_be_one() {
+    // Requests whose first chunks carry `firsts` tokens and whose later steps carry `later`.
+    let reqs = |firsts: &[u32], later: &[u32]| -> Vec<Observed> {
+        firsts
+            .iter()
+            .map(|&f| Observed {
+                context: 10,
+                prompt_tokens: 10,
+                cached_tokens: 0,
+                sent_s: 0.0,
+                chunks: std::iter::once((0.1, f))
+                    .chain(
+                        later
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &t)| (0.2 + 0.1 * i as f64, t)),
+                    )
+                    .chain([(9.0, 1)])
+                    .collect(),
+                counts_known: true,
+            })
+            .collect()
+    };
+    let facts = ServerFacts {
+        speculative: Some(true),
+        draft_tokens: Some(2),
+        ..ServerFacts::default()
+    };
+    let alone = |rs: &[Observed]| match fit_shape(rs, &facts) {
+        Shape::Speculative {
+            first_token_alone,
+            steps,
+            ..
+        } => (first_token_alone, steps),
+        s => panic!("{s:?}"),
+    };
+    // Later steps accept a draft 4 times in 5: five one-token first chunks happen 0.2^5 = 0.03%
+    // of the time by chance, so they are the prefill's (left out: 5 x 5 steps).
+    assert_eq!(alone(&reqs(&[1; 5], &[3, 2, 3, 3, 1])), (true, 25));
+    // One first chunk of two tokens: verify steps, counted.
+    assert_eq!(
+        alone(&reqs(&[1, 1, 2, 1, 1], &[3, 2, 3, 3, 1])),
+        (false, 30)
+    );
+    // Drafts accepted half the time: two one-token first chunks are a quarter's chance.
+    assert_eq!(alone(&reqs(&[1, 1], &[2, 1, 2, 1])), (false, 10));
 }
 
 #[test]
