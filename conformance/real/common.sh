@@ -347,7 +347,8 @@ run_twin() {
 # run_twin_check DIR: the twin of a `run_decide` or `run_twin` server. `calibrate` fits the mock from DIR's
 # sweeps at 256, 1k and 3k and load runs at concurrency 4 (sweep-a1..b3, load-c4a1..b3, those present); the twin then runs, simulated, the held-out sweep (512,
 # 2k) and the load runs at concurrency 2 and 8, and DIR/twin-table.md gets measured, predicted and the error
-# of TTFT and decode p50 (sweep) and TTFT and TPOT p50 (load). Targets (issue 20): 10% and 20%.
+# of TTFT and decode p50 (sweep) and TTFT and TPOT p50 (load), and the measured medians of each round (how far
+# the server itself moved). Targets (issue 20): 10% and 20%.
 # LLMB_TWIN_CALIBRATE_ARGS: more `calibrate` flags (what the server does not report).
 run_twin_check() {
     local d="$1" c k f measured files=()
@@ -380,17 +381,31 @@ from statistics import median
 d = sys.argv[1] + "/"
 def load(name):
     return json.load(open(d + name + ".json"))
-def row(what, measured, twin, target):
+def row(what, measured, twin, target, rounds):
     err = 100 * (twin / measured - 1)
     ok = "yes" if abs(err) <= target else "no"
-    print(f"| {what} | {measured:.1f} | {twin:.1f} | {err:+.1f}% | {ok} |")
-print("| what | measured | twin | error | within target |")
-print("|---|---|---|---|---|")
+    spread = ", ".join(f"{v:.1f}" for v in rounds)
+    print(f"| {what} | {measured:.1f} | {twin:.1f} | {err:+.1f}% | {ok} | {spread} |")
+print("| what | measured | twin | error | within target | measured, by round (sample medians) |")
+print("|---|---|---|---|---|---|")
+def by_round(prefix, keep, get):
+    out = []
+    for f in sorted(glob.glob(d + prefix + "*.jsonl")):
+        if f.endswith(".manifest.jsonl"):
+            continue
+        vals = [get(r) for r in map(json.loads, open(f)) if r.get("error") is None and keep(r)]
+        vals = [v for v in vals if v is not None]
+        if vals:
+            out.append(median(vals))
+    return out
 real = {p["context_tokens"]: p for p in load("sweep-heldout")}
 twin = {p["context_tokens"]: p for p in load("twin-heldout")}
 for ctx in sorted(real):
-    row(f"context {ctx}: TTFT p50 ms", real[ctx]["ttft_ms_p50"], twin[ctx]["ttft_ms_p50"], 10)
-    row(f"context {ctx}: decode p50 tok/s", real[ctx]["decode_tok_s_p50"], twin[ctx]["decode_tok_s_p50"], 10)
+    at = lambda r, ctx=ctx: r.get("context_tokens") == ctx
+    row(f"context {ctx}: TTFT p50 ms", real[ctx]["ttft_ms_p50"], twin[ctx]["ttft_ms_p50"], 10,
+        by_round("sweep-heldout", at, lambda r: r.get("ttft_ms")))
+    row(f"context {ctx}: decode p50 tok/s", real[ctx]["decode_tok_s_p50"], twin[ctx]["decode_tok_s_p50"], 10,
+        by_round("sweep-heldout", at, lambda r: r.get("decode_tok_s")))
 # Load runs: the sample median (interpolated, R-7) of the per-request values on both sides. The twin
 # is deterministic, so at c=2 its requests fall in two exact modes (stalled by the other's prefill or
 # not), half each, and a histogram's p50 (the lowest value with half at or below it) reads one mode.
@@ -404,7 +419,8 @@ for c in (2, 8):
     real, twin = records(f"load-c{c}"), records(f"twin-c{c}")
     for m, get in (("TTFT", lambda r: r["load"]["ttft_from_schedule_ms"]), ("TPOT", lambda r: r["tpot_ms"])):
         row(f"load c={c}: {m} median ms", median([get(r) for r in real if get(r) is not None]),
-            median([get(r) for r in twin if get(r) is not None]), 20)
+            median([get(r) for r in twin if get(r) is not None]), 20,
+            by_round(f"load-c{c}", lambda r: r.get("load"), get))
 PY
     log "twin against the server ($d/twin-table.md):"
     cat "$d/twin-table.md"
