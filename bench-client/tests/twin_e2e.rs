@@ -101,9 +101,10 @@ fn close(got: f64, want: f64, tol: f64) -> bool {
 
 /// A mock with generated costs: chunked prefill, either scheduler (mixed batches or not), results
 /// processed at once or after the next pass, a batch cost, and speculation (after a warm-up of
-/// one-token steps, its first chunk a verify step or the prefill's token alone) whose verify steps accept a fixed number of drafts (rates 1 then 0), so the twin draws the same tokens. Passes
-/// last tens of milliseconds, so that the paused clock's 1 ms steps stay well under 1% of what
-/// is compared.
+/// one-token steps, its first chunk a verify step or the prefill's token alone) whose verify
+/// steps accept a fixed number of drafts (rates 1 then 0), so the twin draws the same tokens.
+/// Passes last tens of milliseconds, so that the paused clock's 1 ms steps stay well under 1% of
+/// what is compared.
 fn model() -> impl Strategy<Value = Config> {
     (
         prop_oneof![Just(512i64), Just(1024), Just(2048)],
