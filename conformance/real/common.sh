@@ -317,6 +317,9 @@ run_decide() {
 # run_twin NAME URL API [MODEL]: only what the twin check needs, in target/real/NAME/twin/: three rounds of
 # a sweep at 256, 1k and 3k and a load run at concurrency 4 (what `calibrate` fits from), a held-out sweep
 # (512, 2k) and held-out load runs at concurrency 2 and 8 (what the twin predicts), then `run_twin_check`.
+# Requests of a held-out load run at concurrency $1, on the server and in the twin alike.
+held_out_requests() { echo $((8 * $1 + 8)); }
+
 run_twin() {
     local name="$1" url="$2" api="$3" out rc=0 k c
     local target=(--url "$url" --api "$api")
@@ -335,7 +338,7 @@ run_twin() {
             --seed "${k}3" --out "$out/sweep-heldout$k.jsonl" || rc=1
         for c in 2 8; do
             run_step "held-out load $k --concurrency $c" "$out/load-c$c-$k.txt" bench-client load \
-                "${target[@]}" --concurrency "$c" --num-requests $((8 * c + 8)) --input-len 1024 \
+                "${target[@]}" --concurrency "$c" --num-requests "$(held_out_requests "$c")" --input-len 1024 \
                 --output-len 32 --warmup 2 --seed "${k}6" --no-progress --out "$out/load-c$c-$k.jsonl" || rc=1
         done
     done
@@ -363,7 +366,7 @@ run_twin_check() {
         --seed 3 --no-progress --out "$d/twin-heldout.jsonl" || return 1
     for c in 2 8; do
         run_step "the twin: load --concurrency $c, simulated" "$d/twin-c$c.txt" bench-client load \
-            --preset-file "$d/twin.toml" --simulate --concurrency "$c" --num-requests $((8 * c + 8)) --input-len 1024 \
+            --preset-file "$d/twin.toml" --simulate --concurrency "$c" --num-requests "$(held_out_requests "$c")" --input-len 1024 \
             --output-len 32 --warmup 2 --seed 4 --no-progress --out "$d/twin-c$c.jsonl" || return 1
     done
     # What was measured: every held-out file (`run_twin` splits them over its rounds).
@@ -388,13 +391,14 @@ def row(what, measured, twin, target, rounds):
     print(f"| {what} | {measured:.1f} | {twin:.1f} | {err:+.1f}% | {ok} | {spread} |")
 print("| what | measured | twin | error | within target | measured, by round (sample medians) |")
 print("|---|---|---|---|---|---|")
+def files(prefix):
+    """Each results file's successful records (manifests left out), file by file."""
+    return [[r for r in map(json.loads, open(f)) if r.get("error") is None]
+            for f in sorted(glob.glob(d + prefix + "*.jsonl")) if not f.endswith(".manifest.jsonl")]
 def by_round(prefix, keep, get):
     out = []
-    for f in sorted(glob.glob(d + prefix + "*.jsonl")):
-        if f.endswith(".manifest.jsonl"):
-            continue
-        vals = [get(r) for r in map(json.loads, open(f)) if r.get("error") is None and keep(r)]
-        vals = [v for v in vals if v is not None]
+    for recs in files(prefix):
+        vals = [v for v in (get(r) for r in recs if keep(r)) if v is not None]
         if vals:
             out.append(median(vals))
     return out
@@ -410,11 +414,7 @@ for ctx in sorted(real):
 # is deterministic, so at c=2 its requests fall in two exact modes (stalled by the other's prefill or
 # not), half each, and a histogram's p50 (the lowest value with half at or below it) reads one mode.
 def records(prefix):
-    out = []
-    for f in sorted(glob.glob(d + prefix + "*.jsonl")):
-        if not f.endswith(".manifest.jsonl"):
-            out += [r for r in map(json.loads, open(f)) if r.get("error") is None and r.get("load")]
-    return out
+    return [r for recs in files(prefix) for r in recs if r.get("load")]
 for c in (2, 8):
     real, twin = records(f"load-c{c}"), records(f"twin-c{c}")
     for m, get in (("TTFT", lambda r: r["load"]["ttft_from_schedule_ms"]), ("TPOT", lambda r: r["tpot_ms"])):
