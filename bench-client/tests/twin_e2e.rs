@@ -200,6 +200,12 @@ proptest! {
             // With no draft ever accepted, every step is one token and no warm-up shows.
             if accepted_any(&mock) {
                 prop_assert_eq!(c.spec_warmup_steps, mock.spec_warmup_steps);
+                // Every request warms up alike: all of the shares at the mock's warm-up.
+                let shares: Vec<f64> = (0..=mock.spec_warmup_steps)
+                    .map(|i| f64::from(u8::from(i == mock.spec_warmup_steps)))
+                    .collect();
+                let want = if mock.spec_warmup_steps > 0 { shares } else { Vec::new() };
+                prop_assert_eq!(&c.spec_warmup_shares, &want);
                 prop_assert_eq!(c.spec_first_token_alone, mock.spec_first_token_alone);
             }
         }

@@ -127,6 +127,12 @@ pub struct Config {
     /// drafts find nothing to propose until the output repeats (vLLM's `ngram`). Default 0.
     #[serde(default)]
     pub spec_warmup_steps: usize,
+    /// The share of requests whose warm-up is i verify steps, i = 0, 1, ...: given, each request
+    /// draws its own warm-up from it (scaled to sum 1) and `spec_warmup_steps` is unused. Prompt
+    /// lookup finds its first match after a number of steps that differs from request to request.
+    /// Default empty.
+    #[serde(default)]
+    pub spec_warmup_shares: Vec<f64>,
     /// The first chunk carries the prefill's one token and no draft; verify steps start with the
     /// first decode step (vLLM's). Off, the first token's step accepts drafts as any other, so a
     /// first chunk carries several tokens (SGLang's EAGLE and DFlash). Default false.
@@ -328,6 +334,14 @@ impl Config {
                 {
                     return inv("spec_accept_rates must lie in [0, 1]");
                 }
+                let shares = &self.spec_warmup_shares;
+                if shares.iter().any(|w| !(w.is_finite() && *w >= 0.0))
+                    || (!shares.is_empty() && shares.iter().sum::<f64>() <= 0.0)
+                {
+                    return inv(
+                        "spec_warmup_shares must be finite and non-negative, and not all 0",
+                    );
+                }
             }
             other => {
                 return Err(ConfigError::Invalid(format!(
@@ -429,6 +443,11 @@ mod tests {
             "pool.toml",
             kimi.replace("kv_bytes_per_token = 70272", "kv_bytes_per_token = 7027200"),
             "context_length",
+        );
+        refused(
+            "shares.toml",
+            format!("{kimi}\nspec_warmup_shares = [0.5, -0.5]\n"),
+            "spec_warmup_shares",
         );
         refused(
             "missing.toml",

@@ -120,6 +120,7 @@ pub fn render(c: &Calibration) -> String {
             mean_accept_length,
             steps,
             warmup_steps,
+            warmup_shares,
             first_token_alone,
         } => {
             let rates: Vec<String> = accept_rates.iter().map(|r| format!("{r:.3}")).collect();
@@ -132,6 +133,19 @@ pub fn render(c: &Calibration) -> String {
                 let _ = writeln!(
                     out,
                     "  the first {warmup_steps} verify steps after the first token accept no draft (the median request's)"
+                );
+            }
+            if !warmup_shares.is_empty() {
+                let shares: Vec<String> = warmup_shares
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| **w > 0.0)
+                    .map(|(i, w)| format!("{i}: {:.0}%", 100.0 * w))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  each request's warm-up, steps: share of requests [{}]",
+                    shares.join(", ")
                 );
             }
             if *first_token_alone {
@@ -148,7 +162,17 @@ pub fn render(c: &Calibration) -> String {
             );
         }
     }
-    points(&mut out, "TTFT, median per context", p.r_squared, &p.points);
+    let title = if p.points.len()
+        > p.points
+            .iter()
+            .filter(|x| x.label.starts_with("context"))
+            .count()
+    {
+        "TTFT, median per context, and the load runs' prefill passes"
+    } else {
+        "TTFT, median per context"
+    };
+    points(&mut out, title, p.r_squared, &p.points);
     points(&mut out, "decode step time", d.r_squared, &d.points);
     for n in p.notes.iter().chain(&d.notes) {
         let _ = writeln!(out, "note: {n}");

@@ -94,11 +94,11 @@ impl Engine {
 
     /// Tokens one verify step may emit: with speculation, the accepted prefix of the draft (each
     /// position accepted with its rate given that those before it were) plus the verified token.
-    /// `verify_ct` is the request's verify steps so far (its first token's included): the
-    /// `spec_warmup_steps` after the first token accept nothing, and with
-    /// `spec_first_token_alone` the first token's step too.
-    fn verify_step_len(&mut self, verify_ct: usize) -> usize {
-        let warming = (1..=self.cfg.spec_warmup_steps).contains(&verify_ct);
+    /// `verify_ct` is the request's verify steps so far (its first token's included): its
+    /// `warmup` steps after the first token accept nothing, and with `spec_first_token_alone`
+    /// the first token's step too.
+    fn verify_step_len(&mut self, verify_ct: usize, warmup: usize) -> usize {
+        let warming = (1..=warmup).contains(&verify_ct);
         let first_alone = verify_ct == 0 && self.cfg.spec_first_token_alone;
         if !self.cfg.speculative() || warming || first_alone {
             return 1;
@@ -121,6 +121,20 @@ impl Engine {
         accepted + 1
     }
 
+    /// A request's warm-up steps, drawn from `spec_warmup_shares`.
+    fn draw_warmup(&mut self) -> usize {
+        let shares = &self.cfg.spec_warmup_shares;
+        let mut u = self.rng.random::<f64>() * shares.iter().sum::<f64>();
+        for (i, w) in shares.iter().enumerate() {
+            if u < *w {
+                return i;
+            }
+            u -= w;
+        }
+        // Rounding left `u` past the last share: the last step count with a share.
+        shares.iter().rposition(|w| *w > 0.0).unwrap_or(0)
+    }
+
     /// Draws one verify step's tokens for `r`: whether it finished and the event to send, when
     /// one is due (always when it finished). The pass ended at `pass_end`. Output processing
     /// is one queue in pass order that takes `output_per_request_s` per event (SGLang's
@@ -132,7 +146,10 @@ impl Engine {
         pass_end: Instant,
         pass: &mut PassStats,
     ) -> Step {
-        let n = self.verify_step_len(r.verify_ct);
+        if r.verify_ct == 0 && !self.cfg.spec_warmup_shares.is_empty() && self.cfg.speculative() {
+            r.warmup_steps = self.draw_warmup();
+        }
+        let n = self.verify_step_len(r.verify_ct, r.warmup_steps);
         // `max_new_tokens = 0`: the request ends right after its prefill, with no token.
         let mut finish =
             (r.output.len() >= r.request.max_new_tokens).then_some(Finish::Length(r.output.len()));

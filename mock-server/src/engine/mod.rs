@@ -144,6 +144,9 @@ struct RequestState {
     pending: Vec<u32>,
     emitted_first: bool,
     verify_ct: usize,
+    /// Its verify steps after the first token that accept no draft (`spec_warmup_steps`, or its
+    /// own draw from `spec_warmup_shares` at its first step).
+    warmup_steps: usize,
     hist: Vec<u64>,
     last_chunk_at: Option<Instant>,
     /// Stream events sent so far (the next chunk's index in the ground truth).
@@ -220,6 +223,7 @@ impl Engine {
                     pending: Vec::new(),
                     emitted_first: false,
                     verify_ct: 0,
+                    warmup_steps: self.cfg.spec_warmup_steps,
                     hist: Vec::new(),
                     last_chunk_at: None,
                     chunks: 0,

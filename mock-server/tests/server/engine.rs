@@ -505,6 +505,38 @@ async fn warm_up_steps_after_the_first_token_accept_no_draft() {
     }
 }
 
+/// With `spec_warmup_shares` each request draws its own warm-up: shares of one half at one and
+/// at three steps give both runs of one-token chunks, about as often, and no other.
+#[tokio::test(start_paused = true)]
+async fn each_request_draws_its_warm_up_from_the_shares() {
+    let mut c = pass_costs(false);
+    c.speculative_algorithm = "EAGLE".into();
+    c.speculative_num_draft_tokens = 2;
+    c.spec_accept_rates = vec![1.0, 1.0];
+    c.spec_warmup_steps = 2;
+    c.spec_warmup_shares = vec![0.0, 0.5, 0.0, 0.5];
+    let (truth, engine, _crashed) = spawn_engine(c);
+    let mut runs = std::collections::BTreeMap::<usize, usize>::new();
+    for i in 0..40u32 {
+        let rid = format!("w{i}");
+        let mut rx = engine
+            .submit(engine_request(
+                &rid,
+                ids(50, i + 1),
+                15,
+                tokio::time::Instant::now(),
+            ))
+            .unwrap();
+        drain(&mut rx).await;
+        let t = truth.request(&rid).unwrap();
+        let ones = t.chunks[1..].iter().take_while(|c| c.tokens == 1).count();
+        *runs.entry(ones).or_default() += 1;
+    }
+    let keys: Vec<usize> = runs.keys().copied().collect();
+    assert_eq!(keys, vec![1, 3], "{runs:?}");
+    assert!(runs.values().all(|&n| n >= 10), "{runs:?}");
+}
+
 /// On the paused clock requests sent in one tick tie with the pass they would join. They count
 /// as having reached the scheduler after it began, as the real servers see sends tens of
 /// microseconds apart: of two requests at once the first starts a pass alone and the second

@@ -113,6 +113,7 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
             accept_rates,
             steps,
             warmup_steps,
+            warmup_shares,
             first_token_alone,
             ..
         } => {
@@ -135,6 +136,14 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
                 "MEASURED: the median request's one-token verify steps after its first chunk"
                     .into(),
             );
+            if !warmup_shares.is_empty() {
+                cfg.spec_warmup_shares = warmup_shares.clone();
+                marks.insert(
+                    "spec_warmup_shares",
+                    "MEASURED: the shares of requests by their one-token verify steps after the first chunk (each draws its own)"
+                        .into(),
+                );
+            }
             cfg.spec_first_token_alone = *first_token_alone;
             let why = if *first_token_alone {
                 "MEASURED: every request's first chunk carries one token, unlikely for a verify step at the measured acceptance"

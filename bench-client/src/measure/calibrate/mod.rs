@@ -13,6 +13,7 @@
 
 pub mod decode;
 pub mod lsq;
+pub mod passes;
 #[cfg(test)]
 mod tests;
 
@@ -182,10 +183,16 @@ pub(crate) fn by_context(reqs: &[Observed]) -> Vec<(u32, Vec<&Observed>)> {
 /// only when the number of prefill passes varies in a way the tokens do not explain.
 /// With `lag` (results processed after the next pass), a request's first chunk also waited for
 /// its first decode step, which `lag` predicts from the prompt length and is taken off TTFT.
+///
+/// `under_load` holds each load run's stretches of prefill passes ([`passes`]), which hold no
+/// way in and out: with three or more, they join the fit (each sweep median weighted as the
+/// square root of its requests, each stretch as one, both relative to their size) and tell the
+/// way in and out from `prefill_base_s`.
 pub fn fit_prefill(
     sweep: &[Observed],
     facts: &ServerFacts,
     lag: Option<&decode::DecodeFit>,
+    under_load: &[Vec<passes::Stretch>],
 ) -> Result<PrefillFit, Unfit> {
     let chunk = facts.chunk();
     let groups = by_context(sweep);
@@ -215,14 +222,17 @@ pub fn fit_prefill(
         labels.push((format!("context {ctx}"), reqs.len()));
     }
     let mut notes = Vec::new();
+    if let Some(fit) = fit_with_load(&rows, &y, &labels, under_load) {
+        return Ok(fit);
+    }
     let (b, merged) = match lsq::solve_non_negative(&rows, &y) {
         Some(b) => (b, false),
         None => {
-            // One pass per request (no chunking, or every prompt under one chunk): the way in and
-            // out cannot be told from the pass's base cost. Both are counted as prefill_base_s,
-            // which reproduces TTFT.
+            // Three contexts for four parameters, or as many passes at every context (no
+            // chunking, or every prompt under one chunk): the way in and out cannot be told from
+            // the pass's base cost. Both are counted as prefill_base_s, which reproduces TTFT.
             notes.push(
-                "every context is the same number of prefill passes: the constant way in and out is counted in prefill_base_s".into(),
+                "the sweep cannot tell the constant way in and out from a pass's base cost (three contexts, or as many passes at each): both are counted in prefill_base_s".into(),
             );
             let terms: Vec<Vec<f64>> = rows.iter().map(|r| vec![r[1], r[2], r[3]]).collect();
             let b = lsq::solve_non_negative(&terms, &y).ok_or_else(|| Unfit {
@@ -234,22 +244,89 @@ pub fn fit_prefill(
             (vec![0.0, b[0], b[1], b[2]], true)
         }
     };
-    for (i, name) in [
-        "way in and out",
-        "prefill_base_s",
-        "prefill_per_token_s",
-        "prefill_per_token_pair_s",
-    ]
-    .iter()
-    .enumerate()
-    {
-        // Merged into prefill_base_s, the way in and out is 0 by construction.
+    negative_notes(&b, merged, &mut notes);
+    let (points, r_squared) = fit_points(&rows, &y, labels, &b);
+    Ok(PrefillFit {
+        way_s: b[0],
+        base_s: b[1],
+        per_token_s: b[2],
+        per_token_pair_s: b[3],
+        r_squared,
+        points,
+        notes,
+    })
+}
+
+const PREFILL_PARAMS: [&str; 4] = [
+    "way in and out",
+    "prefill_base_s",
+    "prefill_per_token_s",
+    "prefill_per_token_pair_s",
+];
+
+/// A note for each parameter that fitted negative (0 now); merged into `prefill_base_s`, the way
+/// in and out is 0 by construction.
+fn negative_notes(b: &[f64], merged: bool, notes: &mut Vec<String>) {
+    for (i, name) in PREFILL_PARAMS.iter().enumerate() {
         if b[i] == 0.0 && !(i == 0 && merged) {
             notes.push(format!("{name} fitted negative and was set to 0"));
         }
     }
-    let (points, r_squared) = fit_points(&rows, &y, labels, &b);
-    Ok(PrefillFit {
+}
+
+/// The prefill fit on the sweep's medians (`rows`, `y`, `labels`) and the load runs' stretches
+/// together, weighted as [`fit_prefill`] says; `None` with fewer than three stretches or when
+/// the rows do not determine the four parameters. Its points are the sweep's and one per load
+/// run (its stretches summed).
+fn fit_with_load(
+    rows: &[Vec<f64>],
+    y: &[f64],
+    labels: &[(String, usize)],
+    under_load: &[Vec<passes::Stretch>],
+) -> Option<PrefillFit> {
+    let count: usize = under_load.iter().map(Vec::len).sum();
+    if count < 3 {
+        return None;
+    }
+    let load_row = |s: &passes::Stretch| vec![0.0, s.passes, s.tokens, s.pairs];
+    let mut wx = Vec::new();
+    let mut wy = Vec::new();
+    for ((r, v), (_, n)) in rows.iter().zip(y).zip(labels) {
+        let w = (*n as f64).sqrt() / v.abs().max(1e-9);
+        wx.push(r.iter().map(|x| x * w).collect::<Vec<f64>>());
+        wy.push(v * w);
+    }
+    for s in under_load.iter().flatten() {
+        let v = s.time_s - s.batch_s;
+        if v > 0.0 {
+            wx.push(load_row(s).iter().map(|x| x / v).collect());
+            wy.push(1.0);
+        }
+    }
+    let b = lsq::solve_non_negative(&wx, &wy)?;
+    let mut notes = vec![format!(
+        "the way in and out is told from prefill by {count} stretches of prefill passes in the load runs (they hold none of it)"
+    )];
+    negative_notes(&b, false, &mut notes);
+    let mut all_rows = rows.to_vec();
+    let mut all_y = y.to_vec();
+    let mut all_labels = labels.to_vec();
+    for (i, run) in under_load.iter().enumerate() {
+        if run.is_empty() {
+            continue;
+        }
+        let mut sum = vec![0.0; 4];
+        for s in run {
+            for (a, x) in sum.iter_mut().zip(load_row(s)) {
+                *a += x;
+            }
+        }
+        all_rows.push(sum);
+        all_y.push(run.iter().map(|s| s.time_s - s.batch_s).sum());
+        all_labels.push((format!("load run {} prefill passes", i + 1), run.len()));
+    }
+    let (points, r_squared) = fit_points(&all_rows, &all_y, all_labels, &b);
+    Some(PrefillFit {
         way_s: b[0],
         base_s: b[1],
         per_token_s: b[2],
@@ -273,6 +350,9 @@ pub enum Shape {
         /// Verify steps after the first token that accept no draft (the median request's run of
         /// one-token chunks there: prompt-lookup drafts); the rates are fitted from the steps after.
         warmup_steps: usize,
+        /// With a warm-up (`warmup_steps` above 0), the share of requests whose run was i steps,
+        /// i = 0, 1, ...; the rates are then fitted from each request's steps after its own run.
+        warmup_shares: Vec<f64>,
         /// The first chunk is the prefill's one token, not a verify step (vLLM's); the rates
         /// then leave it out.
         first_token_alone: bool,
@@ -320,21 +400,38 @@ pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
         let known: Vec<&Observed> = reqs.iter().filter(|r| r.counts_known).collect();
         // A run of one-token steps right after the first chunk, in the median request, is a
         // warm-up (with acceptance rates above one half, a run is otherwise usually empty).
-        let mut runs: Vec<f64> = known
+        let run = |r: &Observed| {
+            let mid = &r.chunks[1.min(r.chunks.len())..r.chunks.len().saturating_sub(1)];
+            mid.iter().take_while(|c| c.1 == 1).count()
+        };
+        let runs: Vec<usize> = known
             .iter()
             .filter(|r| r.chunks.len() > 2)
-            .map(|r| {
-                let mid = &r.chunks[1..r.chunks.len() - 1];
-                mid.iter().take_while(|c| c.1 == 1).count() as f64
-            })
+            .map(|r| run(r))
             .collect();
-        let warmup_steps = median(&mut runs).floor() as usize;
-        // Each request's verify steps after the warm-up, its clipped last chunk left out.
+        let mut sorted: Vec<f64> = runs.iter().map(|&n| n as f64).collect();
+        let warmup_steps = median(&mut sorted).floor() as usize;
+        // The warm-up differs from request to request (prompt lookup's first match): each
+        // request's own run is its warm-up, and the runs' shares are the twin's.
+        let warmup_shares: Vec<f64> = if warmup_steps > 0 {
+            let longest = runs.iter().copied().max().unwrap_or(0);
+            (0..=longest)
+                .map(|i| runs.iter().filter(|&&n| n == i).count() as f64 / runs.len() as f64)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Each request's verify steps after its warm-up, its clipped last chunk left out.
         let later: Vec<Vec<usize>> = known
             .iter()
             .map(|r| {
                 let steps = &r.chunks[..r.chunks.len().saturating_sub(1)];
-                let after = (1 + warmup_steps).min(steps.len());
+                let own = if warmup_shares.is_empty() {
+                    warmup_steps
+                } else {
+                    run(r)
+                };
+                let after = (1 + own).min(steps.len());
                 steps[after..].iter().map(|c| c.1 as usize).collect()
             })
             .collect();
@@ -376,6 +473,7 @@ pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
             mean_accept_length: mean,
             steps: lens.len(),
             warmup_steps,
+            warmup_shares,
             first_token_alone,
         };
     }
@@ -413,7 +511,7 @@ pub fn calibrate(
     base_per_request_s: f64,
 ) -> Result<Calibration, Unfit> {
     // Prefill first, so that what it cannot fit is what a refusal names.
-    let mut prefill = fit_prefill(sweep, facts, None)?;
+    let mut prefill = fit_prefill(sweep, facts, None, &[])?;
     let all: Vec<Observed> = sweep
         .iter()
         .chain(loads.iter().flatten())
@@ -424,10 +522,17 @@ pub fn calibrate(
     let lag = facts.results_after_next_pass == Some(true);
     let decode = decode::fit_decode(sweep, loads, spec, lag, base_per_request_s)?;
     if lag {
-        prefill = fit_prefill(sweep, facts, Some(&decode))?;
+        prefill = fit_prefill(sweep, facts, Some(&decode), &[])?;
         prefill.notes.push(
             "a pass's results leave after the next pass (SGLang's overlap scheduler on CPU): TTFT is fitted less the request's first decode step".into(),
         );
+    } else if !loads.is_empty() {
+        // A pass's chunks come out at its end, so the gaps between passes are their durations.
+        let under_load: Vec<Vec<passes::Stretch>> = loads
+            .iter()
+            .map(|run| passes::stretches(run, &decode, facts.chunk()))
+            .collect();
+        prefill = fit_prefill(sweep, facts, None, &under_load)?;
     }
     Ok(Calibration {
         prefill,

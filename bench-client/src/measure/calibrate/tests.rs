@@ -73,7 +73,7 @@ proptest! {
             .iter()
             .map(|&p| alone(&c, p, chunk, 40, l))
             .collect();
-        let p = fit_prefill(&sweep, &facts, None).unwrap();
+        let p = fit_prefill(&sweep, &facts, None, &[]).unwrap();
         prop_assert!(near(p.way_s, c.way) && near(p.base_s, c.pb), "{p:?} {c:?}");
         prop_assert!(near(p.per_token_s, c.pt) && near(p.per_token_pair_s, c.pp), "{p:?} {c:?}");
         prop_assert!(p.r_squared > 1.0 - 1e-9);
@@ -120,8 +120,9 @@ fn acceptance_rates_are_the_conditional_shares_of_verify_steps() {
 fn one_token_steps_after_the_first_chunk_are_a_warm_up_left_out_of_the_rates() {
     // Prompt-lookup drafts: each request's first steps after its first chunk carry one token
     // (two, three and two of them), then the drafts are accepted. The median run, 2, is the
-    // warm-up; the rates come from the steps after it. Every first chunk is one token where the
-    // later steps accept a draft nine times in ten: the prefill's token, left out.
+    // warm-up; each request's own run is its draw (shares 2/3 at two steps, 1/3 at three), and
+    // the rates come from the steps after it. Every first chunk is one token where the later
+    // steps always accept a draft: the prefill's token, left out.
     let req = |ones: usize| Observed {
         context: 10,
         prompt_tokens: 10,
@@ -143,15 +144,16 @@ fn one_token_steps_after_the_first_chunk_are_a_warm_up_left_out_of_the_rates() {
             accept_rates,
             steps,
             warmup_steps,
+            warmup_shares,
             first_token_alone,
             ..
         } => {
             assert_eq!(warmup_steps, 2);
+            assert_eq!(warmup_shares, vec![0.0, 0.0, 2.0 / 3.0, 1.0 / 3.0]);
             assert!(first_token_alone);
-            // Per request 3, 3, 2; the second request's third one-token step (1) is past the
-            // warm-up and counts.
-            assert_eq!(steps, 10);
-            assert_eq!(accept_rates[0], 9.0 / 10.0);
+            // Three steps per request after its own run: 3, 3, 2 tokens.
+            assert_eq!(steps, 9);
+            assert_eq!(accept_rates[0], 1.0);
             assert_eq!(accept_rates[1], 6.0 / 9.0);
         }
         s => panic!("{s:?}"),
@@ -222,7 +224,7 @@ fn two_contexts_are_refused_with_what_is_missing() {
         .iter()
         .map(|&p| alone(&c, p, 512, 8, 1))
         .collect();
-    let e = fit_prefill(&sweep, &ServerFacts::default(), None).unwrap_err();
+    let e = fit_prefill(&sweep, &ServerFacts::default(), None, &[]).unwrap_err();
     assert!(
         e.missing.contains("three or more context lengths (have 2)"),
         "{e:?}"
@@ -244,7 +246,7 @@ fn without_chunking_the_way_in_and_out_is_counted_as_prefill() {
         .iter()
         .map(|&p| alone(&c, p, usize::MAX, 8, 1))
         .collect();
-    let p = fit_prefill(&sweep, &ServerFacts::default(), None).unwrap();
+    let p = fit_prefill(&sweep, &ServerFacts::default(), None, &[]).unwrap();
     assert!(near(p.base_s, c.pb + c.way) && p.way_s == 0.0, "{p:?}");
     assert!(
         p.notes.iter().any(|n| n.contains("way in and out")),
@@ -258,4 +260,43 @@ fn bandwidth_share_is_bytes_per_second_over_the_bandwidth() {
     let s = bandwidth_share(2.55e-5, 70272.0, 1792.0).unwrap();
     assert!(near(s, 70272.0 / 2.55e-5 / 1.792e12), "{s}");
     assert!(bandwidth_share(0.0, 70272.0, 1792.0).is_none());
+}
+
+/// A request of a load run: sent at `sent`, its chunks at the instants `at` (one token each).
+fn timed(prompt: u32, sent: f64, at: &[f64]) -> Observed {
+    Observed {
+        context: prompt,
+        prompt_tokens: prompt,
+        cached_tokens: 0,
+        sent_s: sent,
+        chunks: at.iter().map(|&t| (t - sent, 1)).collect(),
+        counts_known: true,
+    }
+}
+
+#[test]
+fn a_load_run_s_prefill_stretches_are_the_passes_between_decode_steps() {
+    let decode = decode::DecodeFit {
+        base_s: 0.008,
+        per_context_token_s: 1e-6,
+        per_request_s: 0.001,
+        points: Vec::new(),
+        r_squared: 1.0,
+        notes: Vec::new(),
+        per_request_fitted: true,
+        max_batch: 2,
+    };
+    // A, prefilled from an idle server (its first pass, left out), decodes in 10 ms steps. B,
+    // sent during A's step ending at 0.13, is prefilled in a 50 ms mixed pass beside A's step,
+    // then both decode. C is sent once both ended, to an idle server: left out.
+    let a = timed(100, 0.0, &[0.10, 0.11, 0.12, 0.13, 0.18, 0.19, 0.20]);
+    let b = timed(300, 0.125, &[0.18, 0.19, 0.20, 0.21]);
+    let c = timed(200, 0.30, &[0.40, 0.41, 0.42]);
+    let got = passes::stretches(&[a, b, c], &decode, 512);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let s = got[0];
+    assert_eq!((s.passes, s.tokens, s.pairs), (1.0, 300.0, 300.0 * 150.0));
+    // A's step beside the prefill: one request at its context before the step (100 + 3 tokens).
+    assert!(near(s.batch_s, 0.001 + 1e-6 * 103.0), "{s:?}");
+    assert!(near(s.time_s, 0.05), "{s:?}");
 }

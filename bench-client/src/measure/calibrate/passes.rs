@@ -1,0 +1,166 @@
+//! Prefill under load: a load run's chunks, every request's together, fall into the server's
+//! passes (the chunks of one pass arrive within a fraction of a step of each other, the gap
+//! between two passes is the later one's duration). A stretch of consecutive passes that
+//! prefilled costs, in the mock's terms, passes x `prefill_base_s` + the prompts' uncached
+//! tokens x `prefill_per_token_s` + their token pairs x `prefill_per_token_pair_s` (the pairs of
+//! a prompt do not depend on how its tokens were cut into passes) + each mixed pass's running
+//! batch (`decode_per_context_token_s`, `decode_per_request_s`). Unlike a sweep's TTFT, a stretch
+//! holds no way in and out, which is what tells the two apart.
+//!
+//! - A pass prefilled when a request's first chunk came out of it, or when it outlasted half
+//!   again the decode step of the batch that came out of it (a prompt cut by the token budget).
+//! - A stretch's prompts are those whose first chunk came out of it.
+//! - A stretch counts only when it follows a pass that did not prefill, so that no prompt of it
+//!   was begun before it (a run's first wave, whose first pass prefilled from an idle server, is
+//!   left out), and when the server was busy through it: at the start of each of its passes some
+//!   request was running (its first chunk at or before the pass's start, a later chunk at or
+//!   after its end). So a gap never holds the server's idle time or a request's way in.
+
+use super::decode::DecodeFit;
+use super::{prefill_terms, Observed};
+
+/// One stretch of prefill passes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stretch {
+    pub passes: f64,
+    pub tokens: f64,
+    pub pairs: f64,
+    /// The running batches' share of the mixed passes, by the decode fit.
+    pub batch_s: f64,
+    pub time_s: f64,
+}
+
+/// One chunk on its run's clock.
+struct Event {
+    at: f64,
+    req: usize,
+    first: bool,
+    /// The request's context before the chunk's step: prompt + tokens of its earlier chunks
+    /// after the first (as the decode fit counts it).
+    context: f64,
+}
+
+/// A pass: the instant its chunks came out, the requests whose first chunk came out of it, and
+/// the batch that decoded in it (requests and summed context).
+struct Pass {
+    at: f64,
+    firsts: Vec<usize>,
+    batch: usize,
+    context: f64,
+}
+
+/// The run's passes, from its requests' chunks.
+fn passes(run: &[Observed], tol: f64) -> Vec<Pass> {
+    let mut events = Vec::new();
+    for (i, r) in run.iter().enumerate() {
+        let mut after_first = 0u64;
+        for (j, c) in r.chunks.iter().enumerate() {
+            events.push(Event {
+                at: r.sent_s + c.0,
+                req: i,
+                first: j == 0,
+                context: f64::from(r.prompt_tokens) + after_first as f64,
+            });
+            if j > 0 {
+                after_first += u64::from(c.1);
+            }
+        }
+    }
+    events.sort_by(|a, b| a.at.total_cmp(&b.at));
+    let mut out: Vec<Pass> = Vec::new();
+    let mut last_at = f64::NEG_INFINITY;
+    for e in events {
+        if out.is_empty() || e.at - last_at > tol {
+            out.push(Pass {
+                at: e.at,
+                firsts: Vec::new(),
+                batch: 0,
+                context: 0.0,
+            });
+        }
+        last_at = e.at;
+        if let Some(p) = out.last_mut() {
+            if e.first {
+                p.firsts.push(e.req);
+            } else {
+                p.batch += 1;
+                p.context += e.context;
+            }
+        }
+    }
+    out
+}
+
+/// The stretches of prefill passes of one load run (all its requests sent on one clock), costed
+/// with `decode` for the steps and batches; `chunk` is the prefill tokens per pass, which the
+/// pairs do not depend on but `prefill_terms` takes.
+pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize) -> Vec<Stretch> {
+    let step = |batch: usize, context: f64| {
+        decode.base_s + decode.per_request_s * batch as f64 + decode.per_context_token_s * context
+    };
+    let shortest = run
+        .iter()
+        .map(|r| step(1, f64::from(r.prompt_tokens)))
+        .fold(f64::INFINITY, f64::min);
+    if !(shortest.is_finite() && shortest > 0.0) {
+        return Vec::new();
+    }
+    let ps = passes(run, shortest / 3.0);
+    // Each request's first and last instants, to tell whether the server was busy.
+    let spans: Vec<(f64, f64)> = run
+        .iter()
+        .map(|r| {
+            let first = r.sent_s + r.chunks.first().map_or(0.0, |c| c.0);
+            let last = r.sent_s + r.chunks.last().map_or(0.0, |c| c.0);
+            (first, last)
+        })
+        .collect();
+    let tol = shortest / 3.0;
+    let busy = |from: f64, to: f64| {
+        spans
+            .iter()
+            .any(|&(f, l)| f <= from + tol && l >= to - tol && l > f)
+    };
+    let mut out = Vec::new();
+    let mut cur: Option<(Stretch, bool)> = None;
+    // The run's first pass prefilled (its first chunk is a first token).
+    let mut prev_prefilled = true;
+    for w in ps.windows(2) {
+        let (prev, p) = (&w[0], &w[1]);
+        let dt = p.at - prev.at;
+        let prefilled = !p.firsts.is_empty() || dt > 1.5 * step(p.batch.max(1), p.context);
+        let after_decode = !prev_prefilled;
+        prev_prefilled = prefilled;
+        if !prefilled {
+            if let Some((s, true)) = cur.take() {
+                out.push(s);
+            }
+            continue;
+        }
+        let (s, ok) = cur.get_or_insert((
+            Stretch {
+                passes: 0.0,
+                tokens: 0.0,
+                pairs: 0.0,
+                batch_s: 0.0,
+                time_s: 0.0,
+            },
+            after_decode,
+        ));
+        *ok &= busy(prev.at, p.at);
+        s.passes += 1.0;
+        s.time_s += dt;
+        if p.batch > 0 {
+            s.batch_s +=
+                decode.per_request_s * p.batch as f64 + decode.per_context_token_s * p.context;
+        }
+        for &i in &p.firsts {
+            let r = &run[i];
+            let (_, n, q) = prefill_terms(r.prompt_tokens, r.cached_tokens, chunk);
+            s.tokens += n;
+            s.pairs += q;
+        }
+    }
+    // A stretch still open at the run's end had no pass after it to show that it ended.
+    out
+}
