@@ -361,22 +361,24 @@ run_twin_check() {
     done
     run_step "calibrate from $((${#files[@]} / 2)) sweeps and as many load runs at concurrency 4" "$d/calibrate.txt" \
         bench-client calibrate "${files[@]}" ${LLMB_TWIN_CALIBRATE_ARGS:-} --out "$d/twin.toml" || return 1
-    run_step "the twin: held-out sweep (512, 2k), simulated" "$d/twin-heldout.txt" bench-client sweep \
-        --preset-file "$d/twin.toml" --simulate --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 \
-        --seed 3 --no-progress --out "$d/twin-heldout.jsonl" || return 1
-    for c in 2 8; do
-        run_step "the twin: load --concurrency $c, simulated" "$d/twin-c$c.txt" bench-client load \
-            --preset-file "$d/twin.toml" --simulate --concurrency "$c" --num-requests "$(held_out_requests "$c")" --input-len 1024 \
-            --output-len 32 --warmup 2 --seed 4 --no-progress --out "$d/twin-c$c.jsonl" || return 1
+    # Three rounds on the twin too, each with its own draws (the mock's seed) and the server's
+    # round's client seed, so that both sides' medians are over as many requests.
+    for k in 1 2 3; do
+        run_step "the twin: held-out sweep $k (512, 2k), simulated" "$d/twin-heldout$k.txt" bench-client sweep \
+            --preset-file "$d/twin.toml" --mock-set "seed=$k" --simulate --contexts 512,2048 --runs 5 --warmup 1 \
+            --output-tokens 64 --seed "${k}3" --no-progress --out "$d/twin-heldout$k.jsonl" || return 1
+        for c in 2 8; do
+            run_step "the twin: load $k --concurrency $c, simulated" "$d/twin-c$c-$k.txt" bench-client load \
+                --preset-file "$d/twin.toml" --mock-set "seed=$k" --simulate --concurrency "$c" \
+                --num-requests "$(held_out_requests "$c")" --input-len 1024 --output-len 32 --warmup 2 \
+                --seed "${k}6" --no-progress --out "$d/twin-c$c-$k.jsonl" || return 1
+        done
     done
-    # What was measured: every held-out file (`run_twin` splits them over its rounds).
-    for k in sweep-heldout load-c2 load-c8; do
+    # What was measured: every held-out file (`run_twin` splits them over its rounds); the twin's alike.
+    for k in sweep-heldout load-c2 load-c8 twin-heldout twin-c2 twin-c8; do
         measured=()
         for f in "$d/$k"*.jsonl; do [[ "$f" == *.manifest.jsonl ]] || measured+=("$f"); done
         rust_bin bench-client report "${measured[@]}" --format json >"$d/$k.json" 2>/dev/null || return 1
-    done
-    for k in twin-heldout twin-c2 twin-c8; do
-        rust_bin bench-client report "$d/$k.jsonl" --format json >"$d/$k.json" 2>/dev/null || return 1
     done
     python3 - "$d" >"$d/twin-table.md" <<'PY' || return 1
 import glob, json, sys
@@ -410,9 +412,9 @@ for ctx in sorted(real):
         by_round("sweep-heldout", at, lambda r: r.get("ttft_ms")))
     row(f"context {ctx}: decode p50 tok/s", real[ctx]["decode_tok_s_p50"], twin[ctx]["decode_tok_s_p50"], 10,
         by_round("sweep-heldout", at, lambda r: r.get("decode_tok_s")))
-# Load runs: the sample median (interpolated, R-7) of the per-request values on both sides. The twin
-# is deterministic, so at c=2 its requests fall in two exact modes (stalled by the other's prefill or
-# not), half each, and a histogram's p50 (the lowest value with half at or below it) reads one mode.
+# Load runs: the sample median (interpolated, R-7) of the per-request values on both sides. Their
+# TTFTs fall in modes a prefill pass apart (at c=2, stalled by the other's prefill or not), and a
+# histogram's p50 (the lowest value with half at or below it) reads one mode.
 def records(prefix):
     return [r for recs in files(prefix) for r in recs if r.get("load")]
 for c in (2, 8):

@@ -284,6 +284,11 @@ fn fit_with_load(
     labels: &[(String, usize)],
     under_load: &[Vec<passes::Stretch>],
 ) -> Option<PrefillFit> {
+    // A stretch whose running batches outlast it by the decode fit says nothing of prefill.
+    let under_load: Vec<Vec<&passes::Stretch>> = under_load
+        .iter()
+        .map(|run| run.iter().filter(|s| s.time_s > s.batch_s).collect())
+        .collect();
     let count: usize = under_load.iter().map(Vec::len).sum();
     if count < 3 {
         return None;
@@ -298,10 +303,8 @@ fn fit_with_load(
     }
     for s in under_load.iter().flatten() {
         let v = s.time_s - s.batch_s;
-        if v > 0.0 {
-            wx.push(load_row(s).iter().map(|x| x / v).collect());
-            wy.push(1.0);
-        }
+        wx.push(load_row(s).iter().map(|x| x / v).collect());
+        wy.push(1.0);
     }
     let b = lsq::solve_non_negative(&wx, &wy)?;
     let mut notes = vec![format!(
@@ -316,7 +319,7 @@ fn fit_with_load(
             continue;
         }
         let mut sum = vec![0.0; 4];
-        for s in run {
+        for &s in run {
             for (a, x) in sum.iter_mut().zip(load_row(s)) {
                 *a += x;
             }
@@ -401,8 +404,11 @@ pub fn fit_shape(reqs: &[Observed], facts: &ServerFacts) -> Shape {
         // A run of one-token steps right after the first chunk, in the median request, is a
         // warm-up (with acceptance rates above one half, a run is otherwise usually empty).
         let run = |r: &Observed| {
-            let mid = &r.chunks[1.min(r.chunks.len())..r.chunks.len().saturating_sub(1)];
-            mid.iter().take_while(|c| c.1 == 1).count()
+            let end = r.chunks.len().saturating_sub(1);
+            r.chunks[1.min(end)..end]
+                .iter()
+                .take_while(|c| c.1 == 1)
+                .count()
         };
         let runs: Vec<usize> = known
             .iter()

@@ -139,7 +139,12 @@ fn one_token_steps_after_the_first_chunk_are_a_warm_up_left_out_of_the_rates() {
         draft_tokens: Some(2),
         ..ServerFacts::default()
     };
-    match fit_shape(&[req(2), req(3), req(2)], &facts) {
+    // A request of one chunk (one output token) has no run and no later step.
+    let one = Observed {
+        chunks: vec![(0.1, 1)],
+        ..req(0)
+    };
+    match fit_shape(&[req(2), req(3), req(2), one], &facts) {
         Shape::Speculative {
             accept_rates,
             steps,
