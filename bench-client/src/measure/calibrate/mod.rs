@@ -222,9 +222,6 @@ pub fn fit_prefill(
         labels.push((format!("context {ctx}"), reqs.len()));
     }
     let mut notes = Vec::new();
-    if let Some(fit) = fit_with_load(&rows, &y, &labels, under_load) {
-        return Ok(fit);
-    }
     let (b, merged) = match lsq::solve_non_negative(&rows, &y) {
         Some(b) => (b, false),
         None => {
@@ -244,6 +241,9 @@ pub fn fit_prefill(
             (vec![0.0, b[0], b[1], b[2]], true)
         }
     };
+    if let Some(fit) = fit_with_load(&rows, &y, &labels, under_load, &b) {
+        return Ok(fit);
+    }
     negative_notes(&b, merged, &mut notes);
     let (points, r_squared) = fit_points(&rows, &y, labels, &b);
     Ok(PrefillFit {
@@ -278,22 +278,35 @@ fn negative_notes(b: &[f64], merged: bool, notes: &mut Vec<String>) {
 /// together, weighted as [`fit_prefill`] says; `None` with fewer than three stretches or when
 /// the rows do not determine the four parameters. Its points are the sweep's and one per load
 /// run (its stretches summed).
+///
+/// `sweep_fit` (the sweep's alone) sizes each stretch: its weight is relative to that prediction,
+/// not to its own measure, and a stretch under half or over twice the prediction is a misread
+/// pass boundary (a first chunk that left after its pass's other chunks, a stalled server) and is
+/// left out. So is a stretch that prefilled no prompt (a slow decode step).
 fn fit_with_load(
     rows: &[Vec<f64>],
     y: &[f64],
     labels: &[(String, usize)],
     under_load: &[Vec<passes::Stretch>],
+    sweep_fit: &[f64],
 ) -> Option<PrefillFit> {
-    // A stretch whose running batches outlast it by the decode fit says nothing of prefill.
+    let load_row = |s: &passes::Stretch| vec![0.0, s.passes, s.tokens, s.pairs];
+    let sized = |s: &passes::Stretch| lsq::predict(&load_row(s), sweep_fit);
     let under_load: Vec<Vec<&passes::Stretch>> = under_load
         .iter()
-        .map(|run| run.iter().filter(|s| s.time_s > s.batch_s).collect())
+        .map(|run| {
+            run.iter()
+                .filter(|s| {
+                    let (v, p) = (s.time_s - s.batch_s, sized(s));
+                    s.tokens > 0.0 && p > 0.0 && v > 0.5 * p && v < 2.0 * p
+                })
+                .collect()
+        })
         .collect();
     let count: usize = under_load.iter().map(Vec::len).sum();
     if count < 3 {
         return None;
     }
-    let load_row = |s: &passes::Stretch| vec![0.0, s.passes, s.tokens, s.pairs];
     let mut wx = Vec::new();
     let mut wy = Vec::new();
     for ((r, v), (_, n)) in rows.iter().zip(y).zip(labels) {
@@ -301,10 +314,10 @@ fn fit_with_load(
         wx.push(r.iter().map(|x| x * w).collect::<Vec<f64>>());
         wy.push(v * w);
     }
-    for s in under_load.iter().flatten() {
-        let v = s.time_s - s.batch_s;
-        wx.push(load_row(s).iter().map(|x| x / v).collect());
-        wy.push(1.0);
+    for &s in under_load.iter().flatten() {
+        let w = 1.0 / sized(s);
+        wx.push(load_row(s).iter().map(|x| x * w).collect());
+        wy.push((s.time_s - s.batch_s) * w);
     }
     let b = lsq::solve_non_negative(&wx, &wy)?;
     let mut notes = vec![format!(

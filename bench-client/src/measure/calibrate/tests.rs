@@ -305,3 +305,69 @@ fn a_load_run_s_prefill_stretches_are_the_passes_between_decode_steps() {
     assert!(near(s.batch_s, 0.001 + 1e-6 * 103.0), "{s:?}");
     assert!(near(s.time_s, 0.05), "{s:?}");
 }
+
+#[test]
+fn load_stretches_join_the_prefill_fit_and_a_misread_one_is_left_out() {
+    let c = Costs {
+        way: 0.004,
+        pb: 0.01,
+        pt: 8e-5,
+        pp: 2e-8,
+        db: 0.01,
+        dc: 1e-6,
+        dr: 1e-3,
+    };
+    let facts = ServerFacts {
+        chunked_prefill_size: Some(2048),
+        ..ServerFacts::default()
+    };
+    let sweep: Vec<Observed> = [300u32, 900, 1700, 2600, 4000]
+        .iter()
+        .map(|&p| alone(&c, p, 2048, 8, 1))
+        .collect();
+    // Stretches timed as the mock times them: no way in and out, a running batch beside.
+    let exact = |passes: f64, prompts: &[f64], batch_s: f64| {
+        let tokens: f64 = prompts.iter().sum();
+        let pairs: f64 = prompts.iter().map(|p| p * p / 2.0).sum();
+        passes::Stretch {
+            passes,
+            tokens,
+            pairs,
+            batch_s,
+            time_s: passes * c.pb + tokens * c.pt + pairs * c.pp + batch_s,
+        }
+    };
+    let misread = passes::Stretch {
+        time_s: 0.005,
+        ..exact(1.0, &[1024.0], 0.002)
+    };
+    let empty = passes::Stretch {
+        time_s: 0.02,
+        ..exact(1.0, &[], 0.001)
+    };
+    let run = vec![
+        exact(1.0, &[1024.0], 0.004),
+        exact(2.0, &[1024.0, 1024.0], 0.008),
+        misread,
+        exact(1.0, &[512.0], 0.002),
+        empty,
+        exact(3.0, &[2048.0, 1024.0], 0.01),
+    ];
+    let p = fit_prefill(&sweep, &facts, None, &[run]).unwrap();
+    assert!(near(p.way_s, c.way) && near(p.base_s, c.pb), "{p:?}");
+    assert!(
+        near(p.per_token_s, c.pt) && near(p.per_token_pair_s, c.pp),
+        "{p:?}"
+    );
+    assert!(
+        p.notes.iter().any(|n| n.contains("by 4 stretches")),
+        "{:?}",
+        p.notes
+    );
+    let load = p.points.last().unwrap();
+    assert_eq!(
+        (load.label.as_str(), load.n),
+        ("load run 1 prefill passes", 4)
+    );
+    assert!(near(load.predicted, load.measured), "{load:?}");
+}
