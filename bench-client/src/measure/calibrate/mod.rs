@@ -185,9 +185,9 @@ pub(crate) fn by_context(reqs: &[Observed]) -> Vec<(u32, Vec<&Observed>)> {
 /// its first decode step, which `lag` predicts from the prompt length and is taken off TTFT.
 ///
 /// `under_load` holds each load run's stretches of prefill passes ([`passes`]), which hold no
-/// way in and out: with three or more, they join the fit (each sweep median weighted as the
-/// square root of its requests, each stretch as one, both relative to their size) and tell the
-/// way in and out from `prefill_base_s`.
+/// way in and out: with three or more usable, they join the fit (each sweep median weighted as
+/// the square root of its requests relative to its size, each stretch as in `fit_with_load`)
+/// and tell the way in and out from `prefill_base_s`.
 pub fn fit_prefill(
     sweep: &[Observed],
     facts: &ServerFacts,
