@@ -140,6 +140,21 @@ pub struct PrefillFit {
     pub notes: Vec<String>,
 }
 
+impl PrefillFit {
+    /// The fit from its coefficients in the order of [`PREFILL_PARAMS`].
+    fn new(b: &[f64], points: Vec<FitPoint>, r_squared: f64, notes: Vec<String>) -> Self {
+        Self {
+            way_s: b[0],
+            base_s: b[1],
+            per_token_s: b[2],
+            per_token_pair_s: b[3],
+            r_squared,
+            points,
+            notes,
+        }
+    }
+}
+
 /// How the prompt's uncached tokens fall into prefill passes: (passes, tokens, token pairs), the
 /// three quantities prefill time is linear in.
 pub fn prefill_terms(prompt: u32, cached: u32, chunk: usize) -> (f64, f64, f64) {
@@ -246,15 +261,7 @@ pub fn fit_prefill(
     }
     negative_notes(&b, merged, &mut notes);
     let (points, r_squared) = fit_points(&rows, &y, labels, &b);
-    Ok(PrefillFit {
-        way_s: b[0],
-        base_s: b[1],
-        per_token_s: b[2],
-        per_token_pair_s: b[3],
-        r_squared,
-        points,
-        notes,
-    })
+    Ok(PrefillFit::new(&b, points, r_squared, notes))
 }
 
 const PREFILL_PARAMS: [&str; 4] = [
@@ -342,15 +349,7 @@ fn fit_with_load(
         all_labels.push((format!("load run {} prefill passes", i + 1), run.len()));
     }
     let (points, r_squared) = fit_points(&all_rows, &all_y, all_labels, &b);
-    Some(PrefillFit {
-        way_s: b[0],
-        base_s: b[1],
-        per_token_s: b[2],
-        per_token_pair_s: b[3],
-        r_squared,
-        points,
-        notes,
-    })
+    Some(PrefillFit::new(&b, points, r_squared, notes))
 }
 
 /// The stream's shape.
