@@ -200,9 +200,10 @@ pub(crate) fn by_context(reqs: &[Observed]) -> Vec<(u32, Vec<&Observed>)> {
 /// its first decode step, which `lag` predicts from the prompt length and is taken off TTFT.
 ///
 /// `under_load` holds each load run's stretches of prefill passes ([`passes`]), which hold no
-/// way in and out: with three or more usable, they join the fit (each sweep median weighted as
-/// the square root of its requests relative to its size, each stretch as in `fit_with_load`)
-/// and tell the way in and out from `prefill_base_s`.
+/// way in and out: where the sweep cannot tell it from `prefill_base_s` (three contexts, or as
+/// many passes at each) and three or more are usable, they join the fit (each sweep median
+/// weighted as the square root of its requests relative to its size, each stretch as in
+/// `fit_with_load`) and tell the two apart.
 pub fn fit_prefill(
     sweep: &[Observed],
     facts: &ServerFacts,
@@ -256,8 +257,13 @@ pub fn fit_prefill(
             (vec![0.0, b[0], b[1], b[2]], true)
         }
     };
-    if let Some(fit) = fit_with_load(&rows, &y, &labels, under_load, &b) {
-        return Ok(fit);
+    // Only where the sweep cannot tell the way in and out apart itself: where it can (four or
+    // more contexts of varying passes), its medians pin the costs more closely than the
+    // stretches' few passes each, timed only as finely as the chunks' instants.
+    if merged {
+        if let Some(fit) = fit_with_load(&rows, &y, &labels, under_load, &b) {
+            return Ok(fit);
+        }
     }
     negative_notes(&b, merged, &mut notes);
     let (points, r_squared) = fit_points(&rows, &y, labels, &b);
@@ -544,8 +550,11 @@ pub fn calibrate(
         prefill.notes.push(
             "a pass's results leave after the next pass (SGLang's overlap scheduler on CPU): TTFT is fitted less the request's first decode step".into(),
         );
-    } else if !loads.is_empty() {
-        // A pass's chunks come out at its end, so the gaps between passes are their durations.
+    } else if !loads.is_empty()
+        && !matches!(shape, Shape::Plain { stream_interval } if stream_interval > 1)
+    {
+        // A pass's chunks come out at its end, so the gaps between passes are their durations
+        // (not with tokens coalesced over steps: a step may send nothing).
         let under_load: Vec<Vec<passes::Stretch>> = loads
             .iter()
             .map(|run| passes::stretches(run, &decode, facts.chunk()))

@@ -9,6 +9,8 @@
 //!
 //! - A pass prefilled when a request's first chunk came out of it, or when it outlasted half
 //!   again the decode step of the batch that came out of it (a prompt cut by the token budget).
+//!   A prefill pass that sent nothing (no batch decoding beside it, no prompt finished) shows no
+//!   gap of its own, so a stretch counts at least the passes its prompts' tokens fill.
 //! - A stretch's prompts are those whose first chunk came out of it.
 //! - A stretch counts only when it follows a pass that did not prefill, so that no prompt of it
 //!   was begun before it (a run's first wave, whose first pass prefilled from an idle server, is
@@ -162,5 +164,11 @@ pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize) -> Vec<Stre
         }
     }
     // A stretch still open at the run's end had no pass after it to show that it ended.
+    // A pass that sent no chunk (a prefill pass of a scheduler that stalls decoding, before the
+    // prompt's last one) shows no gap of its own: a stretch is at least the passes its tokens
+    // fill at the chunk size.
+    for s in &mut out {
+        s.passes = s.passes.max((s.tokens / chunk as f64).ceil());
+    }
     out
 }

@@ -321,10 +321,13 @@ fn load_stretches_join_the_prefill_fit_and_a_misread_one_is_left_out() {
         chunked_prefill_size: Some(2048),
         ..ServerFacts::default()
     };
-    let sweep: Vec<Observed> = [300u32, 900, 1700, 2600, 4000]
+    // Three contexts: alone they cannot tell the way in and out from a pass's base cost.
+    let sweep: Vec<Observed> = [300u32, 1700, 4000]
         .iter()
         .map(|&p| alone(&c, p, 2048, 8, 1))
         .collect();
+    let merged = fit_prefill(&sweep, &facts, None, &[]).unwrap();
+    assert_eq!(merged.way_s, 0.0);
     // Stretches timed as the mock times them: no way in and out, a running batch beside.
     let exact = |passes: f64, prompts: &[f64], batch_s: f64| {
         let tokens: f64 = prompts.iter().sum();
@@ -370,4 +373,29 @@ fn load_stretches_join_the_prefill_fit_and_a_misread_one_is_left_out() {
         ("load run 1 prefill passes", 4)
     );
     assert!(near(load.predicted, load.measured), "{load:?}");
+}
+
+#[test]
+fn a_prefill_pass_that_sent_nothing_still_counts_in_its_stretch() {
+    let decode = decode::DecodeFit {
+        base_s: 0.008,
+        per_context_token_s: 1e-6,
+        per_request_s: 0.001,
+        points: Vec::new(),
+        r_squared: 1.0,
+        notes: Vec::new(),
+        per_request_fitted: true,
+        max_batch: 2,
+    };
+    // A scheduler that stalls decoding for prefill: B's 1,000 tokens take two 512-token passes
+    // (0.13 to 0.23), the first of which sends nothing; A decodes before and after.
+    let a = timed(100, 0.0, &[0.10, 0.11, 0.12, 0.13, 0.24, 0.25]);
+    let b = timed(1000, 0.125, &[0.23, 0.24, 0.25, 0.26]);
+    let got = passes::stretches(&[a, b], &decode, 512);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((got[0].passes, got[0].tokens), (2.0, 1000.0), "{got:?}");
+    assert!(
+        near(got[0].time_s, 0.10) && got[0].batch_s == 0.0,
+        "{got:?}"
+    );
 }
