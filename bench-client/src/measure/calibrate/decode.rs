@@ -30,6 +30,19 @@ pub struct DecodeFit {
     pub max_batch: usize,
 }
 
+impl DecodeFit {
+    /// The running batch's share of a pass: `batch` requests of `context` tokens in all (the
+    /// mock's batch cost, the whole of a mixed pass's decode).
+    pub fn batch_s(&self, batch: usize, context: f64) -> f64 {
+        self.per_request_s * batch as f64 + self.per_context_token_s * context
+    }
+
+    /// A decode step of `batch` requests of `context` tokens in all.
+    pub fn step_s(&self, batch: usize, context: f64) -> f64 {
+        self.base_s + self.batch_s(batch, context)
+    }
+}
+
 /// One request's decode, as the model's terms: steps, steps x batch size, summed context over
 /// the steps, and the time less prefill stalls. `None` without a decode phase.
 #[derive(Clone, Copy, Debug)]
@@ -51,15 +64,15 @@ impl Terms {
 }
 
 /// A request placed on its run's clock: absolute chunk instants and tokens after the first chunk.
-struct Placed<'a> {
-    r: &'a Observed,
-    at: Vec<f64>,
+pub(super) struct Placed<'a> {
+    pub(super) r: &'a Observed,
+    pub(super) at: Vec<f64>,
     /// Tokens of chunks 1..=i (0 at i = 0).
-    after_first: Vec<u64>,
+    pub(super) after_first: Vec<u64>,
 }
 
 impl<'a> Placed<'a> {
-    fn new(r: &'a Observed) -> Self {
+    pub(super) fn new(r: &'a Observed) -> Self {
         let at = r.chunks.iter().map(|c| r.sent_s + c.0).collect();
         let mut acc = 0u64;
         let after_first = r
@@ -75,10 +88,10 @@ impl<'a> Placed<'a> {
             .collect();
         Self { r, at, after_first }
     }
-    fn first(&self) -> f64 {
+    pub(super) fn first(&self) -> f64 {
         self.at[0]
     }
-    fn last(&self) -> f64 {
+    pub(super) fn last(&self) -> f64 {
         self.at[self.at.len() - 1]
     }
     /// Its context before a step that ends at `x`: prompt + tokens of chunks after the first

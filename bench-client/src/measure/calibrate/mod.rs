@@ -231,9 +231,7 @@ pub fn fit_prefill(
         let prompt = median(&mut prompt).round() as u32;
         let (k, n, q) = prefill_terms(prompt, median(&mut cached).round() as u32, chunk);
         rows.push(vec![1.0, k, n, q]);
-        let first_step = lag.map_or(0.0, |d| {
-            d.base_s + d.per_request_s + d.per_context_token_s * f64::from(prompt)
-        });
+        let first_step = lag.map_or(0.0, |d| d.step_s(1, f64::from(prompt)));
         y.push(median(&mut ttft) - first_step);
         labels.push((format!("context {ctx}"), reqs.len()));
     }

@@ -18,7 +18,7 @@
 //!   request was running (its first chunk at or before the pass's start, a later chunk at or
 //!   after its end). So a gap never holds the server's idle time or a request's way in.
 
-use super::decode::DecodeFit;
+use super::decode::{DecodeFit, Placed};
 use super::{prefill_terms, Observed};
 
 /// One stretch of prefill passes.
@@ -32,61 +32,42 @@ pub struct Stretch {
     pub time_s: f64,
 }
 
-/// One chunk on its run's clock.
-struct Event {
-    at: f64,
-    req: usize,
-    first: bool,
-    /// The request's context before the chunk's step: prompt + tokens of its earlier chunks
-    /// after the first (as the decode fit counts it).
-    context: f64,
-}
-
 /// A pass: the instant its chunks came out, the requests whose first chunk came out of it, and
 /// the batch that decoded in it (requests and summed context).
-struct Pass {
+struct Pass<'a> {
     at: f64,
-    firsts: Vec<usize>,
+    firsts: Vec<&'a Observed>,
     batch: usize,
     context: f64,
 }
 
-/// The run's passes, from its requests' chunks.
-fn passes(run: &[Observed], tol: f64) -> Vec<Pass> {
-    let mut events = Vec::new();
-    for (i, r) in run.iter().enumerate() {
-        let mut after_first = 0u64;
-        for (j, c) in r.chunks.iter().enumerate() {
-            events.push(Event {
-                at: r.sent_s + c.0,
-                req: i,
-                first: j == 0,
-                context: f64::from(r.prompt_tokens) + after_first as f64,
-            });
-            if j > 0 {
-                after_first += u64::from(c.1);
-            }
-        }
-    }
-    events.sort_by(|a, b| a.at.total_cmp(&b.at));
+/// The run's passes, from its requests' chunks: those within `tol` of the one before are one
+/// pass's. A chunk's context is its request's before the chunk's step, counted as the decode fit
+/// counts it.
+fn passes<'a>(placed: &[Placed<'a>], tol: f64) -> Vec<Pass<'a>> {
+    let mut events: Vec<(f64, &Placed<'a>, usize)> = placed
+        .iter()
+        .flat_map(|p| p.at.iter().enumerate().map(move |(j, &at)| (at, p, j)))
+        .collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut out: Vec<Pass> = Vec::new();
     let mut last_at = f64::NEG_INFINITY;
-    for e in events {
-        if out.is_empty() || e.at - last_at > tol {
+    for (at, p, j) in events {
+        if out.is_empty() || at - last_at > tol {
             out.push(Pass {
-                at: e.at,
+                at,
                 firsts: Vec::new(),
                 batch: 0,
                 context: 0.0,
             });
         }
-        last_at = e.at;
-        if let Some(p) = out.last_mut() {
-            if e.first {
-                p.firsts.push(e.req);
+        last_at = at;
+        if let Some(pass) = out.last_mut() {
+            if j == 0 {
+                pass.firsts.push(p.r);
             } else {
-                p.batch += 1;
-                p.context += e.context;
+                pass.batch += 1;
+                pass.context += f64::from(p.r.prompt_tokens) + p.after_first[j - 1] as f64;
             }
         }
     }
@@ -94,34 +75,27 @@ fn passes(run: &[Observed], tol: f64) -> Vec<Pass> {
 }
 
 /// The stretches of prefill passes of one load run (all its requests sent on one clock), costed
-/// with `decode` for the steps and batches; `chunk` is the prefill tokens per pass, which the
-/// pairs do not depend on but `prefill_terms` takes.
+/// with `decode` for the steps and batches; `chunk` is the prefill tokens per pass.
 pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize) -> Vec<Stretch> {
-    let step = |batch: usize, context: f64| {
-        decode.base_s + decode.per_request_s * batch as f64 + decode.per_context_token_s * context
-    };
-    let shortest = run
+    let placed: Vec<Placed> = run
         .iter()
-        .map(|r| step(1, f64::from(r.prompt_tokens)))
+        .filter(|r| !r.chunks.is_empty())
+        .map(Placed::new)
+        .collect();
+    let shortest = placed
+        .iter()
+        .map(|p| decode.step_s(1, f64::from(p.r.prompt_tokens)))
         .fold(f64::INFINITY, f64::min);
     if !(shortest.is_finite() && shortest > 0.0) {
         return Vec::new();
     }
-    let ps = passes(run, shortest / 3.0);
-    // Each request's first and last instants, to tell whether the server was busy.
-    let spans: Vec<(f64, f64)> = run
-        .iter()
-        .map(|r| {
-            let first = r.sent_s + r.chunks.first().map_or(0.0, |c| c.0);
-            let last = r.sent_s + r.chunks.last().map_or(0.0, |c| c.0);
-            (first, last)
-        })
-        .collect();
     let tol = shortest / 3.0;
+    let ps = passes(&placed, tol);
+    // Whether the server was busy from `from` to `to`: some request ran through.
     let busy = |from: f64, to: f64| {
-        spans
+        placed
             .iter()
-            .any(|&(f, l)| f <= from + tol && l >= to - tol && l > f)
+            .any(|p| p.first() <= from + tol && p.last() >= to - tol && p.last() > p.first())
     };
     let mut out = Vec::new();
     let mut cur: Option<(Stretch, bool)> = None;
@@ -130,7 +104,7 @@ pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize) -> Vec<Stre
     for w in ps.windows(2) {
         let (prev, p) = (&w[0], &w[1]);
         let dt = p.at - prev.at;
-        let prefilled = !p.firsts.is_empty() || dt > 1.5 * step(p.batch.max(1), p.context);
+        let prefilled = !p.firsts.is_empty() || dt > 1.5 * decode.step_s(p.batch.max(1), p.context);
         let after_decode = !prev_prefilled;
         prev_prefilled = prefilled;
         if !prefilled {
@@ -152,12 +126,8 @@ pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize) -> Vec<Stre
         *ok &= busy(prev.at, p.at);
         s.passes += 1.0;
         s.time_s += dt;
-        if p.batch > 0 {
-            s.batch_s +=
-                decode.per_request_s * p.batch as f64 + decode.per_context_token_s * p.context;
-        }
-        for &i in &p.firsts {
-            let r = &run[i];
+        s.batch_s += decode.batch_s(p.batch, p.context);
+        for r in &p.firsts {
             let (_, n, q) = prefill_terms(r.prompt_tokens, r.cached_tokens, chunk);
             s.tokens += n;
             s.pairs += q;

@@ -267,6 +267,20 @@ fn bandwidth_share_is_bytes_per_second_over_the_bandwidth() {
     assert!(bandwidth_share(0.0, 70272.0, 1792.0).is_none());
 }
 
+/// A decode fit of 8 ms steps + 1 ms per request + 1 us per context token.
+fn small_steps() -> decode::DecodeFit {
+    decode::DecodeFit {
+        base_s: 0.008,
+        per_context_token_s: 1e-6,
+        per_request_s: 0.001,
+        points: Vec::new(),
+        r_squared: 1.0,
+        notes: Vec::new(),
+        per_request_fitted: true,
+        max_batch: 2,
+    }
+}
+
 /// A request of a load run: sent at `sent`, its chunks at the instants `at` (one token each).
 fn timed(prompt: u32, sent: f64, at: &[f64]) -> Observed {
     Observed {
@@ -281,16 +295,7 @@ fn timed(prompt: u32, sent: f64, at: &[f64]) -> Observed {
 
 #[test]
 fn a_load_run_s_prefill_stretches_are_the_passes_between_decode_steps() {
-    let decode = decode::DecodeFit {
-        base_s: 0.008,
-        per_context_token_s: 1e-6,
-        per_request_s: 0.001,
-        points: Vec::new(),
-        r_squared: 1.0,
-        notes: Vec::new(),
-        per_request_fitted: true,
-        max_batch: 2,
-    };
+    let decode = small_steps();
     // A, prefilled from an idle server (its first pass, left out), decodes in 10 ms steps. B,
     // sent during A's step ending at 0.13, is prefilled in a 50 ms mixed pass beside A's step,
     // then both decode. C is sent once both ended, to an idle server: left out.
@@ -377,16 +382,7 @@ fn load_stretches_join_the_prefill_fit_and_a_misread_one_is_left_out() {
 
 #[test]
 fn a_prefill_pass_that_sent_nothing_still_counts_in_its_stretch() {
-    let decode = decode::DecodeFit {
-        base_s: 0.008,
-        per_context_token_s: 1e-6,
-        per_request_s: 0.001,
-        points: Vec::new(),
-        r_squared: 1.0,
-        notes: Vec::new(),
-        per_request_fitted: true,
-        max_batch: 2,
-    };
+    let decode = small_steps();
     // A scheduler that stalls decoding for prefill: B's 1,000 tokens take two 512-token passes
     // (0.13 to 0.23), the first of which sends nothing; A decodes before and after.
     let a = timed(100, 0.0, &[0.10, 0.11, 0.12, 0.13, 0.24, 0.25]);
