@@ -3,8 +3,12 @@
 //! Tokio's timer wheel has a 1 ms resolution and wakes on the next tick, so `sleep_until`
 //! alone lands a pass 0 to ~1.5 ms late. The mock waits on tokio's timer until about 2 ms
 //! before the deadline and then hands the rest to a blocking-pool thread that sleeps with the
-//! operating system's timer and spins the last microseconds. Under tokio's paused test clock
-//! (`start_paused`), where real time means nothing, it waits on tokio's timer alone.
+//! operating system's timer and spins the last microseconds.
+//!
+//! Under tokio's paused clock (`start_paused`: tests and `--simulate`), where real time means
+//! nothing, the timer wheel's 1 ms ticks would read every modelled instant at the next whole
+//! millisecond. There the mock waits with `paused_clock`, which reaches an instant exactly when
+//! nothing else is under way at the millisecond before it, and else up to 1 ms late.
 //!
 //! Every thread that sleeps on the OS timer first asks Linux for a timer slack of 1 ns: by
 //! default Linux lets a sleep end up to 50 µs late so that it can batch wake-ups, and the mock
@@ -75,7 +79,7 @@ impl Clock {
     /// Resolves at `at` (never before it on tokio's clock).
     pub async fn sleep_until(self, at: Instant) {
         if self == Clock::Tokio {
-            tokio::time::sleep_until(at).await;
+            paused_clock::sleep_until(at).await;
             return;
         }
         if let Some(coarse) = at.checked_sub(FINE) {
@@ -111,9 +115,7 @@ impl Clock {
     /// machine needs that core (see BENCHMARKS.md).
     pub async fn wait_short(self, at: Instant) {
         if self == Clock::Tokio {
-            if at > Instant::now() {
-                tokio::time::sleep_until(at).await;
-            }
+            paused_clock::sleep_until(at).await;
             return;
         }
         loop {
@@ -142,17 +144,16 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn paused_clock_is_detected_and_advances_to_the_next_tick() {
+    async fn paused_clock_is_detected_and_reaches_the_instant_exactly() {
         let clock = Clock::detect();
         assert_eq!(clock, Clock::Tokio);
         let t0 = Instant::now();
         clock
             .sleep_until(t0 + Duration::from_micros(1_234_567))
             .await;
-        // The paused clock moves in whole timer ticks (1 ms): never early, at most one tick late.
-        let e = t0.elapsed();
-        assert!(e >= Duration::from_micros(1_234_567), "{e:?}");
-        assert!(e <= Duration::from_micros(1_235_567), "{e:?}");
+        // Not at the timer's next whole millisecond: nothing else waits, so the clock is
+        // advanced by hand to the instant (`paused_clock`).
+        assert_eq!(t0.elapsed(), Duration::from_micros(1_234_567));
     }
 
     #[cfg(target_os = "linux")]

@@ -370,11 +370,8 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                 // finish, and that wait shows in its client_queue_time.
                 let limit = max_concurrency.map(|n| Arc::new(Semaphore::new(n as usize)));
                 // Slots are woken by a thread of their own when tokio's clock is the real one.
-                let pacer = if clock_is_paused().await {
-                    None
-                } else {
-                    Pacer::start()
-                };
+                let paused = clock_is_paused().await;
+                let pacer = if paused { None } else { Pacer::start() };
                 let mut set = JoinSet::new();
                 for s in slots {
                     let at = ctx.base + Duration::from_nanos(s.offset_ns - shift);
@@ -403,7 +400,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                                 tokio::task::yield_now().await;
                             }
                         } else {
-                            wait_until(at).await;
+                            wait_until(at, paused).await;
                         }
                         let r = fire(&ctx, p, at).await;
                         drop(permit);

@@ -66,20 +66,19 @@ pub(super) async fn clock_is_paused() -> bool {
 /// on the timer fires up to ~2 ms late (see [`Pacer`]).
 const PRECISE_WAIT: Duration = Duration::from_millis(2);
 
-/// Wait until `at` on tokio's clock, without the pacer thread: sleep to [`PRECISE_WAIT`] before
-/// `at`, then yield until the clock passes `at`. If the clock does not move across a yield (tokio's
-/// paused clock, in tests), the timer finishes the wait instead.
-pub(super) async fn wait_until(at: Instant) {
+/// Wait until `at` on tokio's clock, without the pacer thread. On the real clock: sleep to
+/// [`PRECISE_WAIT`] before `at`, then yield until the clock passes `at`. On the paused clock
+/// (`paused`: tests and `--simulate`), where a yield does not move the clock, the exact wait
+/// on that clock (`paused_clock`), so that a request leaves at its slot and not at the timer's next
+/// millisecond.
+pub(super) async fn wait_until(at: Instant, paused: bool) {
+    if paused {
+        paused_clock::sleep_until(at).await;
+        return;
+    }
     let coarse = at.checked_sub(PRECISE_WAIT).unwrap_or(at);
     tokio::time::sleep_until(coarse).await;
-    let mut last = Instant::now();
-    while last < at {
+    while Instant::now() < at {
         tokio::task::yield_now().await;
-        let now = Instant::now();
-        if now == last {
-            tokio::time::sleep_until(at).await;
-            return;
-        }
-        last = now;
     }
 }

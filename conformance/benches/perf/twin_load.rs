@@ -19,8 +19,8 @@ const REQUESTS: u64 = 10_000;
 const RATE: f64 = 10.0;
 
 fn sets() -> [(&'static str, String); 3] {
-    // Passes long enough that neither the paused clock's 1 ms steps nor the real clock's timer
-    // move the medians much.
+    // Passes long enough that neither the paused clock's late reads (up to 1 ms, a pass's events
+    // after its first) nor the real clock's timer move the medians much.
     [
         ("prefill_base_s", "0.05".to_string()),
         ("decode_base_s", "0.01".to_string()),

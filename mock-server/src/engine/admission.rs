@@ -15,9 +15,10 @@ impl Engine {
     ///
     /// A pass starting at `start` admits only requests received before it: a request received at
     /// or after `start` reached the scheduler once the pass had begun and waits for the next one.
-    /// On the paused clock every instant is a whole millisecond, so requests sent in one tick tie
-    /// with the pass they would join; they count as after it, as the real servers see them (the
-    /// sends are tens of microseconds apart). The one exception keeps an engine from idling while
+    /// On the paused clock no time passes between a send and its arrival, so a request sent at the
+    /// instant a pass begins (a closed loop's reply to the pass before, or two sends at once) ties
+    /// with it; it counts as after it, as the real servers see them (the sends are tens of
+    /// microseconds apart). The one exception keeps an engine from idling while
     /// a request waits: with nothing admitted or running, the oldest waiting request is admitted.
     pub(super) fn plan_prefill(&mut self, start: Instant) -> bool {
         let per_step = self.tokens_per_step();

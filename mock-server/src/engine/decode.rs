@@ -5,6 +5,7 @@ use super::events::{Finish, SpeculativeStats, StreamEvent};
 use super::output::{Drawn, Outgoing};
 use super::stats::PassStats;
 use super::{Engine, RequestState};
+use crate::clock::Clock;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -25,11 +26,15 @@ impl Engine {
         // are drawn once the previous pass's output has left (or at the end, if that is later),
         // outside the window in which the output stage sends events. Counters, the events, the
         // cache and the running set change only at the pass's end, as they would on the server.
-        let draw_at = self
-            .output_free
-            .map_or(start, |f| f.max(start))
-            .min(deadline);
-        self.clock.sleep_until(draw_at).await;
+        // On the paused clock drawing takes no time: they are drawn at once, so that no wait of
+        // the engine's stands beside the output stage's (which would then end late).
+        if self.clock == Clock::Precise {
+            let draw_at = self
+                .output_free
+                .map_or(start, |f| f.max(start))
+                .min(deadline);
+            self.clock.sleep_until(draw_at).await;
+        }
         let mut stats = PassStats::default();
         let mut drawn = Vec::with_capacity(self.running.len());
         let mut events = Vec::with_capacity(self.running.len());
