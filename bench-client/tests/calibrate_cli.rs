@@ -166,3 +166,70 @@ fn a_preset_file_with_a_bad_key_is_refused_before_anything_starts() {
         assert!(!out.exists());
     }
 }
+
+/// `src` rewritten as if the server had held every stream and sent it whole: each record's
+/// chunks all arrive at its first chunk's instant.
+fn held_whole(src: &Path, dst: &Path) {
+    let mut out = String::new();
+    for line in std::fs::read_to_string(src).unwrap().lines() {
+        let mut r: serde_json::Value = serde_json::from_str(line).unwrap();
+        // The compact trace counts each chunk's instant from the one before.
+        let at = r["trace"]["chunks"]["at_ns"].as_array_mut().unwrap();
+        assert!(at.len() > 1);
+        for d in at.iter_mut().skip(1) {
+            *d = 0.into();
+        }
+        out.push_str(&r.to_string());
+        out.push('\n');
+    }
+    std::fs::write(dst, out).unwrap();
+}
+
+/// A stream the server held and sent whole at one instant times none of its passes: calibrate
+/// leaves such requests out and says so; a file of nothing else is left out whole.
+#[test]
+fn streams_sent_whole_at_one_instant_are_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = sweep(d, "good.jsonl", "1k,2k,3k", &[]);
+    let load = d.join("load.jsonl");
+    let o = run(&[
+        "load",
+        "--simulate",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "6",
+        "--input-len",
+        "1k",
+        "--output-len",
+        "16",
+        "--no-progress",
+        "--out",
+        load.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let held = d.join("held.jsonl");
+    held_whole(&load, &held);
+    let preset = d.join("twin.toml");
+    let o = run(&[
+        "calibrate",
+        good.to_str().unwrap(),
+        held.to_str().unwrap(),
+        "--out",
+        preset.to_str().unwrap(),
+    ]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("3 sweep requests and 0 load run(s)"), "{err}");
+    assert!(
+        err.contains("left out 6 requests whose whole stream arrived at one instant"),
+        "{err}"
+    );
+    assert!(err.contains("held.jsonl"), "{err}");
+    // The held load run fits nothing: the batch cost is the base preset's.
+    assert!(
+        out.contains("decode_per_request_s needs a load run"),
+        "{out}"
+    );
+}

@@ -374,18 +374,10 @@ run_twin_check() {
                 --seed "${k}6" --no-progress --out "$d/twin-c$c-$k.jsonl" || return 1
         done
     done
-    # What was measured: every held-out file (`run_twin` splits them over its rounds); the twin's alike.
-    for k in sweep-heldout load-c2 load-c8 twin-heldout twin-c2 twin-c8; do
-        measured=()
-        for f in "$d/$k"*.jsonl; do [[ "$f" == *.manifest.jsonl ]] || measured+=("$f"); done
-        rust_bin bench-client report "${measured[@]}" --format json >"$d/$k.json" 2>/dev/null || return 1
-    done
     python3 - "$d" >"$d/twin-table.md" <<'PY' || return 1
 import glob, json, sys
 from statistics import median
 d = sys.argv[1] + "/"
-def load(name):
-    return json.load(open(d + name + ".json"))
 def row(what, measured, twin, target, rounds):
     err = 100 * (twin / measured - 1)
     ok = "yes" if abs(err) <= target else "no"
@@ -393,9 +385,17 @@ def row(what, measured, twin, target, rounds):
     print(f"| {what} | {measured:.1f} | {twin:.1f} | {err:+.1f}% | {ok} | {spread} |")
 print("| what | measured | twin | error | within target | measured, by round (sample medians) |")
 print("|---|---|---|---|---|---|")
-def files(prefix):
-    """Each results file's successful records (manifests left out), file by file."""
-    return [[r for r in map(json.loads, open(f)) if r.get("error") is None]
+def whole_at_once(r):
+    """The server held the whole response and sent it at one instant, headers to end (seen on vLLM
+    on 2 cores): its TTFT is the whole generation and its decode unmeasurable, so it measures
+    nothing the twin models."""
+    t = r.get("trace") or {}
+    return (r.get("completion_tokens") or 0) > 1 and t.get("headers_ns") is not None \
+        and t.get("headers_ns") == t.get("end_ns")
+def files(prefix, held=False):
+    """Each results file's successful records (manifests left out), file by file: those the server
+    sent whole at one instant left out, or only those with `held`."""
+    return [[r for r in map(json.loads, open(f)) if r.get("error") is None and whole_at_once(r) == held]
             for f in sorted(glob.glob(d + prefix + "*.jsonl")) if not f.endswith(".manifest.jsonl")]
 def by_round(prefix, keep, get):
     out = []
@@ -404,25 +404,29 @@ def by_round(prefix, keep, get):
         if vals:
             out.append(median(vals))
     return out
-real = {p["context_tokens"]: p for p in load("sweep-heldout")}
-twin = {p["context_tokens"]: p for p in load("twin-heldout")}
-for ctx in sorted(real):
+# Every file of a side pooled (`run_twin` splits them over its rounds): the sample median (R-7, as
+# the client's p50) of the per-request values.
+def pooled(prefix, keep, get):
+    vals = [v for recs in files(prefix) for v in (get(r) for r in recs if keep(r)) if v is not None]
+    return median(vals)
+for ctx in sorted({r["context_tokens"] for recs in files("sweep-heldout") for r in recs}):
     at = lambda r, ctx=ctx: r.get("context_tokens") == ctx
-    row(f"context {ctx}: TTFT p50 ms", real[ctx]["ttft_ms_p50"], twin[ctx]["ttft_ms_p50"], 10,
-        by_round("sweep-heldout", at, lambda r: r.get("ttft_ms")))
-    row(f"context {ctx}: decode p50 tok/s", real[ctx]["decode_tok_s_p50"], twin[ctx]["decode_tok_s_p50"], 10,
-        by_round("sweep-heldout", at, lambda r: r.get("decode_tok_s")))
-# Load runs: the sample median (interpolated, R-7) of the per-request values on both sides. Their
-# TTFTs fall in modes a prefill pass apart (at c=2, stalled by the other's prefill or not), and a
-# histogram's p50 (the lowest value with half at or below it) reads one mode.
-def records(prefix):
-    return [r for recs in files(prefix) for r in recs if r.get("load")]
+    for what, get in (("TTFT p50 ms", lambda r: r.get("ttft_ms")), ("decode p50 tok/s", lambda r: r.get("decode_tok_s"))):
+        row(f"context {ctx}: {what}", pooled("sweep-heldout", at, get), pooled("twin-heldout", at, get), 10,
+            by_round("sweep-heldout", at, get))
+# Load runs: the sample median too, not the histogram's p50 (the lowest value with half at or below
+# it), which reads one of the modes their TTFTs fall in, a prefill pass apart (at c=2, stalled by
+# the other's prefill or not).
 for c in (2, 8):
-    real, twin = records(f"load-c{c}"), records(f"twin-c{c}")
+    loaded = lambda r: r.get("load") is not None
     for m, get in (("TTFT", lambda r: r["load"]["ttft_from_schedule_ms"]), ("TPOT", lambda r: r["tpot_ms"])):
-        row(f"load c={c}: {m} median ms", median([get(r) for r in real if get(r) is not None]),
-            median([get(r) for r in twin if get(r) is not None]), 20,
-            by_round(f"load-c{c}", lambda r: r.get("load"), get))
+        row(f"load c={c}: {m} median ms", pooled(f"load-c{c}", loaded, get), pooled(f"twin-c{c}", loaded, get),
+            20, by_round(f"load-c{c}", loaded, get))
+for prefix in ("sweep-heldout", "load-c2", "load-c8"):
+    n = sum(len(recs) for recs in files(prefix, held=True))
+    if n:
+        print(f"\nLeft out of {prefix}: {n} requests whose whole response, headers to end, the server sent"
+              " at one instant (their TTFT is the whole generation, their decode unmeasurable).")
 PY
     log "twin against the server ($d/twin-table.md):"
     cat "$d/twin-table.md"

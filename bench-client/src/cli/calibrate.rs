@@ -77,6 +77,17 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
             None => "the base preset's",
         },
     );
+    if twin.held_whole > 0 {
+        eprintln!(
+            "note: left out {} requests whose whole stream arrived at one instant (the server held it: it times none of its passes){}",
+            twin.held_whole,
+            if twin.held_files.is_empty() {
+                String::new()
+            } else {
+                format!("; every request of {} was", twin.held_files.join(", "))
+            }
+        );
+    }
     if facts.results_after_next_pass == Some(true) {
         eprintln!("note: the server processes a pass's results after the next pass (SGLang's overlap scheduler on CPU): the twin does too");
     }

@@ -41,6 +41,10 @@ pub struct Twin {
     pub chunk_source: Option<Source>,
     pub sweep_requests: usize,
     pub load_runs: usize,
+    /// Requests left out because the server sent their whole stream at one instant.
+    pub held_whole: usize,
+    /// Files left out because every successful request in them was held whole.
+    pub held_files: Vec<String>,
     pub config: mock_server::Config,
     /// The preset's TOML text, each value marked.
     pub text: String,
@@ -131,9 +135,18 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
     let base = base_preset(&o.base).map_err(CalibrateError::Usage)?;
     let (mut sweep, mut loads) = (Vec::<Observed>::new(), Vec::<Vec<Observed>>::new());
     let (mut infos, mut servers) = (Vec::new(), Vec::<(String, String)>::new());
+    let (mut held_whole, mut held_files) = (0, Vec::new());
     for f in &o.files {
         let records = read_records_strict(f).map_err(data)?;
-        let obs: Vec<Observed> = records.iter().filter_map(observed).collect();
+        let (held, obs): (Vec<Observed>, Vec<Observed>) = records
+            .iter()
+            .filter_map(observed)
+            .partition(Observed::held_whole);
+        held_whole += held.len();
+        if obs.is_empty() && !held.is_empty() {
+            held_files.push(f.display().to_string());
+            continue;
+        }
         if obs.is_empty() {
             return Err(data(anyhow::anyhow!(
                 "{}: no successful streaming request with its trace ({} records)",
@@ -203,6 +216,8 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
         chunk_source,
         sweep_requests: sweep.len(),
         load_runs: loads.len(),
+        held_whole,
+        held_files,
         config,
         text,
     })

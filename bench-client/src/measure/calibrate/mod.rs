@@ -41,6 +41,12 @@ impl Observed {
     pub fn ttft_s(&self) -> Option<f64> {
         self.chunks.first().map(|c| c.0)
     }
+
+    /// Whether its chunks all arrived at one instant: the server held the stream and sent it
+    /// whole (seen on vLLM on 2 cores), so it times none of the server's passes.
+    pub fn held_whole(&self) -> bool {
+        self.chunks.len() > 1 && self.chunks.iter().all(|c| c.0 == self.chunks[0].0)
+    }
 }
 
 /// What the server said about itself (SGLang's `/server_info`), or flags in its place.
