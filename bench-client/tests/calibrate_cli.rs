@@ -233,3 +233,42 @@ fn streams_sent_whole_at_one_instant_are_left_out() {
         "{out}"
     );
 }
+
+/// `--contexts` fits the sweep at those lengths alone and holds the others out; too few left is
+/// refused as ever.
+#[test]
+fn contexts_held_out_are_left_out_of_the_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sweep4 = sweep(d, "four.jsonl", "1k,2k,3k,4k", &["--interleave"]);
+    let preset = d.join("twin.toml");
+    let o = run(&[
+        "calibrate",
+        sweep4.to_str().unwrap(),
+        "--contexts",
+        "1k,2k,4k",
+        "--out",
+        preset.to_str().unwrap(),
+    ]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("sweep requests at 3000 tokens held out"),
+        "{err}"
+    );
+    assert!(err.contains("calibrating from 3 sweep requests"), "{err}");
+    assert!(
+        out.contains("context 4000") && !out.contains("context 3000"),
+        "{out}"
+    );
+    let o = run(&[
+        "calibrate",
+        sweep4.to_str().unwrap(),
+        "--contexts",
+        "1k,2k",
+        "--out",
+        preset.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    assert!(stderr(&o).contains("(have 2)"), "{}", stderr(&o));
+}

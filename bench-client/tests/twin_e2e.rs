@@ -183,6 +183,7 @@ proptest! {
                 files: vec![sw.clone(), ld.clone()],
                 base: "small-cpu-demo".into(),
                 chunked_prefill_size: None,
+                contexts: None,
             })
             .unwrap()
         });

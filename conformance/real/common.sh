@@ -314,11 +314,14 @@ run_decide() {
     return "$rc"
 }
 
-# run_twin NAME URL API [MODEL]: only what the twin check needs, in target/real/NAME/twin/: three rounds of
-# a sweep at 256, 1k and 3k and a load run at concurrency 4 (what `calibrate` fits from), a held-out sweep
-# (512, 2k) and held-out load runs at concurrency 2 and 8 (what the twin predicts), then `run_twin_check`.
+# run_twin NAME URL API [MODEL]: only what the twin check needs, in target/real/NAME/twin/:
+# LLMB_TWIN_ROUNDS (default 5) rounds of an interleaved sweep at 256, 512, 1k, 2k and 3k (the fit's
+# contexts and the held-out ones, run round-robin), a load run at concurrency 4 (what `calibrate` fits
+# from) and held-out load runs at concurrency 2 and 8 (what the twin predicts), then `run_twin_check`.
 # Requests of a held-out load run at concurrency $1, on the server and in the twin alike.
 held_out_requests() { echo $((8 * $1 + 8)); }
+# The sweep contexts `calibrate` fits from; the twin predicts the others.
+TWIN_FIT_CONTEXTS=256,1024,3000
 
 run_twin() {
     local name="$1" url="$2" api="$3" out rc=0 k c
@@ -328,14 +331,19 @@ run_twin() {
     mkdir -p "$out"
     rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.json "$out"/*.md "$out"/*.toml
     warm_up "$out" "${target[@]}"
-    # Three rounds, each with its share of what is fitted and of what is predicted, so that a drift
-    # of the machine falls on both. Each side's medians are over as many requests per context as the
-    # fit's (15), the load runs' over 24 (c=2) and 72 (c=8) requests a round.
-    for k in 1 2 3; do
-        repeat_runs "$out" "a$k" "${target[@]}" || rc=1
-        run_step "held-out sweep $k (512, 2k)" "$out/sweep-heldout$k.txt" bench-client sweep \
-            "${target[@]}" --contexts 512,2048 --runs 5 --warmup 1 --output-tokens 64 --no-progress \
-            --seed "${k}3" --out "$out/sweep-heldout$k.jsonl" || rc=1
+    # Rounds, each with its share of what is fitted and of what is predicted, so that a drift of the
+    # machine falls on both; within a round's sweep the fitted and held-out contexts alternate request
+    # by request. Every context gets 5 requests a round, the load runs 24 (c=2) and 72 (c=8).
+    for k in $(seq 1 "${LLMB_TWIN_ROUNDS:-5}"); do
+        run_step "sweep $k (256, 512, 1k, 2k, 3k, interleaved)" "$out/sweep-a$k.txt" bench-client sweep \
+            "${target[@]}" --contexts 256,512,1024,2048,3000 --interleave --runs 5 --warmup 1 \
+            --output-tokens 64 --no-progress --seed "${k}1" --out "$out/sweep-a$k.jsonl" || rc=1
+        # Outputs of different lengths, so that requests start while others decode: a scheduler
+        # that prefills every waiting request first (SGLang's) would else run the four in waves,
+        # each prefilled from an idle server, and no stretch of prefill passes would be timed.
+        run_step "load a$k --concurrency 4" "$out/load-c4a$k.txt" bench-client load "${target[@]}" \
+            --concurrency 4 --num-requests 24 --input-len 1024 --output-len uniform:16:48 --warmup 2 \
+            --seed "${k}4" --no-progress --out "$out/load-c4a$k.jsonl" || rc=1
         for c in 2 8; do
             run_step "held-out load $k --concurrency $c" "$out/load-c$c-$k.txt" bench-client load \
                 "${target[@]}" --concurrency "$c" --num-requests "$(held_out_requests "$c")" --input-len 1024 \
@@ -348,22 +356,30 @@ run_twin() {
 }
 
 # run_twin_check DIR: the twin of a `run_decide` or `run_twin` server. `calibrate` fits the mock from DIR's
-# sweeps at 256, 1k and 3k and load runs at concurrency 4 (sweep-a1..b3, load-c4a1..b3, those present); the twin then runs, simulated, the held-out sweep (512,
-# 2k) and the load runs at concurrency 2 and 8, and DIR/twin-table.md gets measured, predicted and the error
-# of TTFT and decode p50 (sweep) and TTFT and TPOT p50 (load), and the measured medians of each round (how far
-# the server itself moved). Targets (issue 20): 10% and 20%.
+# sweeps at 256, 1k and 3k (sweep-a1.., sweep-b1..; held-out contexts in them are left out) and its load
+# runs at concurrency 4 (load-c4a1.., load-c4b1..); the twin then runs, simulated, the held-out sweep
+# (512, 2k) and the load runs at concurrency 2 and 8, as many rounds as the server's held-out load runs
+# (3 for `run_decide`'s single ones), and DIR/twin-table.md gets measured, predicted and the error of TTFT
+# and decode p50 (sweep) and TTFT and TPOT p50 (load), and the measured medians of each round (how far the
+# server itself moved). Targets (issue 20): 10% and 20%.
 # LLMB_TWIN_CALIBRATE_ARGS: more `calibrate` flags (what the server does not report).
 run_twin_check() {
-    local d="$1" c k f measured files=()
+    local d="$1" c k f rounds files=()
     rm -f "$d"/twin-*.jsonl "$d"/twin-*.json "$d"/twin-*.txt "$d/twin.toml" "$d/twin-table.md"
-    for k in a1 a2 a3 b1 b2 b3; do
-        [[ -f "$d/sweep-$k.jsonl" ]] && files+=("$d/sweep-$k.jsonl" "$d/load-c4$k.jsonl")
+    for f in "$d"/sweep-[ab][0-9]*.jsonl; do
+        [[ -f "$f" && "$f" != *.manifest.jsonl ]] || continue
+        k="${f##*/sweep-}"
+        files+=("$f" "$d/load-c4${k%.jsonl}.jsonl")
     done
     run_step "calibrate from $((${#files[@]} / 2)) sweeps and as many load runs at concurrency 4" "$d/calibrate.txt" \
-        bench-client calibrate "${files[@]}" ${LLMB_TWIN_CALIBRATE_ARGS:-} --out "$d/twin.toml" || return 1
-    # Three rounds on the twin too, each with its own draws (the mock's seed) and the server's
-    # round's client seed, so that both sides' medians are over as many requests.
-    for k in 1 2 3; do
+        bench-client calibrate "${files[@]}" --contexts "$TWIN_FIT_CONTEXTS" ${LLMB_TWIN_CALIBRATE_ARGS:-} \
+        --out "$d/twin.toml" || return 1
+    rounds=0
+    for f in "$d"/load-c2-[0-9]*.jsonl; do [[ -f "$f" && "$f" != *.manifest.jsonl ]] && rounds=$((rounds + 1)); done
+    ((rounds > 0)) || rounds=3
+    # As many rounds on the twin, each with its own draws (the mock's seed) and the server's round's
+    # client seed, so that both sides' medians are over as many requests.
+    for k in $(seq 1 "$rounds"); do
         run_step "the twin: held-out sweep $k (512, 2k), simulated" "$d/twin-heldout$k.txt" bench-client sweep \
             --preset-file "$d/twin.toml" --mock-set "seed=$k" --simulate --contexts 512,2048 --runs 5 --warmup 1 \
             --output-tokens 64 --seed "${k}3" --no-progress --out "$d/twin-heldout$k.jsonl" || return 1
@@ -409,11 +425,13 @@ def by_round(prefix, keep, get):
 def pooled(prefix, keep, get):
     vals = [v for recs in files(prefix) for v in (get(r) for r in recs if keep(r)) if v is not None]
     return median(vals)
-for ctx in sorted({r["context_tokens"] for recs in files("sweep-heldout") for r in recs}):
+# The held-out contexts are the twin's; on the server they are in the held-out sweeps (`run_decide`)
+# or interleaved with the fitted ones in each round's sweep (`run_twin`).
+for ctx in sorted({r["context_tokens"] for recs in files("twin-heldout") for r in recs}):
     at = lambda r, ctx=ctx: r.get("context_tokens") == ctx
     for what, get in (("TTFT p50 ms", lambda r: r.get("ttft_ms")), ("decode p50 tok/s", lambda r: r.get("decode_tok_s"))):
-        row(f"context {ctx}: {what}", pooled("sweep-heldout", at, get), pooled("twin-heldout", at, get), 10,
-            by_round("sweep-heldout", at, get))
+        row(f"context {ctx}: {what}", pooled("sweep-", at, get), pooled("twin-heldout", at, get), 10,
+            by_round("sweep-", at, get))
 # Load runs: the sample median too, not the histogram's p50 (the lowest value with half at or below
 # it), which reads one of the modes their TTFTs fall in, a prefill pass apart (at c=2, stalled by
 # the other's prefill or not).
@@ -422,10 +440,10 @@ for c in (2, 8):
     for m, get in (("TTFT", lambda r: r["load"]["ttft_from_schedule_ms"]), ("TPOT", lambda r: r["tpot_ms"])):
         row(f"load c={c}: {m} median ms", pooled(f"load-c{c}", loaded, get), pooled(f"twin-c{c}", loaded, get),
             20, by_round(f"load-c{c}", loaded, get))
-for prefix in ("sweep-heldout", "load-c2", "load-c8"):
+for prefix, what in (("sweep-", "the sweeps"), ("load-c2", "the c=2 load runs"), ("load-c8", "the c=8 load runs")):
     n = sum(len(recs) for recs in files(prefix, held=True))
     if n:
-        print(f"\nLeft out of {prefix}: {n} requests whose whole response, headers to end, the server sent"
+        print(f"\nLeft out of {what}: {n} requests whose whole response, headers to end, the server sent"
               " at one instant (their TTFT is the whole generation, their decode unmeasurable).")
 PY
     log "twin against the server ($d/twin-table.md):"

@@ -24,6 +24,10 @@ pub(super) struct CalibrateArgs {
     /// Preset (name or TOML file) whose values stand for what the results cannot determine.
     #[arg(long, default_value = "small-cpu-demo")]
     base: String,
+    /// Fit only the sweep requests at these context lengths (comma separated, k = 1,000 tokens),
+    /// holding the others out; default: every context.
+    #[arg(long)]
+    contexts: Option<String>,
     /// The server's chunked prefill size, when its /server_info does not say (-1: none).
     #[arg(long, allow_hyphen_values = true)]
     chunked_prefill_size: Option<i64>,
@@ -44,10 +48,17 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
             ));
         }
     }
+    let contexts = match &a.contexts {
+        Some(c) => {
+            Some(crate::plan::parse_contexts(c).map_err(|e| usage(format!("--contexts: {e:#}")))?)
+        }
+        None => None,
+    };
     let twin = calibrate_files(&CalibrateOptions {
         files: a.files.clone(),
         base: a.base.clone(),
         chunked_prefill_size: a.chunked_prefill_size,
+        contexts,
     })
     .map_err(|e| match e {
         CalibrateError::Usage(e) => CliError::Usage(e),
@@ -77,6 +88,13 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
             None => "the base preset's",
         },
     );
+    if !twin.held_out_contexts.is_empty() {
+        let held: Vec<String> = twin.held_out_contexts.iter().map(u32::to_string).collect();
+        eprintln!(
+            "note: sweep requests at {} tokens held out (--contexts)",
+            held.join(", ")
+        );
+    }
     if twin.held_whole > 0 {
         eprintln!(
             "note: left out {} requests whose whole stream arrived at one instant (the server held it: it times none of its passes){}",

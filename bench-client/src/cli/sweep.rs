@@ -33,6 +33,10 @@ pub(super) struct SweepArgs {
     /// Warm-up requests per context length (not recorded).
     #[arg(long, default_value_t = 1)]
     warmup: u32,
+    /// Run the contexts round-robin (run 1 of each, then run 2 of each, ...), so that a drift of
+    /// the server over the sweep falls on every context alike; default: context by context.
+    #[arg(long)]
+    interleave: bool,
     /// `two-point` runs the old two-request method beside the streaming one.
     #[arg(long, value_enum, default_value = "streaming")]
     method: Method,
@@ -124,6 +128,7 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
         output_tokens: a.output_tokens,
         runs: a.runs,
         warmup: a.warmup,
+        interleave: a.interleave,
         method: a.method,
         flush_cache: a.flush_cache,
         two_point_tokens: (a.two_point_a, a.two_point_b),

@@ -41,6 +41,9 @@ pub struct SweepConfig {
     pub runs: u32,
     /// Warm-up requests per context (not recorded).
     pub warmup: u32,
+    /// Runs go round-robin over the contexts (each context's warm-up before its first run), so
+    /// that a drift of the server falls on every context alike; else context by context.
+    pub interleave: bool,
     /// Also run the two-point method beside the streaming one.
     pub method: Method,
     /// Flush the prefix cache before each point (and between the two-point requests).
@@ -85,6 +88,7 @@ impl SweepConfig {
             output_tokens: 64,
             runs: 3,
             warmup: 1,
+            interleave: false,
             method: Method::Streaming,
             flush_cache: false,
             two_point_tokens: (1, 17),
@@ -354,7 +358,7 @@ pub async fn run_sweep_with(
         "invocation": nonce,
         "settings": {
             "contexts": cfg.contexts, "output_tokens": cfg.output_tokens, "runs": cfg.runs,
-            "warmup": cfg.warmup, "method": cfg.method, "flush_cache": cfg.flush_cache,
+            "warmup": cfg.warmup, "interleave": cfg.interleave, "method": cfg.method, "flush_cache": cfg.flush_cache,
             "two_point_tokens": [cfg.two_point_tokens.0, cfg.two_point_tokens.1], "token_id_range": [cfg.token_id_range.0, cfg.token_id_range.1],
             "prompt": { "kind": source.kind(cfg.target.dialect), "tokenizer": source.tokenizer_path() },
             "resume": cfg.resume, "on_crash": format!("{:?}", cfg.on_crash).to_lowercase(),
@@ -379,100 +383,212 @@ pub async fn run_sweep_with(
         nonce,
         counter: 0,
     };
-    let per_point = if cfg.method == Method::TwoPoint { 2 } else { 1 };
-    let total = cfg.contexts.len() as u64 * u64::from(cfg.runs) * per_point;
+    let (steps, skipped) = plan(cfg, &done);
+    let total = skipped as u64
+        + steps
+            .iter()
+            .filter(|(_, s)| matches!(s, Step::Measure(..)))
+            .count() as u64;
     let bar = super::progress::bar(Some(total), cfg.progress);
+    bar.inc(skipped as u64);
     let mut outcome = SweepOutcome {
         records: Vec::new(),
-        skipped: 0,
+        skipped,
         stopped: None,
         interrupted: false,
         out: cfg.out.clone(),
     };
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
-    'outer: for &context in &cfg.contexts {
-        let todo: Vec<(Method, u32)> = (0..cfg.runs)
-            .flat_map(|run| {
-                let mut v = vec![(Method::Streaming, run)];
-                if cfg.method == Method::TwoPoint {
-                    v.push((Method::TwoPoint, run));
-                }
-                v
-            })
-            .filter(|(m, run)| !done.contains(&(*m, context, *run)))
-            .collect();
-        outcome.skipped += (cfg.runs as usize * per_point as usize) - todo.len();
-        bar.inc(total.min((cfg.runs as u64 * per_point) - todo.len() as u64));
-        if todo.is_empty() {
-            continue;
-        }
-        for w in 0..cfg.warmup {
-            bar.set_message(format!(
-                "{context} tokens: warm-up {}/{}",
-                w + 1,
-                cfg.warmup
-            ));
-            let spec = tokio::select! {
-                s = runner.next_spec(context, cfg.output_tokens) => s?,
-                _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
-            };
-            let trace = tokio::select! {
-                t = net::send(&runner.http, &cfg.target, &spec, &cfg.timeouts) => t,
-                _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
-            };
-            if let Some(f) = trace.failure() {
-                tracing::warn!("warm-up at {context} tokens failed: {}", f.message);
-            }
-        }
-        for (method, run) in todo {
-            bar.set_message(format!(
-                "{context} tokens, run {}, {}",
-                run + 1,
-                method.as_str()
-            ));
-            let rec = tokio::select! {
-                r = async {
-                    match method {
-                        Method::Streaming => runner.streaming(context, run).await,
-                        Method::TwoPoint => runner.two_point(context, run).await,
-                    }
-                } => r,
-                _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
-            }?;
-            writer.append(&rec)?;
-            bar.inc(1);
-            let msg = match (&rec.error, rec.ttft_ms, rec.decode_tok_s) {
-                (Some(e), _, _) => format!("{context}: {} {}", e.kind, rec.method.as_str()),
-                (None, Some(t), Some(d)) => {
-                    format!("{context}: TTFT {t:.1} ms, decode {d:.1} tok/s")
-                }
-                (None, Some(t), None) => format!("{context}: TTFT {t:.1} ms"),
-                _ => format!("{context}: {}", rec.method.as_str()),
-            };
-            bar.set_message(msg);
-            if rec.contaminated {
-                tracing::warn!(
-                    "point {context} tokens run {run} contaminated: {}",
-                    rec.contamination.join("; ")
-                );
-            }
-            let down = is_down(&rec);
-            let message = rec.error.as_ref().map(|e| e.message.clone());
-            outcome.records.push(rec);
-            if down && !runner.server_is_up(&bar).await {
-                let kept = read_records(&cfg.out)
-                    .map(|r| r.iter().filter(|r| !r.failed()).count())
-                    .unwrap_or(0);
-                outcome.stopped = Some(format!(
-                    "the server stopped answering at {context} tokens ({}); {kept} measured points are kept in {}; start the server again and rerun with --resume to continue",
-                    message.unwrap_or_default(),
-                    cfg.out.display()
+    'outer: for (context, step) in steps {
+        let (method, run) = match step {
+            Step::Warmup(w) => {
+                bar.set_message(format!(
+                    "{context} tokens: warm-up {}/{}",
+                    w + 1,
+                    cfg.warmup
                 ));
-                break 'outer;
+                let spec = tokio::select! {
+                    s = runner.next_spec(context, cfg.output_tokens) => s?,
+                    _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
+                };
+                let trace = tokio::select! {
+                    t = net::send(&runner.http, &cfg.target, &spec, &cfg.timeouts) => t,
+                    _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
+                };
+                if let Some(f) = trace.failure() {
+                    tracing::warn!("warm-up at {context} tokens failed: {}", f.message);
+                }
+                continue;
             }
+            Step::Measure(method, run) => (method, run),
+        };
+        bar.set_message(format!(
+            "{context} tokens, run {}, {}",
+            run + 1,
+            method.as_str()
+        ));
+        let rec = tokio::select! {
+            r = async {
+                match method {
+                    Method::Streaming => runner.streaming(context, run).await,
+                    Method::TwoPoint => runner.two_point(context, run).await,
+                }
+            } => r,
+            _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
+        }?;
+        writer.append(&rec)?;
+        bar.inc(1);
+        let msg = match (&rec.error, rec.ttft_ms, rec.decode_tok_s) {
+            (Some(e), _, _) => format!("{context}: {} {}", e.kind, rec.method.as_str()),
+            (None, Some(t), Some(d)) => {
+                format!("{context}: TTFT {t:.1} ms, decode {d:.1} tok/s")
+            }
+            (None, Some(t), None) => format!("{context}: TTFT {t:.1} ms"),
+            _ => format!("{context}: {}", rec.method.as_str()),
+        };
+        bar.set_message(msg);
+        if rec.contaminated {
+            tracing::warn!(
+                "point {context} tokens run {run} contaminated: {}",
+                rec.contamination.join("; ")
+            );
+        }
+        let down = is_down(&rec);
+        let message = rec.error.as_ref().map(|e| e.message.clone());
+        outcome.records.push(rec);
+        if down && !runner.server_is_up(&bar).await {
+            let kept = read_records(&cfg.out)
+                .map(|r| r.iter().filter(|r| !r.failed()).count())
+                .unwrap_or(0);
+            outcome.stopped = Some(format!(
+                "the server stopped answering at {context} tokens ({}); {kept} measured points are kept in {}; start the server again and rerun with --resume to continue",
+                message.unwrap_or_default(),
+                cfg.out.display()
+            ));
+            break 'outer;
         }
     }
     bar.finish_and_clear();
     Ok(outcome)
+}
+
+/// One request of a sweep at a context: a warm-up (its number) or a measured point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Warmup(u32),
+    Measure(Method, u32),
+}
+
+/// The sweep's requests in order, those already in `done` left out (with a context's warm-up only
+/// if it has a point left), and how many points were left out.
+fn plan(cfg: &SweepConfig, done: &HashSet<(Method, u32, u32)>) -> (Vec<(u32, Step)>, usize) {
+    let methods: &[Method] = if cfg.method == Method::TwoPoint {
+        &[Method::Streaming, Method::TwoPoint]
+    } else {
+        &[Method::Streaming]
+    };
+    let todo = |context: u32, runs: std::ops::Range<u32>| -> Vec<(u32, Step)> {
+        runs.flat_map(|run| methods.iter().map(move |&m| (m, run)))
+            .filter(|&(m, run)| !done.contains(&(m, context, run)))
+            .map(|(m, run)| (context, Step::Measure(m, run)))
+            .collect()
+    };
+    let warmups = |context: u32| (0..cfg.warmup).map(move |w| (context, Step::Warmup(w)));
+    let mut steps = Vec::new();
+    let mut warmed = HashSet::new();
+    let rounds: Vec<std::ops::Range<u32>> = if cfg.interleave {
+        (0..cfg.runs).map(|r| r..r + 1).collect()
+    } else {
+        std::iter::once(0..cfg.runs).collect()
+    };
+    let mut measured = 0;
+    for runs in rounds {
+        for &context in &cfg.contexts {
+            let points = todo(context, runs.clone());
+            if points.is_empty() {
+                continue;
+            }
+            if warmed.insert(context) {
+                steps.extend(warmups(context));
+            }
+            measured += points.len();
+            steps.extend(points);
+        }
+    }
+    let all = cfg.contexts.len() * cfg.runs as usize * methods.len();
+    (steps, all - measured)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(interleave: bool) -> SweepConfig {
+        SweepConfig {
+            contexts: vec![100, 200],
+            runs: 2,
+            warmup: 1,
+            interleave,
+            ..SweepConfig::new(
+                Target {
+                    base_url: "http://127.0.0.1:1".into(),
+                    dialect: crate::Dialect::Sglang,
+                    model: None,
+                    api_key: None,
+                },
+                PathBuf::from("unused.jsonl"),
+            )
+        }
+    }
+
+    fn m(run: u32) -> Step {
+        Step::Measure(Method::Streaming, run)
+    }
+
+    #[test]
+    fn a_sweep_runs_context_by_context_or_round_robin() {
+        let none = HashSet::new();
+        let (steps, skipped) = plan(&cfg(false), &none);
+        assert_eq!(skipped, 0);
+        let w = Step::Warmup(0);
+        assert_eq!(
+            steps,
+            vec![
+                (100, w),
+                (100, m(0)),
+                (100, m(1)),
+                (200, w),
+                (200, m(0)),
+                (200, m(1))
+            ]
+        );
+        let (steps, _) = plan(&cfg(true), &none);
+        assert_eq!(
+            steps,
+            vec![
+                (100, w),
+                (100, m(0)),
+                (200, w),
+                (200, m(0)),
+                (100, m(1)),
+                (200, m(1))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_resumed_sweep_skips_what_is_done_and_warms_up_only_before_what_is_left() {
+        let done: HashSet<(Method, u32, u32)> = [
+            (Method::Streaming, 100, 0),
+            (Method::Streaming, 100, 1),
+            (Method::Streaming, 200, 0),
+        ]
+        .into();
+        for interleave in [false, true] {
+            let (steps, skipped) = plan(&cfg(interleave), &done);
+            assert_eq!(skipped, 3);
+            assert_eq!(steps, vec![(200, Step::Warmup(0)), (200, m(1))]);
+        }
+    }
 }

@@ -22,6 +22,8 @@ pub struct CalibrateOptions {
     pub base: String,
     /// The chunked prefill size, when the manifests' `/server_info` does not say.
     pub chunked_prefill_size: Option<i64>,
+    /// Fit only the sweep requests at these context lengths (the rest held out); `None`: all.
+    pub contexts: Option<Vec<u32>>,
 }
 
 /// Why calibration stopped: the options (usage) or the data.
@@ -45,6 +47,8 @@ pub struct Twin {
     pub held_whole: usize,
     /// Files left out because every successful request in them was held whole.
     pub held_files: Vec<String>,
+    /// Sweep context lengths left out by [`CalibrateOptions::contexts`].
+    pub held_out_contexts: Vec<u32>,
     pub config: mock_server::Config,
     /// The preset's TOML text, each value marked.
     pub text: String,
@@ -174,6 +178,16 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
             sweep.extend(obs);
         }
     }
+    let mut held_out_contexts = Vec::new();
+    if let Some(keep) = &o.contexts {
+        for r in &sweep {
+            if !keep.contains(&r.context) && !held_out_contexts.contains(&r.context) {
+                held_out_contexts.push(r.context);
+            }
+        }
+        held_out_contexts.sort_unstable();
+        sweep.retain(|r| keep.contains(&r.context));
+    }
     let mut facts = facts_of(&infos);
     let chunk_source = match (facts.chunked_prefill_size, o.chunked_prefill_size) {
         (_, Some(c)) => {
@@ -218,6 +232,7 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
         load_runs: loads.len(),
         held_whole,
         held_files,
+        held_out_contexts,
         config,
         text,
     })

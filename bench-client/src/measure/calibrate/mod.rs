@@ -247,10 +247,8 @@ pub fn fit_prefill(
         None => {
             // Three contexts for four parameters, or as many passes at every context (no
             // chunking, or every prompt under one chunk): the way in and out cannot be told from
-            // the pass's base cost. Both are counted as prefill_base_s, which reproduces TTFT.
-            notes.push(
-                "the sweep cannot tell the constant way in and out from a pass's base cost (three contexts, or as many passes at each): both are counted in prefill_base_s".into(),
-            );
+            // the pass's base cost. Both are counted as prefill_base_s, which reproduces TTFT,
+            // unless another cost then comes out negative: see `least_way`.
             let terms: Vec<Vec<f64>> = rows.iter().map(|r| vec![r[1], r[2], r[3]]).collect();
             let b = lsq::solve_non_negative(&terms, &y).ok_or_else(|| Unfit {
                 param: "prefill_per_token_s, prefill_per_token_pair_s",
@@ -258,7 +256,17 @@ pub fn fit_prefill(
                     "contexts whose prefill terms are not proportional (three distinct lengths)"
                         .into(),
             })?;
-            (vec![0.0, b[0], b[1], b[2]], true)
+            let merged = vec![0.0, b[0], b[1], b[2]];
+            let b = least_way(&rows, &y, merged);
+            notes.push(if b[0] > 0.0 {
+                format!(
+                    "the sweep cannot tell the constant way in and out from a pass's base cost (three contexts): counted in prefill_base_s, a cost would come out negative; the way in and out is the least that fits the contexts with no cost negative ({:.3} ms)",
+                    b[0] * 1e3
+                )
+            } else {
+                "the sweep cannot tell the constant way in and out from a pass's base cost (three contexts, or as many passes at each): both are counted in prefill_base_s".into()
+            });
+            (b, true)
         }
     };
     // Only where the sweep cannot tell the way in and out apart itself: where it can (four or
@@ -272,6 +280,41 @@ pub fn fit_prefill(
     negative_notes(&b, merged, &mut notes);
     let (points, r_squared) = fit_points(&rows, &y, labels, &b);
     Ok(PrefillFit::new(&b, points, r_squared, notes))
+}
+
+/// Among the prefill fits with no cost negative, the closest to the sweep's medians, and of those
+/// the one with the least way in and out. `merged` (the way in and out counted in
+/// `prefill_base_s`, the negative costs refitted at 0) competes with each fit that leaves one of
+/// the other three costs out and fits the way in and out instead: with three contexts, where
+/// `merged` had to set a cost to 0 and so misses them, one of those fits all three exactly.
+fn least_way(rows: &[Vec<f64>], y: &[f64], merged: Vec<f64>) -> Vec<f64> {
+    let rss = |b: &[f64]| -> f64 {
+        rows.iter()
+            .zip(y)
+            .map(|(r, v)| (lsq::predict(r, b) - v).powi(2))
+            .sum()
+    };
+    let mut fits = vec![merged];
+    for dropped in 1..4 {
+        let cols: Vec<usize> = (0..4).filter(|&j| j != dropped).collect();
+        let sub: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|r| cols.iter().map(|&j| r[j]).collect())
+            .collect();
+        if let Some(b) = lsq::solve(&sub, y).filter(|b| b.iter().all(|v| *v >= 0.0)) {
+            let mut full = vec![0.0; 4];
+            for (j, v) in cols.iter().zip(b) {
+                full[*j] = v;
+            }
+            fits.push(full);
+        }
+    }
+    let best = fits.iter().map(|b| rss(b)).fold(f64::INFINITY, f64::min);
+    let scale: f64 = y.iter().map(|v| v * v).sum();
+    fits.into_iter()
+        .filter(|b| rss(b) <= best + 1e-12 * scale)
+        .min_by(|a, b| a[0].total_cmp(&b[0]))
+        .unwrap_or_else(|| vec![0.0; 4])
 }
 
 const PREFILL_PARAMS: [&str; 4] = [
@@ -549,21 +592,24 @@ pub fn calibrate(
     let shape = fit_shape(&all, facts);
     let lag = facts.results_after_next_pass == Some(true);
     let decode = decode::fit_decode(sweep, loads, spec, lag, base_per_request_s)?;
+    // A pass's chunks come out at its end (with `lag`, the next pass's), so the gaps between
+    // passes are their durations (not with tokens coalesced over steps: a step may send nothing).
+    let coalesced = matches!(shape, Shape::Plain { stream_interval } if stream_interval > 1);
+    let under_load: Vec<Vec<passes::Stretch>> = if coalesced {
+        Vec::new()
+    } else {
+        loads
+            .iter()
+            .map(|run| passes::stretches(run, &decode, facts.chunk(), lag))
+            .collect()
+    };
+    if lag || !under_load.is_empty() {
+        prefill = fit_prefill(sweep, facts, lag.then_some(&decode), &under_load)?;
+    }
     if lag {
-        prefill = fit_prefill(sweep, facts, Some(&decode), &[])?;
         prefill.notes.push(
             "a pass's results leave after the next pass (SGLang's overlap scheduler on CPU): TTFT is fitted less the request's first decode step".into(),
         );
-    } else if !loads.is_empty()
-        && !matches!(shape, Shape::Plain { stream_interval } if stream_interval > 1)
-    {
-        // A pass's chunks come out at its end, so the gaps between passes are their durations
-        // (not with tokens coalesced over steps: a step may send nothing).
-        let under_load: Vec<Vec<passes::Stretch>> = loads
-            .iter()
-            .map(|run| passes::stretches(run, &decode, facts.chunk()))
-            .collect();
-        prefill = fit_prefill(sweep, facts, None, &under_load)?;
     }
     Ok(Calibration {
         prefill,
