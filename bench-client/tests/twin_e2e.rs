@@ -43,10 +43,10 @@ fn target(s: &MockServer) -> Target {
     }
 }
 
-async fn sweep(s: &MockServer, out: &Path) {
+async fn sweep(s: &MockServer, out: &Path, contexts: Vec<u32>) {
     let cfg = SweepConfig {
         stamping: Stamping::Socket,
-        contexts: contexts(),
+        contexts,
         output_tokens: 64,
         runs: 1,
         warmup: 0,
@@ -61,11 +61,11 @@ async fn sweep(s: &MockServer, out: &Path) {
     assert!(o.stopped.is_none(), "{:?}", o.stopped);
 }
 
-async fn load(s: &MockServer, out: &Path) {
+async fn load(s: &MockServer, out: &Path, input: u32) {
     let schedule =
         Schedule::new(Arrivals::Closed { concurrency: 4 }, Stop::Requests(16), 5).unwrap();
     let workload = Workload::Random {
-        input: LenDist::Fixed { n: 128 },
+        input: LenDist::Fixed { n: input },
         // Outputs of different lengths, so that requests start while others decode.
         output: LenDist::Uniform { lo: 64, hi: 192 },
     };
@@ -169,24 +169,8 @@ proptest! {
     #[test]
     fn a_calibrated_twin_gives_back_the_mock(mock in model()) {
         let dir = tempfile::tempdir().unwrap();
-        let (sw, ld, twin_sw) = (
-            dir.path().join("sweep.jsonl"),
-            dir.path().join("load.jsonl"),
-            dir.path().join("twin.jsonl"),
-        );
-        let twin = paused().block_on(async {
-            let s = MockServer::start(mock.clone()).await.unwrap();
-            sweep(&s, &sw).await;
-            load(&s, &ld).await;
-            s.shutdown().await;
-            calibrate_files(&CalibrateOptions {
-                files: vec![sw.clone(), ld.clone()],
-                base: "small-cpu-demo".into(),
-                chunked_prefill_size: None,
-                contexts: None,
-            })
-            .unwrap()
-        });
+        let twin = calibrated(dir.path(), &mock, contexts(), 128);
+        let (sw, twin_sw) = (dir.path().join("sweep.jsonl"), dir.path().join("twin.jsonl"));
         let c = &twin.config;
         for (name, got, want) in [
             ("prefill_base_s", c.prefill_base_s, mock.prefill_base_s),
@@ -224,7 +208,7 @@ proptest! {
         twin_cfg.port = 0;
         paused().block_on(async {
             let s = MockServer::start(twin_cfg).await.unwrap();
-            sweep(&s, &twin_sw).await;
+            sweep(&s, &twin_sw, contexts()).await;
             s.shutdown().await;
         });
         let (a, b) = (medians(&sw), medians(&twin_sw));
@@ -232,6 +216,64 @@ proptest! {
         for ((ctx, ttft, dec), (_, ttft2, dec2)) in a.iter().zip(&b) {
             prop_assert!(close(*ttft2, *ttft, 0.01), "TTFT p50 at {ctx}: twin {ttft2}, mock {ttft}");
             prop_assert!(close(*dec2, *dec, 0.01), "decode p50 at {ctx}: twin {dec2}, mock {dec}");
+        }
+    }
+}
+
+/// A calibration from the mock's own runs on the paused clock, their results in `dir`
+/// (`sweep.jsonl`, `load.jsonl`): `contexts` swept alone, then a load run of `input`-token prompts.
+fn calibrated(
+    dir: &Path,
+    mock: &Config,
+    contexts: Vec<u32>,
+    input: u32,
+) -> bench_client::drive::twin::Twin {
+    let (sw, ld) = (dir.join("sweep.jsonl"), dir.join("load.jsonl"));
+    paused().block_on(async {
+        let s = MockServer::start(mock.clone()).await.unwrap();
+        sweep(&s, &sw, contexts).await;
+        load(&s, &ld, input).await;
+        s.shutdown().await;
+        calibrate_files(&CalibrateOptions {
+            files: vec![sw.clone(), ld.clone()],
+            base: "small-cpu-demo".into(),
+            chunked_prefill_size: None,
+            contexts: None,
+        })
+        .unwrap()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 6,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("tests/twin_e2e.proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
+
+    /// Three sweep contexts (as the live check runs) cannot tell the way in and out from a
+    /// pass's base cost; the load run's stretches of prefill passes, which hold none of it, tell
+    /// them apart. Only where a pass's results leave at its end: after the next pass, a prefill
+    /// pass that finishes no prompt shows its end nowhere, and the stretches are not read.
+    #[test]
+    fn three_contexts_and_a_load_run_give_back_the_way_in_and_out(
+        mock in model(),
+        way in 0.002f64..0.02,
+    ) {
+        let mut mock = mock;
+        mock.stream_latency_s = way;
+        mock.results_after_next_pass = false;
+        let dir = tempfile::tempdir().unwrap();
+        // Lengths whose passes are not proportional to their tokens at any chunk size drawn.
+        let twin = calibrated(dir.path(), &mock, vec![1300, 4100, 8700], 1024);
+        let c = &twin.config;
+        for (name, got, want) in [
+            ("stream_latency_s", c.stream_latency_s, mock.stream_latency_s),
+            ("prefill_base_s", c.prefill_base_s, mock.prefill_base_s),
+            ("prefill_per_token_s", c.prefill_per_token_s, mock.prefill_per_token_s),
+            ("prefill_per_token_pair_s", c.prefill_per_token_pair_s, mock.prefill_per_token_pair_s),
+        ] {
+            prop_assert!(close(got, want, 0.02), "{name}: fitted {got}, mock {want}\n{}", twin.text);
         }
     }
 }

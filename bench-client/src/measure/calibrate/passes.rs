@@ -17,9 +17,6 @@
 //!   left out), and when the server was busy through it: at the start of each of its passes some
 //!   request was running (its first chunk at or before the pass's start, a later chunk at or
 //!   after its end). So a gap never holds the server's idle time or a request's way in.
-//! - Where a pass's results leave when the next pass ends (SGLang's overlap scheduler on CPU),
-//!   the chunks that carry a pass's results came out one pass later: its duration is the gap
-//!   before the one that ends with them.
 
 use super::decode::{DecodeFit, Placed};
 use super::{prefill_terms, Observed};
@@ -78,9 +75,8 @@ fn passes<'a>(placed: &[Placed<'a>], tol: f64) -> Vec<Pass<'a>> {
 }
 
 /// The stretches of prefill passes of one load run (all its requests sent on one clock), costed
-/// with `decode` for the steps and batches; `chunk` is the prefill tokens per pass; `lag`: a
-/// pass's results leave when the next pass ends.
-pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize, lag: bool) -> Vec<Stretch> {
+/// with `decode` for the steps and batches; `chunk` is the prefill tokens per pass.
+pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize) -> Vec<Stretch> {
     let placed: Vec<Placed> = run
         .iter()
         .filter(|r| !r.chunks.is_empty())
@@ -105,11 +101,9 @@ pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize, lag: bool) 
     let mut cur: Option<(Stretch, bool)> = None;
     // The run's first pass prefilled (its first chunk is a first token).
     let mut prev_prefilled = true;
-    let shift = usize::from(lag);
-    for (m, p) in ps.iter().enumerate().skip(1 + shift) {
-        // The pass whose results came out at `p` ran from `prev.at` to `end.at`.
-        let (prev, end) = (&ps[m - 1 - shift], &ps[m - shift]);
-        let dt = end.at - prev.at;
+    for w in ps.windows(2) {
+        let (prev, p) = (&w[0], &w[1]);
+        let dt = p.at - prev.at;
         let prefilled = !p.firsts.is_empty() || dt > 1.5 * decode.step_s(p.batch.max(1), p.context);
         let after_decode = !prev_prefilled;
         prev_prefilled = prefilled;
@@ -129,7 +123,7 @@ pub fn stretches(run: &[Observed], decode: &DecodeFit, chunk: usize, lag: bool) 
             },
             after_decode,
         ));
-        *ok &= busy(prev.at, end.at);
+        *ok &= busy(prev.at, p.at);
         s.passes += 1.0;
         s.time_s += dt;
         s.batch_s += decode.batch_s(p.batch, p.context);

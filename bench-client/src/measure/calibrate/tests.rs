@@ -302,7 +302,7 @@ fn a_load_run_s_prefill_stretches_are_the_passes_between_decode_steps() {
     let a = timed(100, 0.0, &[0.10, 0.11, 0.12, 0.13, 0.18, 0.19, 0.20]);
     let b = timed(300, 0.125, &[0.18, 0.19, 0.20, 0.21]);
     let c = timed(200, 0.30, &[0.40, 0.41, 0.42]);
-    let got = passes::stretches(&[a, b, c], &decode, 512, false);
+    let got = passes::stretches(&[a, b, c], &decode, 512);
     assert_eq!(got.len(), 1, "{got:?}");
     let s = got[0];
     assert_eq!((s.passes, s.tokens, s.pairs), (1.0, 300.0, 300.0 * 150.0));
@@ -358,29 +358,6 @@ fn a_three_context_fit_that_would_need_a_negative_cost_takes_the_least_way_in_an
         .collect();
     let p = fit_prefill(&sweep, &facts, None, &[]).unwrap();
     assert!(p.way_s == 0.0 && near(p.base_s, small.pb), "{p:?}");
-}
-
-/// With a pass's results leaving when the next pass ends (SGLang's overlap scheduler on CPU),
-/// the chunks of a pass come out one pass late, and its duration is the gap before theirs.
-#[test]
-fn a_pass_whose_results_leave_a_pass_late_is_timed_by_the_gap_before() {
-    let decode = small_steps();
-    // Passes: A's prefill to 0.10, A's steps of 10 ms to 0.13, B's 50 ms prefill pass (A
-    // stalled: no mixed batches) to 0.18, then both decode to 0.21. Each pass's results leave
-    // when the next pass ends.
-    let a = timed(100, 0.0, &[0.11, 0.12, 0.13, 0.18, 0.20, 0.21]);
-    let b = timed(300, 0.125, &[0.19, 0.20, 0.21]);
-    let got = passes::stretches(&[a.clone(), b.clone()], &decode, 512, true);
-    assert_eq!(got.len(), 1, "{got:?}");
-    let s = got[0];
-    assert_eq!((s.passes, s.tokens, s.batch_s), (1.0, 300.0, 0.0), "{s:?}");
-    assert!(near(s.time_s, 0.05), "{s:?}");
-    // Read as if results left at once, B's pass would be the 10 ms gap before its first chunk.
-    let unshifted = passes::stretches(&[a, b], &decode, 512, false);
-    assert!(
-        unshifted.iter().all(|s| !near(s.time_s, 0.05)),
-        "{unshifted:?}"
-    );
 }
 
 #[test]
@@ -459,7 +436,7 @@ fn a_prefill_pass_that_sent_nothing_still_counts_in_its_stretch() {
     // (0.13 to 0.23), the first of which sends nothing; A decodes before and after.
     let a = timed(100, 0.0, &[0.10, 0.11, 0.12, 0.13, 0.24, 0.25]);
     let b = timed(1000, 0.125, &[0.23, 0.24, 0.25, 0.26]);
-    let got = passes::stretches(&[a, b], &decode, 512, false);
+    let got = passes::stretches(&[a, b], &decode, 512);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!((got[0].passes, got[0].tokens), (2.0, 1000.0), "{got:?}");
     assert!(
