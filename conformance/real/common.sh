@@ -338,11 +338,8 @@ run_twin() {
         run_step "sweep $k (256, 512, 1k, 2k, 3k, interleaved)" "$out/sweep-a$k.txt" bench-client sweep \
             "${target[@]}" --contexts 256,512,1024,2048,3000 --interleave --runs 5 --warmup 1 \
             --output-tokens 64 --no-progress --seed "${k}1" --out "$out/sweep-a$k.jsonl" || rc=1
-        # Outputs of different lengths, so that requests start while others decode (a scheduler
-        # that prefills every waiting request first, SGLang's, would else run the four in waves)
-        # and the batch cost is fitted over batches of every size from 1 to 4.
         run_step "load a$k --concurrency 4" "$out/load-c4a$k.txt" bench-client load "${target[@]}" \
-            --concurrency 4 --num-requests 24 --input-len 1024 --output-len uniform:16:48 --warmup 2 \
+            --concurrency 4 --num-requests 24 --input-len 1024 --output-len 32 --warmup 2 \
             --seed "${k}4" --no-progress --out "$out/load-c4a$k.jsonl" || rc=1
         for c in 2 8; do
             run_step "held-out load $k --concurrency $c" "$out/load-c$c-$k.txt" bench-client load \
