@@ -218,38 +218,7 @@ proptest! {
             prop_assert!(close(*dec2, *dec, 0.01), "decode p50 at {ctx}: twin {dec2}, mock {dec}");
         }
     }
-}
 
-/// A calibration from the mock's own runs on the paused clock, their results in `dir`
-/// (`sweep.jsonl`, `load.jsonl`): `contexts` swept alone, then a load run of `input`-token prompts.
-fn calibrated(
-    dir: &Path,
-    mock: &Config,
-    contexts: Vec<u32>,
-    input: u32,
-) -> bench_client::drive::twin::Twin {
-    let (sw, ld) = (dir.join("sweep.jsonl"), dir.join("load.jsonl"));
-    paused().block_on(async {
-        let s = MockServer::start(mock.clone()).await.unwrap();
-        sweep(&s, &sw, contexts).await;
-        load(&s, &ld, input).await;
-        s.shutdown().await;
-        calibrate_files(&CalibrateOptions {
-            files: vec![sw.clone(), ld.clone()],
-            base: "small-cpu-demo".into(),
-            chunked_prefill_size: None,
-            contexts: None,
-        })
-        .unwrap()
-    })
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 6,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("tests/twin_e2e.proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
 
     /// Three sweep contexts (as the live check runs) cannot tell the way in and out from a
     /// pass's base cost; the load run's stretches of prefill passes, which hold none of it, tell
@@ -276,4 +245,28 @@ proptest! {
             prop_assert!(close(got, want, 0.02), "{name}: fitted {got}, mock {want}\n{}", twin.text);
         }
     }
+}
+
+/// A calibration from the mock's own runs on the paused clock, their results in `dir`
+/// (`sweep.jsonl`, `load.jsonl`): `contexts` swept alone, then a load run of `input`-token prompts.
+fn calibrated(
+    dir: &Path,
+    mock: &Config,
+    contexts: Vec<u32>,
+    input: u32,
+) -> bench_client::drive::twin::Twin {
+    let (sw, ld) = (dir.join("sweep.jsonl"), dir.join("load.jsonl"));
+    paused().block_on(async {
+        let s = MockServer::start(mock.clone()).await.unwrap();
+        sweep(&s, &sw, contexts).await;
+        load(&s, &ld, input).await;
+        s.shutdown().await;
+        calibrate_files(&CalibrateOptions {
+            files: vec![sw.clone(), ld.clone()],
+            base: "small-cpu-demo".into(),
+            chunked_prefill_size: None,
+            contexts: None,
+        })
+        .unwrap()
+    })
 }
