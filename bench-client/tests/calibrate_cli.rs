@@ -167,12 +167,17 @@ fn a_preset_file_with_a_bad_key_is_refused_before_anything_starts() {
     }
 }
 
-/// `src` rewritten as if the server had held every stream and sent it whole: each record's
-/// chunks all arrive at its first chunk's instant.
-fn held_whole(src: &Path, dst: &Path) {
+/// `src` rewritten as if the server had held its first `n` streams and sent each whole: their
+/// chunks all arrive at the first chunk's instant.
+fn held_whole(src: &Path, dst: &Path, n: usize) {
     let mut out = String::new();
-    for line in std::fs::read_to_string(src).unwrap().lines() {
+    for (i, line) in std::fs::read_to_string(src).unwrap().lines().enumerate() {
         let mut r: serde_json::Value = serde_json::from_str(line).unwrap();
+        if i >= n {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
         // The compact trace counts each chunk's instant from the one before.
         let at = r["trace"]["chunks"]["at_ns"].as_array_mut().unwrap();
         assert!(at.len() > 1);
@@ -209,29 +214,31 @@ fn streams_sent_whole_at_one_instant_are_left_out() {
         load.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let held = d.join("held.jsonl");
-    held_whole(&load, &held);
     let preset = d.join("twin.toml");
-    let o = run(&[
-        "calibrate",
-        good.to_str().unwrap(),
-        held.to_str().unwrap(),
-        "--out",
-        preset.to_str().unwrap(),
-    ]);
-    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("3 sweep requests and 0 load run(s)"), "{err}");
-    assert!(
-        err.contains("left out 6 requests whose whole stream arrived at one instant"),
-        "{err}"
-    );
-    assert!(err.contains("held.jsonl"), "{err}");
-    // The held load run fits nothing: the batch cost is the base preset's.
-    assert!(
-        out.contains("decode_per_request_s needs a load run"),
-        "{out}"
-    );
+    // Every stream of the load run held, or one: the run is left out whole either way (one held
+    // stream hides its request from the batches of the others).
+    for (n, count) in [(6, "6 requests"), (1, "1 requests")] {
+        let held = d.join(format!("held{n}.jsonl"));
+        held_whole(&load, &held, n);
+        let o = run(&[
+            "calibrate",
+            good.to_str().unwrap(),
+            held.to_str().unwrap(),
+            "--out",
+            preset.to_str().unwrap(),
+        ]);
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        assert!(err.contains("3 sweep requests and 0 load run(s)"), "{err}");
+        let want = format!("left out {count} whose whole stream arrived at one instant");
+        assert!(err.contains(&want), "{err}");
+        assert!(err.contains(&format!("held{n}.jsonl")), "{err}");
+        // The held load run fits nothing: the batch cost is the base preset's.
+        assert!(
+            out.contains("decode_per_request_s needs a load run"),
+            "{out}"
+        );
+    }
 }
 
 /// `--contexts` fits the sweep at those lengths alone and holds the others out; too few left is

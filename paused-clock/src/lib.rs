@@ -13,6 +13,10 @@
 //! woken meanwhile are done (an event's bytes may still be on their way to the client's socket),
 //! so it ends at the next jump, up to 1 ms late.
 //!
+//! Plain tokio timers are invisible to it: a task that one wakes in the same millisecond as an
+//! exact wait may do its I/O after the hand advance, read up to 1 ms late (the mock's and the
+//! client's own waits on model instants all go through here).
+//!
 //! Call it only on a paused clock, on its current-thread runtime: elsewhere the clock cannot be
 //! advanced by hand.
 
@@ -126,21 +130,24 @@ pub async fn sleep_until(at: Instant) {
 /// waits sleeping on the timer.
 async fn advance_towards(at: Instant) {
     let now = Instant::now();
-    let (to, woken) = WAITS.with_borrow_mut(|w| {
-        let to = w
-            .pending
+    let to = WAITS.with_borrow(|w| {
+        w.pending
             .keys()
             .map(|(t, _)| *t)
             .find(|t| *t > now)
-            .map_or(at, |t| t.min(at));
-        w.shifts += 1;
-        let woken: Vec<Waker> = w.pending.values_mut().filter_map(Option::take).collect();
-        (to, woken)
+            .map_or(at, |t| t.min(at))
     });
-    if to > now {
-        tokio::time::advance(to - now).await;
+    if to <= now {
+        return;
     }
+    let woken: Vec<Waker> = WAITS.with_borrow_mut(|w| {
+        w.shifts += 1;
+        w.pending.values_mut().filter_map(Option::take).collect()
+    });
+    // Woken before the advance's own yield, so that no wait is left asleep if this one is
+    // dropped during it.
     woken.into_iter().for_each(Waker::wake);
+    tokio::time::advance(to - now).await;
 }
 
 #[cfg(test)]

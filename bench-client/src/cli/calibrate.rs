@@ -102,7 +102,10 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
             if twin.held_files.is_empty() {
                 String::new()
             } else {
-                format!("; every request of {} was", twin.held_files.join(", "))
+                format!(
+                    "; left out whole (a load run with one, or nothing else): {}",
+                    twin.held_files.join(", ")
+                )
             }
         );
     }

@@ -45,7 +45,7 @@ pub struct Twin {
     pub load_runs: usize,
     /// Requests left out because the server sent their whole stream at one instant.
     pub held_whole: usize,
-    /// Files left out because every successful request in them was held whole.
+    /// Files left out whole: load runs with a request held whole, sweeps of nothing else.
     pub held_files: Vec<String>,
     /// Sweep context lengths left out by [`CalibrateOptions::contexts`].
     pub held_out_contexts: Vec<u32>,
@@ -146,12 +146,7 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
             .iter()
             .filter_map(observed)
             .partition(Observed::held_whole);
-        held_whole += held.len();
-        if obs.is_empty() && !held.is_empty() {
-            held_files.push(f.display().to_string());
-            continue;
-        }
-        if obs.is_empty() {
+        if obs.is_empty() && held.is_empty() {
             return Err(data(anyhow::anyhow!(
                 "{}: no successful streaming request with its trace ({} records)",
                 f.display(),
@@ -172,7 +167,15 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
                 infos.push(i.clone());
             }
         }
-        if records.iter().any(|r| r.load.is_some()) {
+        held_whole += held.len();
+        let load = records.iter().any(|r| r.load.is_some());
+        // A load run's passes and batches are read from every request together: one held whole
+        // hides its request from them, so the run is left out.
+        if !held.is_empty() && (load || obs.is_empty()) {
+            held_files.push(f.display().to_string());
+            continue;
+        }
+        if load {
             loads.push(obs);
         } else {
             sweep.extend(obs);

@@ -139,8 +139,9 @@ pub fn fit_prefill(
 /// Among the prefill fits with no cost negative, the closest to the sweep's medians, and of those
 /// the one with the least way in and out. `merged` (the way in and out counted in
 /// `prefill_base_s`, the negative costs refitted at 0) competes with each fit that leaves one of
-/// the other three costs out and fits the way in and out instead: with three contexts, where
-/// `merged` had to set a cost to 0 and so misses them, one of those fits all three exactly.
+/// the other three costs out and fits the way in and out instead (its negative costs refitted at
+/// 0 too): with three contexts, where `merged` had to set a cost to 0 and so misses them, one of
+/// those fits all three exactly or nearly.
 fn least_way(rows: &[Vec<f64>], y: &[f64], merged: Vec<f64>) -> Vec<f64> {
     let rss = |b: &[f64]| -> f64 {
         rows.iter()
@@ -155,7 +156,7 @@ fn least_way(rows: &[Vec<f64>], y: &[f64], merged: Vec<f64>) -> Vec<f64> {
             .iter()
             .map(|r| cols.iter().map(|&j| r[j]).collect())
             .collect();
-        if let Some(b) = lsq::solve(&sub, y).filter(|b| b.iter().all(|v| *v >= 0.0)) {
+        if let Some(b) = lsq::solve_non_negative(&sub, y) {
             let mut full = vec![0.0; 4];
             for (j, v) in cols.iter().zip(b) {
                 full[*j] = v;

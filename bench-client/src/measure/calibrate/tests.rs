@@ -346,6 +346,21 @@ fn a_three_context_fit_that_would_need_a_negative_cost_takes_the_least_way_in_an
         "{:?}",
         p.notes
     );
+    // Noisy medians (2%) of a large way in and out: the fit that fits the way leaves no cost
+    // negative once its own negative costs are refitted at 0, and misses none by 1%.
+    let noisy: Vec<Observed> = [(256u32, 0.046364), (1024, 0.058408), (3000, 0.162646)]
+        .iter()
+        .map(|&(p, t)| Observed {
+            context: p,
+            prompt_tokens: p,
+            cached_tokens: 0,
+            sent_s: 0.0,
+            chunks: vec![(t, 1), (t + 0.01, 1)],
+            counts_known: true,
+        })
+        .collect();
+    let p = fit_prefill(&noisy, &facts, None, &[]).unwrap();
+    assert!(p.points.iter().all(|x| x.rel_error().abs() < 0.01), "{p:?}");
     // Where counting it in the base needs no negative cost, that is still the fit.
     let small = Costs {
         way: 0.0,
