@@ -19,6 +19,7 @@ pub mod tokenizer;
 pub mod truth;
 
 pub use config::{Config, ConfigError};
+pub use engine::sim::{Refusal, SimEvent, SimRequest, Simulator};
 pub use http::{app, AppState};
 pub use server::MockServer;
 pub use truth::{ChunkTruth, FinishTruth, GroundTruth, PrefillPass, RequestTruth};

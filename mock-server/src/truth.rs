@@ -238,6 +238,20 @@ impl GroundTruth {
         self.lock().pacing.record(pacing_error_ns);
     }
 
+    /// Takes `rid`'s record out of the store, in O(1): the last record takes its place, so
+    /// [`GroundTruth::all`] is in arrival order only while nothing was taken (the engine path
+    /// takes each request's record when it ends, to run in constant memory).
+    pub(crate) fn take(&self, rid: &str) -> Option<RequestTruth> {
+        let mut s = self.lock();
+        let i = s.index.remove(rid)?;
+        let t = s.order.swap_remove(i);
+        if let Some(moved) = s.order.get(i) {
+            let rid = moved.rid.clone();
+            s.index.insert(rid, i);
+        }
+        Some(t)
+    }
+
     pub(crate) fn contains(&self, rid: &str) -> bool {
         self.lock().index.contains_key(rid)
     }

@@ -88,7 +88,7 @@ pub(super) struct CapacityArgs {
 impl CapacityArgs {
     /// Whether the run is simulated (`--simulate`).
     pub(super) fn simulate(&self) -> bool {
-        self.server.simulate
+        self.server.paused()
     }
 }
 
@@ -205,7 +205,7 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
     let out = a.out.clone().unwrap_or_else(|| default_out("capacity"));
     let load = LoadConfig {
         stamping: a.server.stamping(),
-        simulated: a.server.simulate,
+        simulated: a.server.paused(),
         warmup: a.warmup,
         seed: a.seed,
         token_id_range: a.ids.range(),
@@ -237,10 +237,17 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
 pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> {
     let mut cfg = capacity_config(&a).map_err(CliError::Usage)?;
     let timeouts = cfg.load.timeouts.clone();
-    let (target, mock) = connect(&a.server, &timeouts)
-        .await
-        .map_err(CliError::Usage)?;
-    cfg.load.target = target;
+    let mock = if a.server.simulate {
+        super::common::engine_path(&a.server, &mut cfg.load.target, &mut cfg.load.engine)
+            .map_err(CliError::Usage)?;
+        None
+    } else {
+        let (target, mock) = connect(&a.server, &timeouts)
+            .await
+            .map_err(CliError::Usage)?;
+        cfg.load.target = target;
+        mock
+    };
     eprintln!(
         "capacity search against {} ({}), SLO {} for {:.0}% of requests, step results beside {}",
         cfg.load.target.base_url,
@@ -253,7 +260,8 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     let model0 = tokio::time::Instant::now();
     let outcome = drive::run_capacity(&cfg).await;
     if cfg.load.simulated {
-        super::common::simulated_note(wall0, model0);
+        // The engine path's steps each start at virtual instant 0; the note counts wall time.
+        super::common::simulated_note(wall0, model0.elapsed(), a.server.simulate);
     }
     if let Some(m) = mock {
         m.shutdown().await;

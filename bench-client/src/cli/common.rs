@@ -38,19 +38,45 @@ pub(super) struct ServerArgs {
     /// receive timestamp (Linux) or by the connection's read; or by the request's task (reqwest).
     #[arg(long, value_enum, default_value = "kernel")]
     pub(super) stamping: Stamping,
-    /// Run against the embedded mock on a paused clock: the same code paths and results files, but
-    /// model time passes without waiting, so a long what-if run answers in seconds. Not with --url.
+    /// Run the embedded mock's engine on an exact virtual clock, without HTTP: the same results
+    /// files, every instant where the mock's model puts it, a long what-if in well under a
+    /// second. Not with --url.
     #[arg(long)]
     pub(super) simulate: bool,
+    /// Run against the embedded mock over HTTP on tokio's paused clock: every byte through the
+    /// real client (instants up to 1 ms late). Not with --url.
+    #[arg(long, conflicts_with = "simulate")]
+    pub(super) simulate_http: bool,
 }
 
 impl ServerArgs {
+    /// A simulated run, on either path: the runtime runs on tokio's paused clock.
+    pub(super) fn paused(&self) -> bool {
+        self.simulate || self.simulate_http
+    }
+
+    /// The target of a run on the engine path.
+    pub(super) fn engine_target(&self) -> Target {
+        Target {
+            base_url: crate::drive::ENGINE_URL.into(),
+            dialect: Dialect::Sglang,
+            model: self.model.clone(),
+            api_key: None,
+        }
+    }
+
     /// Checks the server flags before anything starts: `--url` must be an `http://` or
     /// `https://` URL with a host.
     pub(super) fn check(&self) -> anyhow::Result<()> {
-        if self.simulate && self.url.is_some() {
+        if self.paused() && self.url.is_some() {
             anyhow::bail!(
-                "--simulate runs the embedded mock on a paused clock and cannot drive a real server: leave out --url"
+                "--simulate and --simulate-http run the embedded mock and cannot drive a real server: leave out --url"
+            );
+        }
+        if self.simulate && self.api.is_some_and(|d| d != Dialect::Sglang) {
+            anyhow::bail!(
+                "--simulate runs the mock's engine, which takes SGLang's native requests: leave out --api, or use --simulate-http for --api {}",
+                self.api.map_or("", |d| d.as_str())
             );
         }
         if self.url.is_some() && self.preset_file.is_some() {
@@ -101,7 +127,7 @@ impl ServerArgs {
     /// Where streams are stamped: as asked, except that a simulated run stamps at the socket on
     /// the paused clock (the kernel's real-time stamps mean nothing there).
     pub(super) fn stamping(&self) -> Stamping {
-        if self.simulate && self.stamping == Stamping::Kernel {
+        if self.paused() && self.stamping == Stamping::Kernel {
             Stamping::Socket
         } else {
             self.stamping
@@ -218,6 +244,28 @@ pub(super) async fn start_mock(_s: &ServerArgs) -> anyhow::Result<(String, Optio
     anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
 }
 
+/// Sets a run up on the engine path (`--simulate`): the engine's target and the mock's
+/// configuration, checked; nothing is started.
+#[cfg(feature = "embedded-mock")]
+pub(super) fn engine_path(
+    s: &ServerArgs,
+    target: &mut Target,
+    engine: &mut Option<mock_server::Config>,
+) -> anyhow::Result<()> {
+    *target = s.engine_target();
+    *engine = Some(s.mock_config()?);
+    eprintln!(
+        "simulating the embedded mock's engine (preset {}) on its exact virtual clock",
+        s.mock_name()
+    );
+    Ok(())
+}
+
+#[cfg(not(feature = "embedded-mock"))]
+pub(super) fn engine_path(_s: &ServerArgs, _t: &mut Target, _e: &mut Option<()>) -> anyhow::Result<()> {
+    anyhow::bail!("--simulate needs a build with the embedded mock (feature embedded-mock)")
+}
+
 /// The command line for the manifest, with any `--api-key` value removed.
 pub(super) fn redact_args(args: impl Iterator<Item = String>) -> String {
     let mut out = Vec::new();
@@ -287,10 +335,15 @@ impl IdRange {
 }
 
 /// Says that a run was simulated, and how much model time it covered in how much wall time.
-pub(super) fn simulated_note(wall0: std::time::Instant, model0: tokio::time::Instant) {
+pub(super) fn simulated_note(wall0: std::time::Instant, model: Duration, engine_path: bool) {
+    let how = if engine_path {
+        "the embedded mock's engine on its exact virtual clock"
+    } else {
+        "the embedded mock over HTTP on a paused clock"
+    };
     eprintln!(
-        "simulated run (the embedded mock on a paused clock): {:.2} s of model time in {:.2} s of wall time",
-        model0.elapsed().as_secs_f64(),
+        "simulated run ({how}): {:.2} s of model time in {:.2} s of wall time",
+        model.as_secs_f64(),
         wall0.elapsed().as_secs_f64()
     );
 }

@@ -101,7 +101,7 @@ pub(super) struct LoadArgs {
 impl LoadArgs {
     /// Whether the run is simulated (`--simulate`).
     pub(super) fn simulate(&self) -> bool {
-        self.server.simulate
+        self.server.paused()
     }
 }
 
@@ -188,7 +188,7 @@ fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
     let out = a.out.clone().unwrap_or_else(|| default_out("load"));
     let cfg = LoadConfig {
         stamping: a.server.stamping(),
-        simulated: a.server.simulate,
+        simulated: a.server.paused(),
         timeouts,
         warmup: a.warmup,
         max_concurrency: a.max_concurrency,
@@ -209,10 +209,17 @@ fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
 
 pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let mut cfg = load_config(&a).map_err(CliError::Usage)?;
-    let (target, mock) = connect(&a.server, &cfg.timeouts)
-        .await
-        .map_err(CliError::Usage)?;
-    cfg.target = target;
+    let mock = if a.server.simulate {
+        super::common::engine_path(&a.server, &mut cfg.target, &mut cfg.engine)
+            .map_err(CliError::Usage)?;
+        None
+    } else {
+        let (target, mock) = connect(&a.server, &cfg.timeouts)
+            .await
+            .map_err(CliError::Usage)?;
+        cfg.target = target;
+        mock
+    };
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
@@ -226,7 +233,12 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let model0 = tokio::time::Instant::now();
     let outcome = drive::run_load(&cfg).await;
     if cfg.simulated {
-        super::common::simulated_note(wall0, model0);
+        let model = outcome
+            .as_ref()
+            .ok()
+            .and_then(|o| o.model_time)
+            .unwrap_or_else(|| model0.elapsed());
+        super::common::simulated_note(wall0, model, a.server.simulate);
     }
     let cpu = drive::process_cpu_seconds().zip(cpu0).map(|(a, b)| a - b);
     let wall = wall0.elapsed().as_secs_f64();

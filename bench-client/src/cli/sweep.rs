@@ -98,7 +98,7 @@ pub(super) struct SweepArgs {
 impl SweepArgs {
     /// Whether the run is simulated (`--simulate`).
     pub(super) fn simulate(&self) -> bool {
-        self.server.simulate
+        self.server.paused()
     }
 }
 
@@ -123,7 +123,7 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
     let out = a.out.clone().unwrap_or_else(|| default_out("sweep"));
     let cfg = SweepConfig {
         stamping: a.server.stamping(),
-        simulated: a.server.simulate,
+        simulated: a.server.paused(),
         contexts,
         output_tokens: a.output_tokens,
         runs: a.runs,
@@ -149,10 +149,17 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
 
 pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
     let (mut cfg, prompt_source) = sweep_config(&a).map_err(CliError::Usage)?;
-    let (target, mock) = connect(&a.server, &cfg.timeouts)
-        .await
-        .map_err(CliError::Usage)?;
-    cfg.target = target;
+    let mock = if a.server.simulate {
+        super::common::engine_path(&a.server, &mut cfg.target, &mut cfg.engine)
+            .map_err(CliError::Usage)?;
+        None
+    } else {
+        let (target, mock) = connect(&a.server, &cfg.timeouts)
+            .await
+            .map_err(CliError::Usage)?;
+        cfg.target = target;
+        mock
+    };
     let out = cfg.out.clone();
     eprintln!(
         "sweeping {} context lengths against {} ({}), results in {}",
@@ -164,7 +171,12 @@ pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
     let (wall0, model0) = (std::time::Instant::now(), tokio::time::Instant::now());
     let outcome = sweep::run_sweep_with(&cfg, prompt_source).await;
     if cfg.simulated {
-        simulated_note(wall0, model0);
+        let model = outcome
+            .as_ref()
+            .ok()
+            .and_then(|o| o.model_time)
+            .unwrap_or_else(|| model0.elapsed());
+        simulated_note(wall0, model, a.server.simulate);
     }
     if let Some(m) = mock {
         m.shutdown().await;

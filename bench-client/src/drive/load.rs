@@ -73,6 +73,9 @@ pub struct LoadConfig {
     pub command: String,
     /// The run is simulated: the embedded mock on a paused clock (said in the manifest).
     pub simulated: bool,
+    /// Run on the engine path: this mock's engine on its exact virtual clock, no HTTP.
+    #[cfg(feature = "embedded-mock")]
+    pub engine: Option<mock_server::Config>,
 }
 
 impl LoadConfig {
@@ -104,6 +107,8 @@ impl LoadConfig {
             progress: false,
             command: String::new(),
             simulated: false,
+            #[cfg(feature = "embedded-mock")]
+            engine: None,
         }
     }
 }
@@ -138,6 +143,8 @@ pub struct LoadOutcome {
     pub metrics: Option<MetricsDelta>,
     /// Results file.
     pub out: PathBuf,
+    /// On the engine path, the model time the run took.
+    pub model_time: Option<Duration>,
 }
 
 struct LoadRun {
@@ -228,8 +235,44 @@ async fn scrape_samples(
     metrics::samples(&text).map(|m| (m, at))
 }
 
-/// Run a load test, appending each record to `cfg.out` as it finishes.
+/// The manifest line of a load run.
+pub(crate) fn manifest(
+    cfg: &LoadConfig,
+    server_info: Option<serde_json::Value>,
+    start_unix_ms: u64,
+) -> serde_json::Value {
+    json!({
+        "command": cfg.command,
+        "simulated": cfg.simulated,
+        "client_version": env!("CARGO_PKG_VERSION"),
+        "kind": "load",
+        "url": cfg.target.base_url,
+        "dialect": cfg.target.dialect,
+        "model": cfg.target.model,
+        "server_info": server_info,
+        "seed": cfg.seed,
+        "shard": cfg.shard.to_string(),
+        "start_unix_ms": start_unix_ms,
+        "schedule": format!("{:?}", cfg.schedule.arrivals).chars().take(400).collect::<String>(),
+        "stop": format!("{:?}", cfg.schedule.stop),
+        "workload": format!("{:?}", cfg.workload).chars().take(400).collect::<String>(),
+        "warmup": cfg.warmup,
+        "max_concurrency": cfg.max_concurrency,
+        "resume": cfg.resume,
+        "slo": cfg.slo,
+        "stamping": cfg.stamping,
+    })
+}
+
+/// Run a load test, appending each record to `cfg.out` as it finishes (on the engine path, when
+/// the config asks for it, all at the end: the run takes a fraction of a second).
 pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
+    #[cfg(feature = "embedded-mock")]
+    if let Some(mock) = &cfg.engine {
+        let (mut outcome, model) = super::engine::load::run_load_engine(cfg, mock.clone())?;
+        outcome.model_time = Some(model);
+        return Ok(outcome);
+    }
     let planner = cfg.validate()?.salted(
         cfg.prompt_salt
             .or(cfg.start_at_unix_ms)
@@ -293,30 +336,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         tracing::warn!("--start-at is {late:?} in the past: the first requests start late and their client_queue_time shows it");
         now.checked_sub(late).unwrap_or(now)
     };
-    {
-        let manifest = json!({
-            "command": cfg.command,
-            "simulated": cfg.simulated,
-            "client_version": env!("CARGO_PKG_VERSION"),
-            "kind": "load",
-            "url": cfg.target.base_url,
-            "dialect": cfg.target.dialect,
-            "model": cfg.target.model,
-            "server_info": server_info,
-            "seed": cfg.seed,
-            "shard": cfg.shard.to_string(),
-            "start_unix_ms": start_unix_ms,
-            "schedule": format!("{:?}", cfg.schedule.arrivals).chars().take(400).collect::<String>(),
-            "stop": format!("{:?}", cfg.schedule.stop),
-            "workload": format!("{:?}", cfg.workload).chars().take(400).collect::<String>(),
-            "warmup": cfg.warmup,
-            "max_concurrency": cfg.max_concurrency,
-            "resume": cfg.resume,
-            "slo": cfg.slo,
-            "stamping": cfg.stamping,
-        });
-        crate::results::append_manifest(&cfg.out, &manifest)?;
-    }
+    crate::results::append_manifest(&cfg.out, &manifest(cfg, server_info, start_unix_ms))?;
 
     let ctx = Arc::new(LoadRun {
         http: http.clone(),
@@ -525,5 +545,6 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         interrupted,
         metrics,
         out: cfg.out.clone(),
+        model_time: None,
     })
 }

@@ -5,12 +5,17 @@ pub mod capacity;
 pub mod cpu;
 #[cfg(feature = "embedded-mock")]
 pub mod embedded;
+#[cfg(feature = "embedded-mock")]
+pub mod engine;
 pub mod load;
 mod pacer;
 mod progress;
 pub mod sweep;
 #[cfg(feature = "embedded-mock")]
 pub mod twin;
+
+/// Where runs on the engine path (`--simulate`) say the server is.
+pub const ENGINE_URL: &str = "engine://embedded-mock";
 
 pub use capacity::{run_capacity, CapacityConfig, CapacityOutcome};
 pub use cpu::process_cpu_seconds;

@@ -74,6 +74,9 @@ pub struct SweepConfig {
     pub command: String,
     /// The run is simulated: the embedded mock on a paused clock (said in the manifest).
     pub simulated: bool,
+    /// Run on the engine path: this mock's engine on its exact virtual clock, no HTTP.
+    #[cfg(feature = "embedded-mock")]
+    pub engine: Option<mock_server::Config>,
 }
 
 impl SweepConfig {
@@ -104,6 +107,8 @@ impl SweepConfig {
             progress: false,
             command: String::new(),
             simulated: false,
+            #[cfg(feature = "embedded-mock")]
+            engine: None,
         }
     }
 }
@@ -178,11 +183,16 @@ pub struct SweepOutcome {
     pub interrupted: bool,
     /// The results file.
     pub out: PathBuf,
+    /// On the engine path, the model time the sweep took.
+    pub model_time: Option<Duration>,
 }
 
 struct Runner<'a> {
     cfg: &'a SweepConfig,
     http: net::Http,
+    /// The engine path's server, when the sweep runs there.
+    #[cfg(feature = "embedded-mock")]
+    engine: Option<super::engine::EngineServer>,
     prompts: PromptGen,
     source: PromptSource,
     nonce: u64,
@@ -222,8 +232,39 @@ impl Runner<'_> {
         self.cfg.target.api_key.as_deref()
     }
 
-    async fn flush(&self) -> Result<(), String> {
+    /// Sends one request to the server (or the engine path's) and returns its trace.
+    async fn send(&mut self, spec: &RequestSpec) -> crate::trace::RequestTrace {
+        #[cfg(feature = "embedded-mock")]
+        if let Some(e) = &mut self.engine {
+            return e.send(spec);
+        }
+        net::send(&self.http, &self.cfg.target, spec, &self.cfg.timeouts).await
+    }
+
+    async fn flush(&mut self) -> Result<(), String> {
+        #[cfg(feature = "embedded-mock")]
+        if let Some(e) = &mut self.engine {
+            return e.flush_cache();
+        }
         net::flush_cache(&self.http, &self.cfg.target.base_url, self.key()).await
+    }
+
+    async fn health(&self) -> bool {
+        #[cfg(feature = "embedded-mock")]
+        if let Some(e) = &self.engine {
+            return e.healthy();
+        }
+        net::health(&self.http, &self.cfg.target.base_url, self.key()).await
+    }
+
+    /// Waits `d`: on the engine path the virtual clock moves on.
+    async fn pause(&mut self, d: Duration) {
+        #[cfg(feature = "embedded-mock")]
+        if let Some(e) = &mut self.engine {
+            e.sleep(d);
+            return;
+        }
+        tokio::time::sleep(d).await;
     }
 
     async fn streaming(&mut self, context: u32, run: u32) -> anyhow::Result<Record> {
@@ -233,7 +274,7 @@ impl Runner<'_> {
                 tracing::warn!("{e}");
             }
         }
-        let trace = net::send(&self.http, &self.cfg.target, &spec, &self.cfg.timeouts).await;
+        let trace = self.send(&spec).await;
         Ok(Record::streaming(trace, context, run))
     }
 
@@ -248,7 +289,7 @@ impl Runner<'_> {
         let mut spec_b = spec_a.clone();
         spec_b.max_tokens = nb;
         spec_b.rid = format!("{}-b", spec_a.rid);
-        let a = net::send(&self.http, &self.cfg.target, &spec_a, &self.cfg.timeouts).await;
+        let a = self.send(&spec_a).await;
         let mut detail = TwoPointDetail {
             a_tokens: na,
             b_tokens: nb,
@@ -271,7 +312,7 @@ impl Runner<'_> {
             }
             detail.flushed = true;
         }
-        let b = net::send(&self.http, &self.cfg.target, &spec_b, &self.cfg.timeouts).await;
+        let b = self.send(&spec_b).await;
         let result = two_point(&a, &b);
         detail.t_b_ms = Some(basics(&b).e2e_ms);
         detail.cached_tokens_b = b.cached_tokens();
@@ -281,9 +322,8 @@ impl Runner<'_> {
     }
 
     /// After a failure that suggests a crash: is the server back (possibly after waiting)?
-    async fn server_is_up(&self, bar: &ProgressBar) -> bool {
-        let base = &self.cfg.target.base_url;
-        if net::health(&self.http, base, self.key()).await {
+    async fn server_is_up(&mut self, bar: &ProgressBar) -> bool {
+        if self.health().await {
             return true;
         }
         if self.cfg.on_crash == OnCrash::Stop {
@@ -293,10 +333,11 @@ impl Runner<'_> {
             "server down; waiting up to {:?} for /health",
             self.cfg.crash_wait
         ));
-        let deadline = tokio::time::Instant::now() + self.cfg.crash_wait;
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            if net::health(&self.http, base, self.key()).await {
+        let mut waited = Duration::ZERO;
+        while waited < self.cfg.crash_wait {
+            self.pause(Duration::from_secs(1)).await;
+            waited += Duration::from_secs(1);
+            if self.health().await {
                 return true;
             }
         }
@@ -345,6 +386,18 @@ pub async fn run_sweep_with(
     // same seed. 24 bits, because the request counter takes the low 40 bits of the prompt stream.
     let nonce = u64::from(rand::random::<u32>() & 0x00ff_ffff);
     let key = cfg.target.api_key.as_deref();
+    #[cfg(feature = "embedded-mock")]
+    let engine = match &cfg.engine {
+        Some(c) => Some(super::engine::EngineServer::new(c.clone())?),
+        None => None,
+    };
+    #[cfg(feature = "embedded-mock")]
+    let server_info = match &engine {
+        Some(e) => Some(e.server_info()),
+        None => net::server_info(&http, &cfg.target.base_url, key).await,
+    };
+    #[cfg(not(feature = "embedded-mock"))]
+    let server_info = net::server_info(&http, &cfg.target.base_url, key).await;
     let manifest = json!({
         "command": cfg.command,
         "simulated": cfg.simulated,
@@ -353,7 +406,7 @@ pub async fn run_sweep_with(
         "url": cfg.target.base_url,
         "dialect": cfg.target.dialect,
         "model": cfg.target.model,
-        "server_info": net::server_info(&http, &cfg.target.base_url, key).await,
+        "server_info": server_info,
         "seed": cfg.seed,
         "invocation": nonce,
         "settings": {
@@ -378,6 +431,8 @@ pub async fn run_sweep_with(
     let mut runner = Runner {
         cfg,
         http,
+        #[cfg(feature = "embedded-mock")]
+        engine,
         prompts,
         source,
         nonce,
@@ -397,6 +452,7 @@ pub async fn run_sweep_with(
         stopped: None,
         interrupted: false,
         out: cfg.out.clone(),
+        model_time: None,
     };
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -413,7 +469,7 @@ pub async fn run_sweep_with(
                     _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
                 };
                 let trace = tokio::select! {
-                    t = net::send(&runner.http, &cfg.target, &spec, &cfg.timeouts) => t,
+                    t = runner.send(&spec) => t,
                     _ = &mut ctrl_c => { outcome.interrupted = true; break 'outer; }
                 };
                 if let Some(f) = trace.failure() {
@@ -470,6 +526,10 @@ pub async fn run_sweep_with(
         }
     }
     bar.finish_and_clear();
+    #[cfg(feature = "embedded-mock")]
+    if let Some(e) = &runner.engine {
+        outcome.model_time = Some(Duration::from_nanos(e.now_ns()));
+    }
     Ok(outcome)
 }
 

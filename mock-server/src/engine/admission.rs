@@ -69,7 +69,7 @@ impl Engine {
             committed += need;
             if r.output.is_empty() {
                 r.cached = matched;
-                let wait = r.ns(Instant::now());
+                let wait = r.ns(self.now());
                 r.times.forward_entry_ns.get_or_insert(wait);
                 if let Ok(mut s) = self.shared.stats.lock() {
                     s.queue.observe(wait as f64 / 1e9);

@@ -28,12 +28,12 @@ impl Engine {
         // cache and the running set change only at the pass's end, as they would on the server.
         // On the paused clock drawing takes no time: they are drawn at once, so that no wait of
         // the engine's stands beside the output stage's (which would then end late).
-        if self.clock == Clock::Precise {
+        if self.clock == Clock::Precise && self.vnow.is_none() {
             let draw_at = self
                 .output_free
                 .map_or(start, |f| f.max(start))
                 .min(deadline);
-            self.clock.sleep_until(draw_at).await;
+            self.wait_until(draw_at).await;
         }
         let mut stats = PassStats::default();
         let mut drawn = Vec::with_capacity(self.running.len());
@@ -41,7 +41,7 @@ impl Engine {
         let step_tokens = self
             .draw_running(deadline, &mut stats, &mut events, &mut drawn)
             .await;
-        self.clock.sleep_until(deadline).await;
+        self.wait_until(deadline).await;
         let since = self.last_wake.replace(deadline).unwrap_or(start);
         self.end_pass(stats, events, drawn, deadline).await;
         self.gen_throughput(step_tokens, since, deadline);
@@ -81,7 +81,7 @@ impl Engine {
         for (i, mut r) in running.into_iter().enumerate() {
             // Let the output stage and the connections run while a large batch is drawn.
             if i % 32 == 31 {
-                tokio::task::yield_now().await;
+                self.let_others_run().await;
             }
             let before = r.output.len();
             let step = self.step_tokens(&mut r, deadline, stats);

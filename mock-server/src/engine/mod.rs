@@ -12,6 +12,7 @@ pub mod events;
 mod kv;
 mod output;
 mod prefill;
+pub mod sim;
 pub mod stats;
 
 pub use events::{Finish, GenRequest, RequestTimes, SpeculativeStats, StreamEvent};
@@ -66,30 +67,9 @@ impl EngineHandle {
         crashed: Arc<watch::Sender<Option<String>>>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
-            budget: MemoryBudget::new(&config),
-            config: config.clone(),
-            truth,
-            stats: Mutex::new(Stats::default()),
-            crashed,
-            dead: std::sync::atomic::AtomicBool::new(false),
-        });
         let clock = Clock::detect();
-        let (out_tx, out_rx) = mpsc::unbounded_channel();
-        let engine = Engine {
-            rng: ChaCha8Rng::seed_from_u64(config.seed),
-            tree: RadixTree::new(),
-            waiting: VecDeque::new(),
-            prefilling: VecDeque::new(),
-            running: Vec::new(),
-            shared: shared.clone(),
-            last_wake: None,
-            out_tx,
-            output_free: None,
-            lagged: Vec::new(),
-            cfg: config,
-            clock,
-        };
+        let (engine, out_rx) = Engine::new(config, truth, crashed, clock, None);
+        let shared = engine.shared.clone();
         tokio::spawn(engine.run(rx));
         let tick = match clock {
             Clock::Tokio => Duration::ZERO,
@@ -129,6 +109,17 @@ impl EngineHandle {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// What one scheduling step did.
+enum Stepped {
+    /// A pass ran and ended at this instant.
+    Pass(Instant),
+    /// Nothing could run: the head of the queue (this request) was refused, and the chain of
+    /// passes breaks.
+    Refused(Option<String>),
+    /// The server died in the pass.
+    Died,
 }
 
 /// A request inside the engine: what was asked, its KV and cache lock, its output so far.
@@ -192,11 +183,70 @@ struct Engine {
     output_free: Option<Instant>,
     /// With `results_after_next_pass`, the last pass's events, held until the next pass ends.
     lagged: Vec<Outgoing>,
+    /// The engine path's virtual clock (`sim`): waits end at once and move it to their instant.
+    /// `None`: the engine waits on tokio's clock.
+    vnow: Option<Instant>,
 }
 
 impl Engine {
+    /// A new engine on `clock`, or on the virtual clock starting at `vnow` (the engine path), and
+    /// the receiving end of its output stage's queue.
+    fn new(
+        config: Config,
+        truth: GroundTruth,
+        crashed: Arc<watch::Sender<Option<String>>>,
+        clock: Clock,
+        vnow: Option<Instant>,
+    ) -> (Self, mpsc::UnboundedReceiver<Outgoing>) {
+        let shared = Arc::new(Shared {
+            budget: MemoryBudget::new(&config),
+            config: config.clone(),
+            truth,
+            stats: Mutex::new(Stats::default()),
+            crashed,
+            dead: std::sync::atomic::AtomicBool::new(false),
+        });
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let engine = Engine {
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            tree: RadixTree::new(),
+            waiting: VecDeque::new(),
+            prefilling: VecDeque::new(),
+            running: Vec::new(),
+            shared,
+            last_wake: None,
+            out_tx,
+            output_free: None,
+            lagged: Vec::new(),
+            cfg: config,
+            clock,
+            vnow,
+        };
+        (engine, out_rx)
+    }
+
     fn idle(&self) -> bool {
         self.waiting.is_empty() && self.prefilling.is_empty() && self.running.is_empty()
+    }
+
+    /// The engine's present: the virtual clock on the engine path, else tokio's.
+    fn now(&self) -> Instant {
+        self.vnow.unwrap_or_else(Instant::now)
+    }
+
+    /// Waits for `at` on tokio's clock, or moves the virtual clock there at once.
+    async fn wait_until(&mut self, at: Instant) {
+        match &mut self.vnow {
+            Some(v) => *v = (*v).max(at),
+            None => self.clock.sleep_until(at).await,
+        }
+    }
+
+    /// Lets the output stage and the connections run (nothing to let run on the engine path).
+    async fn let_others_run(&self) {
+        if self.vnow.is_none() {
+            tokio::task::yield_now().await;
+        }
     }
 
     fn scaled(&self, secs: f64) -> Duration {
@@ -248,13 +298,8 @@ impl Engine {
         let mut chain: Option<Instant> = None;
         loop {
             if self.idle() {
-                // No pass follows: the last pass's results are processed now.
-                self.release_lagged(chain.unwrap_or_else(Instant::now))
-                    .await;
+                self.go_idle(chain).await;
                 chain = None;
-                self.last_wake = None;
-                // Gauges must read idle (no running requests, cache-only KV) while waiting.
-                self.publish_stats();
                 match rx.recv().await {
                     Some(m) => self.handle(m),
                     None => return,
@@ -268,31 +313,49 @@ impl Engine {
             if self.idle() {
                 continue;
             }
-            let start = chain.unwrap_or_else(Instant::now);
-            let end = if self.plan_prefill(start) && self.prefill_has_room() {
-                match self.prefill_pass(start).await {
-                    Some(end) => end,
-                    None => return, // crashed
-                }
-            } else if !self.running.is_empty() {
-                self.decode_step(start).await
-            } else {
-                // Nothing runs and the head of the queue cannot fit: it can never be served.
-                if let Some(r) = self.waiting.pop_front() {
-                    let msg = format!(
-                        "request needs {} KV tokens but the pool holds {}",
-                        r.target_len(),
-                        self.shared.budget.kv_pool_tokens
-                    );
-                    let _ = r.tx.send(StreamEvent::Error(msg.clone()));
-                    self.finish_truth(&r, FinishTruth::Error(msg));
-                }
-                self.release_lagged(chain.unwrap_or_else(Instant::now))
-                    .await;
-                chain = None;
-                continue;
-            };
-            chain = Some(end);
+            match self.step(chain).await {
+                Stepped::Pass(end) => chain = Some(end),
+                Stepped::Refused(_) => chain = None,
+                Stepped::Died => return,
+            }
+        }
+    }
+
+    /// The engine has nothing queued or running: the last pass's held results are processed now
+    /// (no pass follows) and the gauges read idle (no running requests, cache-only KV).
+    async fn go_idle(&mut self, chain: Option<Instant>) {
+        let at = chain.unwrap_or_else(|| self.now());
+        self.release_lagged(at).await;
+        self.last_wake = None;
+        self.publish_stats();
+    }
+
+    /// One scheduling step of a busy engine: a prefill (or mixed) pass or a decode step from the
+    /// end of the last pass (`chain`) or from now, or, when nothing runs and the head of the
+    /// queue can never fit, that request's refusal.
+    async fn step(&mut self, chain: Option<Instant>) -> Stepped {
+        let start = chain.unwrap_or_else(|| self.now());
+        if self.plan_prefill(start) && self.prefill_has_room() {
+            match self.prefill_pass(start).await {
+                Some(end) => Stepped::Pass(end),
+                None => Stepped::Died,
+            }
+        } else if !self.running.is_empty() {
+            Stepped::Pass(self.decode_step(start).await)
+        } else {
+            let mut refused = None;
+            if let Some(r) = self.waiting.pop_front() {
+                let msg = format!(
+                    "request needs {} KV tokens but the pool holds {}",
+                    r.target_len(),
+                    self.shared.budget.kv_pool_tokens
+                );
+                let _ = r.tx.send(StreamEvent::Error(msg.clone()));
+                self.finish_truth(&r, FinishTruth::Error(msg));
+                refused = Some(r.request.rid);
+            }
+            self.release_lagged(start).await;
+            Stepped::Refused(refused)
         }
     }
 

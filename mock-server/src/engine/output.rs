@@ -65,7 +65,7 @@ impl Engine {
                 Drawn::Finished(r) => r,
             };
             if completed > 0 && completed % 32 == 0 {
-                tokio::task::yield_now().await;
+                self.let_others_run().await;
             }
             self.complete(r);
             completed += 1;
@@ -115,7 +115,7 @@ impl Engine {
         for o in events {
             let _ = self.out_tx.send(o);
         }
-        tokio::task::yield_now().await;
+        self.let_others_run().await;
     }
 }
 

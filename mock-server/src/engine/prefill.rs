@@ -99,7 +99,7 @@ impl Engine {
             return None;
         }
         let deadline = start + self.scaled(secs);
-        self.clock.sleep_until(deadline).await;
+        self.wait_until(deadline).await;
         let since = self.last_wake.replace(deadline).unwrap_or(start);
         self.shared.truth.count_pass();
         let mut done = Vec::new();

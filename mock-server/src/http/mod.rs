@@ -10,10 +10,10 @@ mod faults;
 mod generate;
 mod native;
 mod openai;
-mod parse;
-mod prometheus;
+pub(crate) mod parse;
+pub(crate) mod prometheus;
 mod render;
-mod routes;
+pub(crate) mod routes;
 mod sse;
 
 pub use routes::app;

@@ -86,7 +86,7 @@ pub(super) struct Sampling {
 }
 
 /// SGLang's length checks against the context length `ctx`: a prompt, and room for the output.
-pub(super) fn check_lengths(ctx: usize, prompt: &[u32], max_new: usize) -> Result<(), String> {
+pub(crate) fn check_lengths(ctx: usize, prompt: &[u32], max_new: usize) -> Result<(), String> {
     if prompt.is_empty() {
         return Err("the prompt is empty: at least one input token is required".into());
     }

@@ -8,7 +8,7 @@ use crate::engine::Stats;
 
 /// The exposition of `s` for a KV pool of `pool_tokens` on the server `c`, every series labelled
 /// with the served model's name. The names are SGLang 0.5.23's.
-pub(super) fn text(s: &Stats, pool_tokens: usize, c: &Config) -> String {
+pub(crate) fn text(s: &Stats, pool_tokens: usize, c: &Config) -> String {
     let (context_len, served_model_name) = (c.context_length, c.served_model_name.as_str());
     let drafts = if c.speculative() {
         c.speculative_num_draft_tokens

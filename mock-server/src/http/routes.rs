@@ -134,9 +134,20 @@ async fn model_info(State(st): State<AppState>) -> Response {
 
 async fn server_info(State(st): State<AppState>) -> Response {
     let e = st.engine();
-    let c = &e.shared.config;
-    let b = &e.shared.budget;
-    let s = e.stats();
+    axum::Json(server_info_value(
+        &e.shared.config,
+        &e.shared.budget,
+        &e.stats(),
+    ))
+    .into_response()
+}
+
+/// `GET /server_info`: the configuration (no key) with SGLang's derived fields.
+pub(crate) fn server_info_value(
+    c: &crate::Config,
+    b: &crate::memory::MemoryBudget,
+    s: &crate::engine::Stats,
+) -> Value {
     let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
     if let Some(o) = v.as_object_mut() {
         o.remove("api_key");
@@ -158,7 +169,7 @@ async fn server_info(State(st): State<AppState>) -> Response {
             json!(concat!("mock-", env!("CARGO_PKG_VERSION"))),
         );
     }
-    axum::Json(v).into_response()
+    v
 }
 
 async fn models(State(st): State<AppState>) -> Response {

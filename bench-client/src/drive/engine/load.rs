@@ -1,0 +1,419 @@
+//! Load runs on the engine path: the client's side of `load` (open loop at scheduled instants,
+//! at most `--max-concurrency` in flight, or a closed loop of N workers) as a discrete-event
+//! simulation beside the engine. Client events (arrivals, stream events) are handled in the order
+//! of their instants; before the engine runs a pass, every request sent strictly before it is
+//! submitted. A closed-loop worker sends its next request at the instant its stream ended, as
+//! the HTTP path's does on the paused clock.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use mock_server::engine::StreamEvent;
+use mock_server::{SimEvent, SimRequest, Simulator};
+
+use super::Streams;
+use crate::drive::load::{LoadConfig, LoadOutcome};
+use crate::plan::schedule::Stop;
+use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
+use crate::report::load::LoadSummary;
+use crate::report::server_metrics::{self as metrics, MetricsDelta, ShardMetrics};
+use crate::results::{load_record, read_records, LoadInfo, Record, RecordWriter};
+use crate::trace::RequestTrace;
+
+/// Something the client does at an instant.
+#[derive(Debug)]
+enum Due {
+    /// Open loop: a scheduled request (its slot's index and offset from the run's start).
+    Arrival { index: u64, scheduled_ns: u64 },
+    /// A stream event the engine produced.
+    Stream { rid: String, event: StreamEvent },
+    /// The server died.
+    Died,
+}
+
+/// The client's pending events, in order of their instants (ties in order of insertion).
+#[derive(Default)]
+struct Agenda {
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    items: HashMap<u64, Due>,
+    seq: u64,
+}
+
+impl Agenda {
+    fn push(&mut self, at_ns: u64, due: Due) {
+        self.seq += 1;
+        self.heap.push(Reverse((at_ns, self.seq)));
+        self.items.insert(self.seq, due);
+    }
+    fn peek_ns(&self) -> Option<u64> {
+        self.heap.peek().map(|Reverse((t, _))| *t)
+    }
+    fn pop(&mut self) -> Option<(u64, Due)> {
+        let Reverse((t, seq)) = self.heap.pop()?;
+        self.items.remove(&seq).map(|d| (t, d))
+    }
+}
+
+/// A request in flight, as the client knows it.
+struct InFlight {
+    index: u64,
+    scheduled_ns: u64,
+    sent_ns: u64,
+    prompt_tokens: u32,
+    prefix_group: Option<u32>,
+    warm: bool,
+}
+
+/// The run: the engine, the client's agenda, and what it has written.
+struct Run<'a> {
+    cfg: &'a LoadConfig,
+    planner: Planner,
+    sim: Simulator,
+    agenda: Agenda,
+    streams: Streams,
+    flight: HashMap<String, InFlight>,
+    start_unix_ms: u64,
+    /// The run's start on the virtual clock (after the warm-up).
+    base_ns: u64,
+    /// Closed loop: the indices still to send, in order; open loop with a limit: arrivals
+    /// waiting for a request to finish.
+    next_indices: Box<dyn Iterator<Item = u64> + 'a>,
+    waiting: VecDeque<(u64, u64)>,
+    limit: Option<usize>,
+    closed: bool,
+    deadline_ns: Option<u64>,
+    records: Vec<Record>,
+    /// The instant of the last client event handled.
+    clock_ns: u64,
+}
+
+impl Run<'_> {
+    fn rid(&self, index: u64) -> String {
+        if index >= WARMUP_INDEX_BASE {
+            format!(
+                "ld-{:x}-{}-w{}",
+                self.cfg.seed,
+                self.start_unix_ms,
+                index - WARMUP_INDEX_BASE
+            )
+        } else {
+            format!("ld-{:x}-{}-{index}", self.cfg.seed, self.start_unix_ms)
+        }
+    }
+
+    /// Sends request `index` at `now_ns` (scheduled at `scheduled_ns`).
+    fn send(&mut self, index: u64, scheduled_ns: u64, now_ns: u64) {
+        let warm = index >= WARMUP_INDEX_BASE;
+        let plan = if warm {
+            self.planner.warmup(index - WARMUP_INDEX_BASE)
+        } else {
+            self.planner.request(index)
+        };
+        let Some(plan) = plan else { return };
+        let rid = self.rid(index);
+        let prompt_tokens = u32::try_from(plan.prompt.len()).unwrap_or(u32::MAX);
+        let req = SimRequest {
+            rid: rid.clone(),
+            input_ids: plan.prompt,
+            max_new_tokens: plan.output_len as usize,
+            min_new_tokens: 0,
+            ignore_eos: true,
+            stop_token_ids: Vec::new(),
+        };
+        let info = InFlight {
+            index,
+            scheduled_ns,
+            sent_ns: now_ns,
+            prompt_tokens,
+            prefix_group: plan.prefix_group,
+            warm,
+        };
+        match self.sim.submit(now_ns, req) {
+            Ok(()) => {
+                self.streams
+                    .opened(&rid, prompt_tokens, plan.output_len, now_ns);
+                self.flight.insert(rid, info);
+            }
+            Err(r) => {
+                let trace = Streams::refused(&rid, prompt_tokens, plan.output_len, &r);
+                self.ended(trace, info, now_ns);
+            }
+        }
+    }
+
+    /// A stream ended at `now_ns`: its record, then the client's next send.
+    fn ended(&mut self, trace: RequestTrace, f: InFlight, now_ns: u64) {
+        if !f.warm {
+            let ns = |t: u64| t.saturating_sub(self.base_ns);
+            let info = LoadInfo {
+                index: f.index,
+                shard: self.cfg.shard,
+                seed: self.cfg.seed,
+                start_unix_ms: self.start_unix_ms,
+                scheduled_ns: ns(f.scheduled_ns),
+                sent_ns: ns(f.sent_ns),
+                client_queue_ns: f.sent_ns.saturating_sub(f.scheduled_ns),
+                ttft_from_schedule_ms: None,
+                prefix_group: f.prefix_group,
+            };
+            self.records
+                .push(load_record(trace, f.prompt_tokens, info));
+        } else if let Some(fail) = trace.failure() {
+            tracing::warn!("warm-up request failed: {}", fail.message);
+        }
+        if f.warm {
+            return;
+        }
+        if self.closed {
+            self.next_closed(now_ns);
+        } else if let Some((index, scheduled_ns)) = self.waiting.pop_front() {
+            self.send(index, scheduled_ns, now_ns);
+        }
+    }
+
+    /// A closed-loop worker is free at `now_ns`: it sends the next request, unless the run's
+    /// duration is over.
+    fn next_closed(&mut self, now_ns: u64) {
+        if self.deadline_ns.is_some_and(|d| now_ns >= d) {
+            return;
+        }
+        if let Some(index) = self.next_indices.next() {
+            self.send(index, now_ns, now_ns);
+        }
+    }
+
+    fn arrival(&mut self, index: u64, scheduled_ns: u64, now_ns: u64) {
+        if self.limit.is_some_and(|l| self.flight.len() >= l) {
+            self.waiting.push_back((index, scheduled_ns));
+        } else {
+            self.send(index, scheduled_ns, now_ns);
+        }
+    }
+
+    fn handle(&mut self, now_ns: u64, due: Due) {
+        self.clock_ns = self.clock_ns.max(now_ns);
+        match due {
+            Due::Arrival {
+                index,
+                scheduled_ns,
+            } => self.arrival(index, scheduled_ns, now_ns),
+            Due::Stream { rid, event } => {
+                if let Some(trace) = self.streams.event(&rid, now_ns, event) {
+                    if let Some(f) = self.flight.remove(&rid) {
+                        self.ended(trace, f, now_ns);
+                    }
+                }
+            }
+            Due::Died => {
+                for trace in self.streams.cut_all(now_ns) {
+                    if let Some(f) = self.flight.remove(&trace.rid) {
+                        self.ended(trace, f, now_ns);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs until nothing is left to do: client events in order, and the engine's passes when
+    /// they are due before the client's next event.
+    fn run_until_quiet(&mut self) {
+        loop {
+            let engine = self.sim.next_step_ns();
+            let client = self.agenda.peek_ns();
+            let client_first = match (client, engine) {
+                (Some(c), Some(e)) => c < e,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return,
+            };
+            if client_first {
+                if let Some((at, due)) = self.agenda.pop() {
+                    self.handle(at, due);
+                }
+                continue;
+            }
+            for ev in self.sim.step() {
+                match ev {
+                    SimEvent::Stream { rid, at_ns, event } => {
+                        self.agenda.push(at_ns, Due::Stream { rid, event })
+                    }
+                    SimEvent::Died { at_ns, .. } => self.agenda.push(at_ns, Due::Died),
+                }
+            }
+        }
+    }
+
+}
+
+/// The `/metrics` samples the simulated server would answer now.
+fn scrape(sim: &Simulator) -> Option<std::collections::BTreeMap<String, f64>> {
+    metrics::samples(&sim.metrics_text())
+}
+
+/// Runs a load on the engine path: the same requests, records, manifest and summary as
+/// [`crate::drive::run_load`] against the embedded mock, on the exact virtual clock. Returns the
+/// outcome and the model time the run took.
+pub fn run_load_engine(
+    cfg: &LoadConfig,
+    mock: mock_server::Config,
+) -> anyhow::Result<(LoadOutcome, Duration)> {
+    let planner = cfg.validate()?.salted(
+        cfg.prompt_salt
+            .or(cfg.start_at_unix_ms)
+            .unwrap_or_else(rand::random),
+    );
+    let mut done: HashSet<u64> = HashSet::new();
+    if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
+        for r in read_records(&cfg.out)? {
+            let Some(l) = r.load else { continue };
+            if l.seed != cfg.seed || l.shard != cfg.shard {
+                anyhow::bail!(
+                    "{} holds records of seed {} shard {}, this run is seed {} shard {}: --resume needs the same --seed and --shard",
+                    cfg.out.display(), l.seed, l.shard, cfg.seed, cfg.shard
+                );
+            }
+            done.insert(l.index);
+        }
+    }
+    let sim = Simulator::new(mock).map_err(|e| anyhow::anyhow!("embedded mock: {e}"))?;
+    let start_unix_ms = cfg
+        .start_at_unix_ms
+        .unwrap_or_else(crate::net::scrape::unix_ms_now);
+    let closed = !cfg.schedule.is_open();
+    let mut run = Run {
+        cfg,
+        planner,
+        sim,
+        agenda: Agenda::default(),
+        streams: Streams::default(),
+        flight: HashMap::new(),
+        start_unix_ms,
+        base_ns: 0,
+        next_indices: Box::new(std::iter::empty()),
+        waiting: VecDeque::new(),
+        limit: cfg
+            .max_concurrency
+            .map(|n| cfg.shard.concurrency(n).max(1) as usize),
+        closed,
+        deadline_ns: None,
+        records: Vec::new(),
+        clock_ns: 0,
+    };
+
+    // Warm-up: all at once, not recorded; the run starts when the last has ended.
+    for k in 0..u64::from(cfg.warmup) {
+        run.send(WARMUP_INDEX_BASE + k, 0, 0);
+    }
+    run.run_until_quiet();
+    let base_ns = run.clock_ns;
+    run.base_ns = base_ns;
+
+    let server_info = run.sim.server_info();
+    let before = if cfg.scrape_metrics {
+        scrape(&run.sim)
+    } else {
+        None
+    };
+    crate::results::append_manifest(
+        &cfg.out,
+        &crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms),
+    )?;
+
+    if closed {
+        let concurrency = match cfg.schedule.arrivals {
+            crate::plan::Arrivals::Closed { concurrency } => cfg.shard.concurrency(concurrency),
+            _ => 1,
+        };
+        let skip = done.clone();
+        run.next_indices = Box::new(
+            cfg.schedule
+                .closed_indices(cfg.shard)
+                .filter(move |i| !skip.contains(i)),
+        );
+        run.deadline_ns = match cfg.schedule.stop {
+            Stop::Duration(d) => Some(base_ns + u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            Stop::Requests(_) => None,
+        };
+        for _ in 0..concurrency {
+            run.next_closed(base_ns);
+        }
+    } else {
+        let slots: Vec<_> = cfg
+            .schedule
+            .shard_slots(cfg.shard)
+            .into_iter()
+            .filter(|s| !done.contains(&s.index))
+            .collect();
+        // A resumed run starts its remaining requests at once, keeping their spacing.
+        let shift = if done.is_empty() {
+            0
+        } else {
+            slots.first().map_or(0, |s| s.offset_ns)
+        };
+        for s in slots {
+            let at = base_ns + (s.offset_ns - shift);
+            run.agenda.push(
+                at,
+                Due::Arrival {
+                    index: s.index,
+                    scheduled_ns: at,
+                },
+            );
+        }
+    }
+    run.run_until_quiet();
+
+    let mut summary = LoadSummary::new(cfg.slo);
+    let mut writer = RecordWriter::open(&cfg.out)?;
+    run.records.sort_by_key(|r| {
+        r.load
+            .as_ref()
+            .map_or((u64::MAX, 0), |l| (l.sent_ns, l.index))
+    });
+    for rec in &run.records {
+        summary.add(rec);
+    }
+    writer.append_all(&run.records)?;
+    let written = run.records.len() as u64;
+    let end_ns = run.clock_ns;
+    let metrics = if cfg.scrape_metrics {
+        match (before, scrape(&run.sim)) {
+            (Some(before), Some(after)) => {
+                let before_unix_ms = start_unix_ms;
+                let after_unix_ms = start_unix_ms + (end_ns - base_ns) / 1_000_000;
+                let delta = MetricsDelta {
+                    before,
+                    after,
+                    before_unix_ms,
+                    after_unix_ms,
+                };
+                metrics::store(
+                    &cfg.out,
+                    &ShardMetrics {
+                        kind: metrics::MANIFEST_KIND.into(),
+                        url: cfg.target.base_url.clone(),
+                        shard: cfg.shard.to_string(),
+                        seed: cfg.seed,
+                        start_unix_ms,
+                        delta: delta.clone(),
+                    },
+                )?;
+                Some(delta)
+            }
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let outcome = LoadOutcome {
+        summary,
+        written,
+        skipped: done.len() as u64,
+        interrupted: false,
+        metrics,
+        out: cfg.out.clone(),
+        model_time: Some(Duration::from_nanos(end_ns)),
+    };
+    Ok((outcome, Duration::from_nanos(end_ns)))
+}

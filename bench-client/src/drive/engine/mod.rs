@@ -1,0 +1,334 @@
+//! The engine path (`--simulate`): the embedded mock's engine on its exact virtual clock, driven
+//! without HTTP. Each request's stream events become the same [`RequestTrace`] the HTTP client
+//! would have assembled (instants in integer ns from the send, which is the engine's receipt:
+//! the simulated network takes no time), so records, summaries and reports are unchanged.
+//! `--simulate-http` keeps every byte on the HTTP path, which is what tests the client.
+//!
+//! Layout: this file (one server on the virtual clock, streams into traces, sequential sends for
+//! sweeps); [`load`] (the load driver: open and closed loops as a discrete-event simulation).
+
+pub mod load;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use mock_server::engine::{Finish, StreamEvent};
+use mock_server::{Refusal, SimEvent, SimRequest, Simulator};
+
+use crate::api::{Chunk, ServerTiming, TokenAttribution, Usage};
+use crate::plan::prompt::Prompt;
+use crate::plan::RequestSpec;
+use crate::trace::{Dialect, RequestTrace, StreamEnd};
+
+/// One stream being assembled from engine events.
+struct Open {
+    trace: RequestTrace,
+    sent_ns: u64,
+    first_ns: Option<u64>,
+}
+
+/// Streams in flight on the engine path, by request id.
+#[derive(Default)]
+pub(crate) struct Streams {
+    open: HashMap<String, Open>,
+}
+
+impl Streams {
+    fn head(spec_rid: &str, prompt_tokens: u32, max_tokens: u32) -> RequestTrace {
+        RequestTrace {
+            rid: spec_rid.to_string(),
+            dialect: Dialect::Sglang,
+            prompt_tokens_sent: Some(prompt_tokens),
+            max_tokens,
+            status: None,
+            headers_ns: None,
+            reads: 0,
+            chunks: Vec::new(),
+            done_ns: None,
+            end: StreamEnd::Done,
+            end_ns: 0,
+            attribution: TokenAttribution::ServerCumulative,
+            stamps: Default::default(),
+            send_delay_ns: None,
+        }
+    }
+
+    /// A request the server did not take: the trace a client over HTTP would have (SGLang's
+    /// native API answers a length error inside a 200 stream; a restarting server 503; a dead
+    /// one refuses the connection).
+    pub(crate) fn refused(
+        rid: &str,
+        prompt_tokens: u32,
+        max_tokens: u32,
+        refusal: &Refusal,
+    ) -> RequestTrace {
+        let mut t = Self::head(rid, prompt_tokens, max_tokens);
+        match refusal {
+            Refusal::Down => {
+                t.end = StreamEnd::ConnectRefused {
+                    message: "Connection refused (the simulated server died)".into(),
+                };
+            }
+            Refusal::Starting { .. } => {
+                t.status = Some(503);
+                t.end = StreamEnd::HttpStatus {
+                    status: 503,
+                    body: "the server is starting".into(),
+                };
+            }
+            Refusal::DuplicateRid => {
+                t.status = Some(400);
+                t.end = StreamEnd::HttpStatus {
+                    status: 400,
+                    body: format!("duplicate request id (rid) {rid:?}"),
+                };
+            }
+            Refusal::Length(message) => {
+                t.status = Some(200);
+                t.headers_ns = Some(0);
+                t.reads = 1;
+                t.chunks.push(Chunk {
+                    error: Some(message.clone()),
+                    ..Chunk::default()
+                });
+                t.done_ns = Some(0);
+            }
+        }
+        t
+    }
+
+    /// A request the engine took at `sent_ns`.
+    pub(crate) fn opened(&mut self, rid: &str, prompt_tokens: u32, max_tokens: u32, sent_ns: u64) {
+        let mut trace = Self::head(rid, prompt_tokens, max_tokens);
+        // The response's headers leave as the handler takes the request.
+        trace.status = Some(200);
+        trace.headers_ns = Some(0);
+        self.open.insert(
+            rid.to_string(),
+            Open {
+                trace,
+                sent_ns,
+                first_ns: None,
+            },
+        );
+    }
+
+    /// One event of a stream, at `at_ns` on the virtual clock; the finished trace when it was
+    /// the stream's last.
+    pub(crate) fn event(&mut self, rid: &str, at_ns: u64, event: StreamEvent) -> Option<RequestTrace> {
+        let o = self.open.get_mut(rid)?;
+        let rel = at_ns.saturating_sub(o.sent_ns);
+        o.trace.reads += 1;
+        let last = match event {
+            StreamEvent::Tokens {
+                new_ids,
+                prompt_tokens,
+                cached_tokens,
+                completion_tokens,
+                finish,
+                times,
+                ..
+            } => {
+                let first = *o.first_ns.get_or_insert(rel);
+                let u = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                let queue_s = times.forward_entry_ns.map(|ns| ns as f64 / 1e9);
+                let first_token_s = (finish.is_some() && first > 0).then(|| first as f64 / 1e9);
+                o.trace.chunks.push(Chunk {
+                    at_ns: rel,
+                    tokens: Some(u(new_ids.len())),
+                    usage: Some(Usage {
+                        prompt_tokens: Some(u(prompt_tokens)),
+                        completion_tokens: Some(u(completion_tokens)),
+                        cached_tokens: Some(u(cached_tokens)),
+                    }),
+                    finish_reason: finish.as_ref().map(|f| {
+                        match f {
+                            Finish::Length(_) => "length",
+                            Finish::Stop(_) => "stop",
+                        }
+                        .to_string()
+                    }),
+                    server_timing: ServerTiming::reported(queue_s, first_token_s),
+                    ..Chunk::default()
+                });
+                finish.is_some()
+            }
+            StreamEvent::Error(message) => {
+                o.trace.chunks.push(Chunk {
+                    at_ns: rel,
+                    error: Some(message),
+                    ..Chunk::default()
+                });
+                true
+            }
+            StreamEvent::Crash(_) => {
+                o.trace.end = StreamEnd::Reset {
+                    message: "connection closed: the simulated server died".into(),
+                };
+                o.trace.end_ns = rel;
+                return self.open.remove(rid).map(|o| o.trace);
+            }
+        };
+        if !last {
+            return None;
+        }
+        let mut o = self.open.remove(rid)?;
+        o.trace.done_ns = Some(rel);
+        o.trace.end_ns = rel;
+        o.trace.end = StreamEnd::Done;
+        Some(o.trace)
+    }
+
+    /// The server died at `at_ns`: every open stream is cut there.
+    pub(crate) fn cut_all(&mut self, at_ns: u64) -> Vec<RequestTrace> {
+        let mut out: Vec<RequestTrace> = self
+            .open
+            .drain()
+            .map(|(_, mut o)| {
+                o.trace.end = StreamEnd::Reset {
+                    message: "connection closed: the simulated server died".into(),
+                };
+                o.trace.end_ns = at_ns.saturating_sub(o.sent_ns);
+                o.trace
+            })
+            .collect();
+        out.sort_by(|a, b| a.rid.cmp(&b.rid));
+        out
+    }
+}
+
+/// The request a spec asks of the engine; `None` for a text prompt (the engine path takes
+/// token ids, as load runs send).
+pub(crate) fn sim_request(spec: &RequestSpec) -> Option<SimRequest> {
+    let Prompt::TokenIds(ids) = &spec.prompt else {
+        return None;
+    };
+    Some(SimRequest {
+        rid: spec.rid.clone(),
+        input_ids: ids.clone(),
+        max_new_tokens: spec.max_tokens as usize,
+        min_new_tokens: 0,
+        ignore_eos: spec.ignore_eos,
+        stop_token_ids: Vec::new(),
+    })
+}
+
+/// One simulated server on the virtual clock, for drivers that send one request at a time
+/// (sweeps): each send runs the engine until its stream ends.
+pub struct EngineServer {
+    sim: Simulator,
+    now_ns: u64,
+}
+
+impl std::fmt::Debug for EngineServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineServer")
+            .field("now_ns", &self.now_ns)
+            .finish()
+    }
+}
+
+impl EngineServer {
+    /// A fresh server of `config` at virtual instant 0.
+    pub fn new(config: mock_server::Config) -> anyhow::Result<Self> {
+        let sim = Simulator::new(config).map_err(|e| anyhow::anyhow!("embedded mock: {e}"))?;
+        Ok(Self { sim, now_ns: 0 })
+    }
+
+    /// The virtual clock, ns from the start.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Lets `d` pass on the virtual clock (nothing runs: requests go one at a time).
+    pub fn sleep(&mut self, d: Duration) {
+        self.now_ns = self
+            .now_ns
+            .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Sends one request now and runs the engine until its stream ends.
+    pub fn send(&mut self, spec: &RequestSpec) -> RequestTrace {
+        let prompt_tokens = match &spec.prompt {
+            Prompt::TokenIds(ids) => u32::try_from(ids.len()).unwrap_or(u32::MAX),
+            Prompt::Text(_) => 0,
+        };
+        let Some(req) = sim_request(spec) else {
+            let mut t = Streams::head(&spec.rid, prompt_tokens, spec.max_tokens);
+            t.end = StreamEnd::Invalid {
+                message: "the simulated server takes token-id prompts (--api sglang)".into(),
+            };
+            return t;
+        };
+        self.settle();
+        let sent = self.now_ns;
+        if let Err(r) = self.sim.submit(sent, req) {
+            return Streams::refused(&spec.rid, prompt_tokens, spec.max_tokens, &r);
+        }
+        let mut streams = Streams::default();
+        streams.opened(&spec.rid, prompt_tokens, spec.max_tokens, sent);
+        while let Some(due) = self.sim.next_step_ns() {
+            self.now_ns = self.now_ns.max(due);
+            for ev in self.sim.step() {
+                match ev {
+                    SimEvent::Stream { rid, at_ns, event } => {
+                        if let Some(t) = streams.event(&rid, at_ns, event) {
+                            self.now_ns = self.now_ns.max(at_ns);
+                            return t;
+                        }
+                    }
+                    SimEvent::Died { at_ns, .. } => {
+                        self.now_ns = self.now_ns.max(at_ns);
+                        if let Some(t) = streams.cut_all(at_ns).pop() {
+                            return t;
+                        }
+                    }
+                }
+            }
+        }
+        // The engine went idle without ending the stream: cut it where it stands.
+        streams.cut_all(self.now_ns).pop().unwrap_or_else(|| {
+            let mut t = Streams::head(&spec.rid, prompt_tokens, spec.max_tokens);
+            t.end = StreamEnd::Eof;
+            t
+        })
+    }
+
+    /// Runs the steps due before now (held results, a pass after the last stream ended), so a
+    /// request sent now finds the engine where an HTTP client would.
+    fn settle(&mut self) {
+        while let Some(due) = self.sim.next_step_ns() {
+            if due >= self.now_ns {
+                break;
+            }
+            let _ = self.sim.step();
+        }
+    }
+
+    /// `POST /flush_cache`.
+    pub fn flush_cache(&mut self) -> Result<(), String> {
+        if !self.sim.healthy(self.now_ns) {
+            return Err("flush_cache: the simulated server is not up".into());
+        }
+        if self.sim.flush_cache() {
+            Ok(())
+        } else {
+            Err("flush_cache refused: requests are queued or running".into())
+        }
+    }
+
+    /// `GET /health`.
+    pub fn healthy(&self) -> bool {
+        self.sim.healthy(self.now_ns)
+    }
+
+    /// `GET /server_info`.
+    pub fn server_info(&self) -> serde_json::Value {
+        self.sim.server_info()
+    }
+
+    /// Why the server last died, if it did.
+    pub fn crash_log(&self) -> Option<&str> {
+        self.sim.crash_log()
+    }
+}
