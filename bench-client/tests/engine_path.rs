@@ -1,0 +1,205 @@
+//! The two simulation paths held equal on seeded runs: the engine path (`--simulate`: the mock's
+//! engine on its exact virtual clock) and the HTTP path (`--simulate-http`: every byte through the
+//! client, the mock on tokio's paused clock) give the same requests, outcomes, tokens per chunk
+//! and cached tokens, and every instant within the HTTP path's clock error: a wait there ends up
+//! to one quantum (1 ms) late when other work is under way at its instant, and a chunk's instant
+//! ends two waits (its pass's start, then its own), so it may be up to two quanta late.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bench_client::drive::{run_load, run_sweep, LoadConfig, SweepConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
+use bench_client::results::{read_records, Record};
+use bench_client::{Dialect, Target};
+use mock_server::{Config, MockServer};
+
+const QUANTUM_NS: u64 = 1_000_000;
+/// A chunk's instant on the HTTP path: its pass may start a quantum late, its event a quantum after.
+const CHUNK_NS: u64 = 2 * QUANTUM_NS;
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+fn preset(name: &str, sets: &[(&str, &str)]) -> Config {
+    let mut c = Config::preset(name).unwrap();
+    c.enable_metrics = true;
+    c.port = 0;
+    c.host = "127.0.0.1".into();
+    for (k, v) in sets {
+        c.set(k, v).unwrap();
+    }
+    c
+}
+
+fn target(url: &str) -> Target {
+    Target {
+        base_url: url.to_string(),
+        dialect: Dialect::Sglang,
+        model: None,
+        api_key: None,
+    }
+}
+
+/// A load run on both paths; records by index.
+fn both_loads(
+    mock: Config,
+    schedule: Schedule,
+    workload: Workload,
+) -> (BTreeMap<u64, Record>, BTreeMap<u64, Record>) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |url: &str, out: &Path| LoadConfig {
+        stamping: Stamping::Socket,
+        prompt_salt: Some(1),
+        seed: 5,
+        scrape_metrics: false,
+        ..LoadConfig::new(target(url), schedule.clone(), workload.clone(), out.to_path_buf())
+    };
+    let rt = paused_runtime();
+    let engine_out = dir.path().join("engine.jsonl");
+    let mut e = cfg(bench_client::drive::ENGINE_URL, &engine_out);
+    e.engine = Some(mock.clone());
+    rt.block_on(run_load(&e)).unwrap();
+    let http_out = dir.path().join("http.jsonl");
+    rt.block_on(async {
+        let server = MockServer::start(mock).await.unwrap();
+        run_load(&cfg(&server.url(), &http_out)).await.unwrap();
+        server.shutdown().await;
+    });
+    let by_index = |p: &Path| {
+        read_records(p)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.load.as_ref().unwrap().index, r))
+            .collect::<BTreeMap<_, _>>()
+    };
+    (by_index(&engine_out), by_index(&http_out))
+}
+
+/// Instants of a record on the run's clock: its send, then each chunk.
+fn instants(r: &Record) -> Vec<u64> {
+    let sent = r.load.as_ref().map_or(0, |l| l.sent_ns);
+    let t = r.trace.as_ref().unwrap();
+    std::iter::once(sent)
+        .chain(t.chunks.iter().map(|c| sent + c.at_ns))
+        .collect()
+}
+
+/// The same requests and outcomes, tokens per chunk and cached tokens; instants within the
+/// quantum (the engine path's never later than the HTTP path's).
+fn assert_equal(engine: &BTreeMap<u64, Record>, http: &BTreeMap<u64, Record>, what: &str) {
+    assert!(!engine.is_empty(), "{what}: no records");
+    assert_eq!(
+        engine.keys().collect::<Vec<_>>(),
+        http.keys().collect::<Vec<_>>(),
+        "{what}: the same requests"
+    );
+    for (i, e) in engine {
+        let h = &http[i];
+        let kind = |r: &Record| r.error.as_ref().map(|e| e.kind.clone());
+        assert_eq!(kind(e), kind(h), "{what} #{i}: outcome");
+        assert_eq!(e.tokens_per_chunk, h.tokens_per_chunk, "{what} #{i}: chunks");
+        assert_eq!(e.cached_tokens, h.cached_tokens, "{what} #{i}: cached");
+        assert_eq!(e.prompt_tokens, h.prompt_tokens, "{what} #{i}: prompt");
+        let (ie, ih) = (instants(e), instants(h));
+        assert_eq!(ie.len(), ih.len(), "{what} #{i}: events");
+        for (k, (a, b)) in ie.iter().zip(&ih).enumerate() {
+            let tolerance = if k == 0 { QUANTUM_NS } else { CHUNK_NS };
+            assert!(
+                a.abs_diff(*b) <= tolerance,
+                "{what} #{i}: instant {k}: engine {a} ns, http {b} ns; engine {:?}, http {:?}", &ie[..ie.len().min(4)], &ih[..ih.len().min(4)]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_closed_loop_is_the_same_on_both_paths() {
+    let schedule = Schedule::new(
+        Arrivals::Closed { concurrency: 8 },
+        Stop::Requests(48),
+        5,
+    )
+    .unwrap();
+    let workload = Workload::Random {
+        input: LenDist::Uniform { lo: 64, hi: 512 },
+        output: LenDist::Uniform { lo: 4, hi: 24 },
+    };
+    let (e, h) = both_loads(preset("small-cpu-demo", &[]), schedule, workload);
+    assert_equal(&e, &h, "closed loop");
+}
+
+#[test]
+fn an_open_loop_with_shared_prefixes_is_the_same_on_both_paths() {
+    let schedule = Schedule::new(
+        Arrivals::Open {
+            rate: 40.0,
+            kind: ArrivalKind::Poisson,
+            burstiness: 1.0,
+        },
+        Stop::Requests(60),
+        5,
+    )
+    .unwrap();
+    let workload = Workload::SharedPrefix {
+        groups: 3,
+        prefix_len: 256,
+        input: LenDist::Uniform { lo: 16, hi: 128 },
+        output: LenDist::Uniform { lo: 4, hi: 16 },
+    };
+    let (e, h) = both_loads(preset("small-cpu-demo", &[]), schedule, workload);
+    assert_equal(&e, &h, "open loop, shared prefixes");
+    let hits = e.values().filter(|r| r.cached_tokens.unwrap_or(0) > 0).count();
+    assert!(hits > 30, "prefix hits on the engine path: {hits} of {}", e.len());
+}
+
+#[test]
+fn the_kimi_oom_sweep_is_the_same_on_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = preset("kimi-k2.6-dflash-8xrtx-pro-6000", &[]);
+    let cfg = |url: &str, out: &Path| SweepConfig {
+        contexts: vec![1000, 4000, 16000, 32000, 64000],
+        output_tokens: 16,
+        runs: 1,
+        warmup: 0,
+        stamping: Stamping::Socket,
+        ..SweepConfig::new(target(url), out.to_path_buf())
+    };
+    let rt = paused_runtime();
+    let engine_out = dir.path().join("engine.jsonl");
+    let mut e = cfg(bench_client::drive::ENGINE_URL, &engine_out);
+    e.engine = Some(mock.clone());
+    let eo = rt.block_on(run_sweep(&e)).unwrap();
+    let http_out = dir.path().join("http.jsonl");
+    let ho = rt.block_on(async {
+        let server = MockServer::start(mock).await.unwrap();
+        let o = run_sweep(&cfg(&server.url(), &http_out)).await.unwrap();
+        server.shutdown().await;
+        o
+    });
+    // Both stop at 32k, where the prefill's activation peak kills the server.
+    assert!(eo.stopped.is_some() && ho.stopped.is_some());
+    let (re, rh) = (read_records(&engine_out).unwrap(), read_records(&http_out).unwrap());
+    assert_eq!(re.len(), 4);
+    assert_eq!(re.len(), rh.len());
+    for (a, b) in re.iter().zip(&rh) {
+        assert_eq!(a.context_tokens, b.context_tokens);
+        assert_eq!(a.error.as_ref().map(|e| &e.kind), b.error.as_ref().map(|e| &e.kind));
+        assert_eq!(a.tokens_per_chunk, b.tokens_per_chunk);
+        let (ta, tb) = (a.trace.as_ref().unwrap(), b.trace.as_ref().unwrap());
+        for (x, y) in ta.chunks.iter().zip(&tb.chunks) {
+            assert!(x.at_ns.abs_diff(y.at_ns) <= CHUNK_NS);
+        }
+    }
+    assert_eq!(
+        re.last().and_then(|r| r.error.as_ref()).map(|e| e.kind.as_str()),
+        Some("stream-cut")
+    );
+}
