@@ -4,7 +4,7 @@
 //! stream and under 5 ms at 1,000 or 2,000 streams; its SSE layer decodes at least 1,000,000 events/s.
 //! Run `cargo bench -p conformance --bench perf -- [SCENARIO ...] [--external]` (no scenario:
 //! all). Scenarios: `mock-streams`, `kimi-sweep-paused`, `client-overhead`, `sse-decode`,
-//! `long-prompt`, `load-2000`, `twin-load`, `tcp-floor`. `--external` runs the mock as a separate process (the `mock-server`
+//! `long-prompt`, `load-2000`, `twin-load`, `tcp-floor`, `engine-path`. `--external` runs the mock as a separate process (the `mock-server`
 //! release binary, built with `cargo build --release -p mock-server` into the same target directory,
 //! or the binary `PERF_MOCK_BIN` names) for `mock-streams`, `client-overhead` and `load-2000`; its
 //! ground truth then comes from `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the
@@ -34,6 +34,7 @@ mod mock;
 mod report;
 
 mod client_overhead;
+mod engine_path;
 mod kimi_sweep_paused;
 mod load_2000;
 mod long_prompt;
@@ -55,6 +56,7 @@ const SCENARIOS: &[&str] = &[
     "load-2000",
     "twin-load",
     "tcp-floor",
+    "engine-path",
 ];
 pub(crate) const DEMO: &str = "small-cpu-demo";
 pub(crate) const KIMI: &str = "kimi-k2.6-dflash-8xrtx-pro-6000";
@@ -95,6 +97,7 @@ fn run() -> Result<()> {
             "load-2000" => load_2000::run(external)?,
             "twin-load" => twin_load::run()?,
             "tcp-floor" => tcp_floor::run()?,
+            "engine-path" => engine_path::run()?,
             _ => continue,
         };
         report.print();
