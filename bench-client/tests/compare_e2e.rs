@@ -1,6 +1,7 @@
 //! `compare` as a user runs it, against sweeps of the embedded mock: a decode 15% slower is `worse`
 //! at every context and fails `--fail-on-regression`; two runs of one setup with different seeds
-//! are never `worse`; inputs that cannot be compared, and bad thresholds, are refused.
+//! are never `worse`; inputs that cannot be compared, and bad thresholds, are refused; load runs with
+//! shared prefixes show the prefix cache in the table, the JSON, `merge`, the HTML page and `compare`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -336,4 +337,108 @@ fn the_shards_of_one_load_run_are_one_run_and_repeats_are_several() {
     assert!(rows
         .iter()
         .all(|r| r["verdict"] == "same" || r["verdict"] == "unclear"));
+}
+
+/// A simulated closed loop of 16 requests one at a time, in two prefix groups whose prompts are
+/// `prefix` shared tokens and `suffix` of their own; `extra` flags after.
+fn prefix_load(
+    dir: &Path,
+    name: &str,
+    prefix: u32,
+    suffix: u32,
+    extra: &[&str],
+) -> (PathBuf, String) {
+    let out = dir.join(name);
+    let (prefix, suffix) = (prefix.to_string(), suffix.to_string());
+    let mut args = vec![
+        "load",
+        "--simulate",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "16",
+        "--prefix-groups",
+        "2",
+        "--prefix-len",
+        &prefix,
+        "--input-len",
+        &suffix,
+        "--output-len",
+        "4",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    (out, String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+#[test]
+fn the_prefix_cache_is_in_every_view_of_a_load_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // 14 of 16 requests find their group's prefix: 14 x 256 of 16 x 288 tokens, then 14 x 32.
+    let (base, json) = prefix_load(dir.path(), "base.jsonl", 256, 32, &["--format", "json"]);
+    let (new, table) = prefix_load(dir.path(), "new.jsonl", 32, 256, &[]);
+    let (want_base, want_new) = (3584.0 / 4608.0, 448.0 / 4608.0);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["prefix_cache"]["hit_ratio"], want_base, "{v:#}");
+    assert_eq!(v["prefix_cache"]["ttft_hit"]["count"], 14);
+    assert_eq!(v["prefix_cache"]["ttft_miss"]["count"], 2);
+    assert_eq!(v["server_metrics"]["prefix_cache"]["hit_ratio"], want_base);
+    for needle in [
+        "16 of 16 ok requests reported a cached count: 14 hits (cached > 0), 2 misses",
+        "  ttft_cache_hit          14",
+        "  ttft_cache_miss          2",
+        "server prefix cache hit ratio 0.0972: 448 sglang:cached_tokens_total / 4608 sglang:prompt_tokens_total",
+    ] {
+        assert!(table.contains(needle), "{needle} missing in\n{table}");
+    }
+    // compare: the hit ratio fell to an eighth (worse), with TTFT of the hits and misses beside it.
+    let v = compare_json(&base, &new);
+    let rows = v["rows"].as_array().unwrap();
+    let ratio = rows
+        .iter()
+        .find(|r| r["metric"] == "cache_hit_ratio")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(ratio["base"], want_base);
+    assert_eq!(ratio["new"], want_new);
+    assert_eq!(ratio["verdict"], "worse", "{ratio:#}");
+    for m in [
+        "ttft_cache_hit_p50_ms",
+        "ttft_cache_hit_p99_ms",
+        "ttft_cache_miss_p50_ms",
+        "ttft_cache_miss_p99_ms",
+    ] {
+        let row = rows.iter().find(|r| r["metric"] == m);
+        assert_eq!(
+            row.map(|r| r["n_base"].clone()),
+            Some(Value::from(if m.contains("hit") { 14 } else { 2 })),
+            "{m}"
+        );
+    }
+    // merge: the responses' and the counters' ratio, in the JSON.
+    let o = run(&["merge", new.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["prefix_cache"]["hit_ratio"], want_new);
+    assert_eq!(v["server_metrics"]["prefix_cache"]["hit_ratio"], want_new);
+    // The HTML report: a small table, the server's counters in its last row.
+    let html = dir.path().join("r.html");
+    let o = run(&[
+        "report",
+        new.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    for needle in [
+        "<table id=\"prefix-cache\">",
+        "<td>16 of 16</td><td>0.0972</td>",
+        "server: sglang:cached_tokens_total / sglang:prompt_tokens_total</td><td></td><td>0.0972</td>",
+    ] {
+        assert!(page.contains(needle), "{needle} missing in\n{page}");
+    }
 }

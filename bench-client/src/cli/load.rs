@@ -247,7 +247,15 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         m.shutdown().await;
     }
     let outcome = outcome?;
-    print_load(&outcome.summary, a.format)?;
+    match (&outcome.metrics, a.format) {
+        // The server's /metrics in the JSON too, as `merge --format json` gives them.
+        (Some(m), Format::Json) => {
+            let mut v = crate::report::export::json::load(&outcome.summary);
+            v["server_metrics"] = m.to_json();
+            println!("{v}");
+        }
+        _ => print_load(&outcome.summary, a.format)?,
+    }
     match cpu {
         Some(c) if wall > 0.0 => eprintln!(
             "client CPU: {c:.2} s user + system over {wall:.2} s wall ({:.0}% of one core){}",

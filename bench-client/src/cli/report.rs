@@ -101,11 +101,19 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
         slowest.truncate(a.slowest);
+        // The server's own prefix-cache counters, from the load runs' /metrics scrapes.
+        let server_cache = match &load {
+            Some(_) => crate::report::server_metrics::merge_files(&a.files)
+                .map_err(CliError::Data)?
+                .cache(),
+            None => None,
+        };
         let page = export::html::page(&export::html::Page {
             files: a.files.iter().map(|f| f.display().to_string()).collect(),
             manifests,
             sweep: sweep.as_ref(),
             load: load.as_ref(),
+            server_cache,
             slowest,
         })?;
         std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;

@@ -1,5 +1,5 @@
 //! The capacity curve: one row per step of the search (rate, throughput, TTFT and TPOT p50/p99,
-//! goodput), and the answer.
+//! goodput, prefix cache hit ratio), and the answer.
 
 use serde::Serialize;
 
@@ -78,6 +78,8 @@ pub struct CapacityRow {
     pub tpot_p50_ms: Option<f64>,
     /// TPOT p99, ms.
     pub tpot_p99_ms: Option<f64>,
+    /// Cached / prompt tokens of the requests that reported a cached count.
+    pub cache_hit_rate: Option<f64>,
     /// The step's results file.
     pub file: String,
 }
@@ -109,6 +111,7 @@ impl CapacityRow {
             ttft_p99_ms: p("ttft", 99.0),
             tpot_p50_ms: p("tpot", 50.0),
             tpot_p99_ms: p("tpot", 99.0),
+            cache_hit_rate: d.cache_hit_rate,
             file,
         }
     }
@@ -233,6 +236,7 @@ mod tests {
             ttft_p99_ms: Some(160.0),
             tpot_p50_ms: Some(2.5),
             tpot_p99_ms: Some(4.0),
+            cache_hit_rate: None,
             file: String::new(),
         }
     }

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use super::cache::CacheSplit;
 pub use crate::measure::Slo;
 use crate::measure::{load_numbers, measure};
 use crate::results::{LoadInfo, Record};
@@ -40,7 +41,7 @@ fn unreachable_hist() -> Histogram<u64> {
 }
 
 impl Metric {
-    fn record(&mut self, v: u64) {
+    pub(crate) fn record(&mut self, v: u64) {
         // Auto-resize makes recording infallible for u64 values the histogram can hold.
         if self.hist.record(v).is_ok() {
             self.max = self.max.max(v);
@@ -48,7 +49,7 @@ impl Metric {
         }
     }
 
-    fn merge(&mut self, o: &Metric) {
+    pub(crate) fn merge(&mut self, o: &Metric) {
         if self.hist.add(&o.hist).is_ok() {
             self.max = self.max.max(o.max);
             self.sum += o.sum;
@@ -150,10 +151,8 @@ pub struct LoadSummary {
     pub failures: BTreeMap<String, u64>,
     /// Prompt tokens (server-reported, else sent) of successful requests.
     pub prompt_tokens: u64,
-    /// Prompt tokens of successful requests that reported a cached count.
-    pub prompt_tokens_cache_reported: u64,
-    /// Cached prompt tokens reported.
-    pub cached_tokens: u64,
+    /// The prefix cache from the responses: cached over prompt tokens, TTFT by hit and miss.
+    pub cache: CacheSplit,
     /// Output tokens of successful requests.
     pub output_tokens: u64,
     /// Output-carrying chunks of successful requests whose per-chunk counts are known.
@@ -283,11 +282,9 @@ impl LoadSummary {
         self.output_tokens += output;
         if let Some(p) = m.prompt_tokens {
             self.prompt_tokens += u64::from(p);
-            if let Some(c) = m.cached_tokens {
-                self.prompt_tokens_cache_reported += u64::from(p);
-                self.cached_tokens += u64::from(c);
-            }
         }
+        self.cache
+            .add(m.prompt_tokens, m.cached_tokens, n.ttft_from_schedule_ns);
         let sec = self.timeline.entry(end / 1_000_000_000).or_default();
         sec.completed += 1;
         sec.output_tokens += output;
@@ -342,8 +339,7 @@ impl LoadSummary {
             *self.failures.entry(k.clone()).or_default() += v;
         }
         self.prompt_tokens += o.prompt_tokens;
-        self.prompt_tokens_cache_reported += o.prompt_tokens_cache_reported;
-        self.cached_tokens += o.cached_tokens;
+        self.cache.merge(&o.cache);
         self.output_tokens += o.output_tokens;
         self.chunks_counted += o.chunks_counted;
         self.chunk_tokens += o.chunk_tokens;
@@ -406,8 +402,7 @@ impl LoadSummary {
             },
             arrival_rate: arrival,
             achieved_concurrency: d.map(|d| self.busy_ns as f64 / 1e9 / d),
-            cache_hit_rate: (self.prompt_tokens_cache_reported > 0)
-                .then(|| self.cached_tokens as f64 / self.prompt_tokens_cache_reported as f64),
+            cache_hit_rate: self.cache.hit_ratio(),
             tokens_per_chunk_mean: (self.chunks_counted > 0)
                 .then(|| self.chunk_tokens as f64 / self.chunks_counted as f64),
         }
@@ -431,7 +426,7 @@ pub struct Derived {
     pub arrival_rate: Option<f64>,
     /// Mean requests in flight: sum of send-to-end times / duration.
     pub achieved_concurrency: Option<f64>,
-    /// Cached prompt tokens / prompt tokens (server-reported).
+    /// Cached prompt tokens / prompt tokens of the requests that reported a cached count.
     pub cache_hit_rate: Option<f64>,
     /// Output tokens / output chunks.
     pub tokens_per_chunk_mean: Option<f64>,

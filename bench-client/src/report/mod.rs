@@ -2,6 +2,7 @@
 //! changes), merged exactly across files, the comparison of two runs, and the exporters that turn them into tables, JSON, CSV
 //! and plots (one file per format in `export/`).
 
+pub mod cache;
 pub mod calibrate;
 pub mod capacity;
 pub mod compare;

@@ -17,6 +17,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::cache::{is_rate_gauge, rate_gauges, ServerCache};
 pub use crate::results::manifest_path;
 
 /// Manifest line kind of a stored scrape pair.
@@ -41,11 +42,12 @@ pub struct MetricsDelta {
 pub const CACHE_HIT_RATE: &str = "run_cache_hit_rate (cached/prompt delta)";
 
 impl MetricsDelta {
-    /// after - before for samples present in both (histogram buckets left out).
+    /// after - before for samples present in both (histogram buckets and the cache hit-rate
+    /// gauges left out: a rate's difference means nothing).
     pub fn raw_deltas(&self) -> BTreeMap<String, f64> {
         self.after
             .iter()
-            .filter(|(k, _)| !k.contains("_bucket"))
+            .filter(|(k, _)| !k.contains("_bucket") && !is_rate_gauge(k))
             .filter_map(|(k, a)| self.before.get(k).map(|b| (k.clone(), a - b)))
             .filter(|(_, v)| v.is_finite())
             .collect()
@@ -56,10 +58,44 @@ impl MetricsDelta {
         with_derived(self.raw_deltas())
     }
 
-    /// The deltas as text lines, the cache, speculative and retraction ones first.
-    pub fn render(&self) -> String {
-        render_deltas("server /metrics, after - before:", &self.deltas())
+    /// The server's prefix cache over the run, from its counters.
+    pub fn cache(&self) -> Option<ServerCache> {
+        ServerCache::from_deltas(&self.raw_deltas())
     }
+
+    /// The deltas as text lines, the cache, speculative and retraction ones first, then the
+    /// server's prefix cache and its hit-rate gauges as read after the run.
+    pub fn render(&self) -> String {
+        let mut o = render_deltas("server /metrics, after - before:", &self.deltas());
+        o.push_str(&render_cache(
+            self.cache().as_ref(),
+            &rate_gauges(&self.after),
+        ));
+        o
+    }
+
+    /// The deltas, the server's prefix cache and its hit-rate gauges, as JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "deltas": self.deltas(),
+            "prefix_cache": self.cache().map(|c| c.to_json()),
+            "rate_gauges_after": rate_gauges(&self.after),
+        })
+    }
+}
+
+/// The server cache line and the hit-rate gauges (empty when there is neither).
+fn render_cache(cache: Option<&ServerCache>, gauges: &BTreeMap<String, f64>) -> String {
+    let mut o = String::new();
+    if let Some(c) = cache {
+        o.push_str(&format!("  {}\n", c.line()));
+    }
+    for (k, v) in gauges {
+        o.push_str(&format!(
+            "  {k} {v:.6} (a gauge, as read after the run; not the run's ratio)\n"
+        ));
+    }
+    o
 }
 
 /// The sum over all label sets of the samples of metric `name` (`name` or `name{labels}`), `None`
@@ -73,20 +109,11 @@ pub fn by_name(d: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
     (!vals.is_empty()).then(|| vals.iter().sum())
 }
 
-/// Add the cache hit rate (cached / prompt token counter deltas) when both counters are there.
+/// Add the cache hit rate (hit / queried token counter deltas, [`ServerCache`]) when the server
+/// exports a pair of prefix-cache counters.
 pub fn with_derived(mut d: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    let find = |suffix: &str| -> Option<f64> {
-        let vals: Vec<f64> = d
-            .iter()
-            .filter(|(k, _)| k.split('{').next().is_some_and(|n| n.ends_with(suffix)))
-            .map(|(_, v)| *v)
-            .collect();
-        (!vals.is_empty()).then(|| vals.iter().sum())
-    };
-    if let (Some(c), Some(p)) = (find("cached_tokens_total"), find("prompt_tokens_total")) {
-        if p > 0.0 && c.is_finite() {
-            d.insert(CACHE_HIT_RATE.into(), c / p);
-        }
+    if let Some(r) = ServerCache::from_deltas(&d).and_then(|c| c.ratio()) {
+        d.insert(CACHE_HIT_RATE.into(), r);
     }
     d
 }
@@ -276,6 +303,30 @@ impl MergedMetrics {
         with_derived(sum)
     }
 
+    /// The servers' prefix cache over the merged windows, from their counters.
+    pub fn cache(&self) -> Option<ServerCache> {
+        let d = self.deltas();
+        ServerCache::from_deltas(&d)
+    }
+
+    /// The hit-rate gauges of each server as read at the end of its last window.
+    pub fn rate_gauges(&self) -> BTreeMap<String, f64> {
+        let mut g = BTreeMap::new();
+        for s in &self.servers {
+            if let Some(w) = s.windows.last() {
+                for (k, v) in rate_gauges(&w.delta.after) {
+                    let key = if self.servers.len() > 1 {
+                        format!("{k} at {}", s.url)
+                    } else {
+                        k
+                    };
+                    g.insert(key, v);
+                }
+            }
+        }
+        g
+    }
+
     /// Counters (`*_total`) that went down: the server restarted inside a window.
     pub fn reset_counters(&self) -> Vec<String> {
         self.deltas()
@@ -296,6 +347,7 @@ impl MergedMetrics {
             ),
             &self.deltas(),
         );
+        o.push_str(&render_cache(self.cache().as_ref(), &self.rate_gauges()));
         let resets = self.reset_counters();
         if !resets.is_empty() {
             o.push_str(&format!(
@@ -323,6 +375,8 @@ impl MergedMetrics {
         json!({
             "rule": "per server, overlapping scrape windows joined (latest after - earliest before); servers and disjoint windows summed",
             "deltas": self.deltas(),
+            "prefix_cache": self.cache().map(|c| c.to_json()),
+            "rate_gauges_after": self.rate_gauges(),
             "servers": self.servers.iter().map(|s| json!({
                 "url": s.url,
                 "windows": s.windows.iter().map(|w| json!({
@@ -376,6 +430,38 @@ mod tests {
         assert_eq!(deltas.get(CACHE_HIT_RATE), Some(&0.5));
         assert_eq!(by_name(&deltas, "sglang:prompt_tokens_total"), Some(6.0));
         assert_eq!(by_name(&deltas, "sglang:prompt_tokens"), None);
+    }
+
+    #[test]
+    fn the_hit_rate_gauge_is_shown_as_read_not_differenced() {
+        let d = MetricsDelta {
+            before: parse_prometheus(
+                "sglang:cache_hit_rate{tp_rank=\"0\"} 0.25\nsglang:cached_tokens_total{cache_source=\"device\"} 100\nsglang:prompt_tokens_total 400\n",
+            ),
+            after: parse_prometheus(
+                "sglang:cache_hit_rate{tp_rank=\"0\"} 0.75\nsglang:cached_tokens_total{cache_source=\"device\"} 400\nsglang:prompt_tokens_total 1000\n",
+            ),
+            ..MetricsDelta::default()
+        };
+        let deltas = d.deltas();
+        assert_eq!(by_name(&deltas, "sglang:cache_hit_rate"), None);
+        assert_eq!(deltas.get(CACHE_HIT_RATE), Some(&0.5));
+        assert_eq!(d.cache().unwrap().ratio(), Some(0.5));
+        let text = d.render();
+        assert!(
+            text.contains("server prefix cache hit ratio 0.5000: 300 sglang:cached_tokens_total / 600 sglang:prompt_tokens_total"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sglang:cache_hit_rate{tp_rank=\"0\"} 0.750000 (a gauge"),
+            "{text}"
+        );
+        let j = d.to_json();
+        assert_eq!(j["prefix_cache"]["hit_ratio"], 0.5);
+        assert_eq!(
+            j["rate_gauges_after"]["sglang:cache_hit_rate{tp_rank=\"0\"}"],
+            0.75
+        );
     }
 
     fn pair(shard: &str, url: &str, b: (u64, f64), a: (u64, f64)) -> ShardMetrics {

@@ -3,6 +3,7 @@
 //! the mock. One test binary; every timing test runs on tokio's paused clock.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod cache;
 mod common;
 mod diff;
 mod fixtures;

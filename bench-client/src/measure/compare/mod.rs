@@ -41,6 +41,10 @@ pub enum Statistic {
     /// duration is its own and travels with it when runs are resampled; within a run it is held
     /// fixed.
     Rate,
+    /// A ratio of totals over the drawn units, each unit `[numerator, denominator]`: the sum of
+    /// the numerators over the sum of the denominators (cached over prompt tokens). A request is
+    /// resampled with its own pair, as a unit's gaps are kept together.
+    RatioOfSums,
 }
 
 /// Which way is better.
@@ -185,6 +189,14 @@ impl Sample {
         {
             return Err(CompareError::BadValue(side));
         }
+        if statistic == Statistic::RatioOfSums {
+            if let Some(u) = runs.iter().flat_map(|r| &r.units).find(|u| u.len() != 2) {
+                return Err(CompareError::BadStatistic(format!(
+                    "{side}: a ratio's unit has {} values, not [numerator, denominator]",
+                    u.len()
+                )));
+            }
+        }
         if statistic == Statistic::Rate {
             if let Some(d) = runs
                 .iter()
@@ -197,8 +209,11 @@ impl Sample {
             }
         }
         for r in &mut runs {
-            for u in &mut r.units {
-                u.sort_by(f64::total_cmp);
+            // A ratio's pair is ordered (numerator first); any other unit's values are a set.
+            if statistic != Statistic::RatioOfSums {
+                for u in &mut r.units {
+                    u.sort_by(f64::total_cmp);
+                }
             }
             r.units.sort_by(|a, b| cmp_values(a, b));
         }
@@ -289,6 +304,13 @@ impl Sample {
                     .map(|&r| self.runs[r].duration_s.unwrap_or(0.0))
                     .sum();
                 (duration > 0.0).then(|| sum / duration)
+            }
+            Statistic::RatioOfSums => {
+                let (num, den) = draws
+                    .iter()
+                    .map(|&(r, u)| &self.runs[r].units[u])
+                    .fold((0.0, 0.0), |(n, d), u| (n + u[0], d + u[1]));
+                (den > 0.0).then(|| num / den)
             }
         }
     }

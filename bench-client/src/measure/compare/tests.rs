@@ -211,6 +211,39 @@ fn clustered_units_pool_their_values() {
     assert!(Sample::clustered("BASE", &[vec![], vec![]], P50).is_err());
 }
 
+#[test]
+fn a_ratio_of_sums_keeps_each_pair_in_order_and_pools_the_totals() {
+    // Cached over prompt tokens: 10/100, 0/50, 40/50 pool to 50/200, not the mean of the ratios.
+    let pairs = vec![vec![10.0, 100.0], vec![0.0, 50.0], vec![40.0, 50.0]];
+    let s = Sample::clustered("BASE", &pairs, Statistic::RatioOfSums).unwrap();
+    assert_eq!(s.value(), Some(0.25));
+    let mut reordered = pairs.clone();
+    reordered.reverse();
+    let r = Sample::clustered("BASE", &reordered, Statistic::RatioOfSums).unwrap();
+    assert_eq!(r, s);
+    // Every request hit twice as much: a verdict from one run each, as a percentile gets.
+    let base: Vec<Vec<f64>> = (0..200)
+        .map(|i| vec![f64::from(i % 7) * 5.0, 100.0])
+        .collect();
+    let new: Vec<Vec<f64>> = base.iter().map(|u| vec![u[0] * 2.0, u[1]]).collect();
+    let b = Sample::clustered("BASE", &base, Statistic::RatioOfSums).unwrap();
+    let n = Sample::clustered("NEW", &new, Statistic::RatioOfSums).unwrap();
+    let c = compare(&b, &n, Direction::HigherIsBetter, &Bootstrap::default()).unwrap();
+    assert!((c.ratio - 2.0).abs() < 1e-12, "{c:?}");
+    assert_eq!(c.verdict, Verdict::Better);
+    for bad in [vec![vec![1.0]], vec![vec![1.0, 2.0, 3.0]]] {
+        assert!(matches!(
+            Sample::clustered("BASE", &bad, Statistic::RatioOfSums),
+            Err(CompareError::BadStatistic(_))
+        ));
+    }
+    // The pair is not sorted as a unit's gaps are: 3 over 1 stays 3.
+    let big = Sample::clustered("BASE", &[vec![3.0, 1.0]], Statistic::RatioOfSums).unwrap();
+    assert_eq!(big.value(), Some(3.0));
+    let none = Sample::clustered("BASE", &[vec![0.0, 0.0]], Statistic::RatioOfSums).unwrap();
+    assert_eq!(none.value(), None);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

@@ -4,13 +4,15 @@
 //!
 //! Every row is computed from per-request values read from the records (never from merged
 //! histograms): sweeps from `ttft_ms`, `decode_tok_s` and `prefill_tok_s` of successful streaming
-//! records; load runs from [`crate::measure::load_numbers`] of each successful request.
+//! records; load runs from [`crate::measure::load_numbers`] of each successful request, and the
+//! prefix-cache rows from the cached and prompt tokens each reported.
 //!
 //! A side's runs: each file of a sweep is one run; load records are grouped by the run's start
 //! (`start_unix_ms`), so the shards of one run (which share it) are one run and repeats are
 //! several, whichever files hold them. Several runs a side are resampled by run
 //! ([`crate::measure::compare`]).
 
+mod cache;
 mod manifest;
 
 use std::collections::BTreeMap;
@@ -315,6 +317,8 @@ struct LoadValues {
     succeeded: Vec<f64>,
     good: Vec<f64>,
     duration_s: Option<f64>,
+    /// The requests that reported a cached count.
+    cache: cache::CacheValues,
 }
 
 fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
@@ -336,6 +340,11 @@ fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
         let n = load_numbers(trace, &m, info.client_queue_ns);
         let output = u64::from(m.completion_tokens.unwrap_or(0));
         v.ttft_ms.push(ms(n.ttft_from_schedule_ns));
+        v.cache.add(
+            m.prompt_tokens,
+            m.cached_tokens,
+            ms(n.ttft_from_schedule_ns),
+        );
         v.tpot_ms.extend(n.tpot_ns.map(ms));
         v.inter_chunk_ms
             .push(n.inter_chunk_ns.iter().map(|&g| ms(g)).collect());
@@ -353,7 +362,7 @@ fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
 }
 
 /// Load rows: TTFT, TPOT, inter-chunk and end-to-end p50/p90/p99, then output and request
-/// throughput and goodput (with an SLO).
+/// throughput and goodput (with an SLO), then the prefix cache (when either side hit it).
 fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo, b: &Bootstrap) -> Vec<Row> {
     let x: Vec<LoadValues> = base.iter().map(|r| load_values(r, slo)).collect();
     let y: Vec<LoadValues> = new.iter().map(|r| load_values(r, slo)).collect();
@@ -422,6 +431,7 @@ fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo, b: &Bootstra
             b,
         ));
     }
+    rows.extend(cache::cache_rows(&x, &y, b));
     rows
 }
 

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::{cell, svg, table};
+use crate::report::cache::ServerCache;
 use crate::report::compare::CompareReport;
 use crate::report::load::LoadSummary;
 use crate::report::sweep::Report;
@@ -23,6 +24,8 @@ pub struct Page<'a> {
     pub sweep: Option<&'a Report>,
     /// The load records' summary, when there are load records.
     pub load: Option<&'a LoadSummary>,
+    /// The server's prefix cache over the load run, from the `/metrics` scrapes in the manifests.
+    pub server_cache: Option<ServerCache>,
     /// Records whose chunk timelines are shown, slowest first.
     pub slowest: Vec<&'a Record>,
 }
@@ -81,6 +84,7 @@ pub fn page(p: &Page<'_>) -> anyhow::Result<String> {
     }
     if let Some(s) = p.load {
         o.push_str("<h2>Load</h2>\n");
+        prefix_cache(&mut o, s, p.server_cache.as_ref());
         let _ = writeln!(o, "<pre>{}</pre>", esc(&table::load(s)));
         if s.succeeded > 0 {
             let plot = svg::load(s)?;
@@ -109,6 +113,47 @@ pub fn page(p: &Page<'_>) -> anyhow::Result<String> {
     }
     o.push_str("</body></html>\n");
     Ok(o)
+}
+
+/// The prefix cache of a load run: the responses' hit ratio, TTFT of the hits and the misses, and
+/// the server's counters beside them. Nothing when neither side has a figure.
+fn prefix_cache(o: &mut String, s: &LoadSummary, server: Option<&ServerCache>) {
+    let c = &s.cache;
+    if c.reported == 0 && server.is_none() {
+        return;
+    }
+    let ms = |v: Option<u64>| cell(v.map(|v| v as f64 / 1e6), 1);
+    o.push_str("<table id=\"prefix-cache\"><tr><th class=\"l\">prefix cache</th><th>requests</th><th>hit ratio</th><th>TTFT mean ms</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th></tr>\n");
+    let _ = writeln!(
+        o,
+        "<tr><td class=\"l\">responses: cached / prompt tokens</td><td>{} of {}</td><td>{}</td><td></td><td></td><td></td></tr>",
+        c.reported,
+        s.succeeded,
+        cell(c.hit_ratio(), 4)
+    );
+    for (label, m) in [
+        ("hits (cached &gt; 0)", &c.hit),
+        ("misses (cached = 0)", &c.miss),
+    ] {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"l\">{label}</td><td>{}</td><td></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            m.count(),
+            cell(m.mean().map(|v| v / 1e6), 1),
+            ms(m.percentile(50.0)),
+            ms(m.percentile(99.0))
+        );
+    }
+    if let Some(sc) = server {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"l\">server: {} / {}</td><td></td><td>{}</td><td></td><td></td><td></td></tr>",
+            esc(sc.hits_counter),
+            esc(sc.queries_counter),
+            cell(sc.ratio(), 4)
+        );
+    }
+    o.push_str("</table>\n");
 }
 
 /// One table of what each run's manifest says: command, client, server, model, settings.
@@ -220,6 +265,7 @@ mod tests {
             )],
             sweep: None,
             load: None,
+            server_cache: None,
             slowest: Vec::new(),
         })
         .unwrap();

@@ -1,5 +1,5 @@
-//! JSON: the sweep report's per-context summaries, the load summary with all latencies in ms, and
-//! comparisons.
+//! JSON: the sweep report's per-context summaries, the load summary with all latencies in ms (its
+//! prefix cache with TTFT by hit and miss among them), and comparisons.
 
 use serde_json::{json, Value};
 
@@ -42,7 +42,8 @@ pub fn load(s: &LoadSummary) -> Value {
         "slo": s.slo,
         "good": s.good,
         "prompt_tokens": s.prompt_tokens,
-        "cached_tokens": s.cached_tokens,
+        "cached_tokens": s.cache.cached_tokens,
+        "prefix_cache": s.cache.to_json(),
         "output_tokens": s.output_tokens,
         "per_chunk_counts_unknown": s.counts_unknown,
         "derived": s.derived(),

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::{cell, ms, PCTS};
 use crate::measure::compare::Direction;
 use crate::report::compare::CompareReport;
-use crate::report::load::{LoadSummary, METRICS};
+use crate::report::load::{LoadSummary, Metric, METRICS};
 use crate::report::sweep::Report;
 
 fn counts(m: &BTreeMap<String, u64>) -> String {
@@ -187,7 +187,7 @@ pub fn load(s: &LoadSummary) -> String {
         (
             "cache hit rate",
             cell(d.cache_hit_rate, 4),
-            "cached / prompt tokens, as the server reported",
+            "cached / prompt tokens of the requests that reported a cached count",
         ),
         (
             "tokens per chunk",
@@ -209,6 +209,22 @@ pub fn load(s: &LoadSummary) -> String {
             s.requests
         );
     }
+    let c = &s.cache;
+    if c.reported > 0 {
+        let _ = writeln!(
+            o,
+            "  prefix cache          {} of {} ok requests reported a cached count: {} hits (cached > 0), {} misses",
+            c.reported,
+            s.succeeded,
+            c.hit.count(),
+            c.miss.count()
+        );
+    } else if s.succeeded > 0 {
+        let _ = writeln!(
+            o,
+            "  prefix cache          no request reported a cached count (SGLang's OpenAI API: --enable-cache-report; vLLM: --enable-prompt-tokens-details)"
+        );
+    }
     if s.counts_unknown > 0 {
         let _ = writeln!(
             o,
@@ -221,10 +237,7 @@ pub fn load(s: &LoadSummary) -> String {
         "\n  {:<18} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "latency (ms)", "n", "p50", "p90", "p95", "p99", "max", "mean"
     );
-    for (name, _) in METRICS {
-        let Some(m) = s.metrics.get(name) else {
-            continue;
-        };
+    let latency = |o: &mut String, name: &str, m: &Metric| {
         let mut line = format!("  {name:<18} {:>7}", m.count());
         for (_, p) in PCTS {
             let _ = write!(line, " {:>10}", cell(m.percentile(p).map(ms), 3));
@@ -236,10 +249,35 @@ pub fn load(s: &LoadSummary) -> String {
             cell(m.mean().map(|v| v / 1e6), 3)
         );
         let _ = writeln!(o, "{line}");
+    };
+    // The hit/miss split sits under the TTFT it splits, when the server reported cached counts.
+    let split = [("ttft_cache_hit", &c.hit), ("ttft_cache_miss", &c.miss)];
+    for (name, _) in METRICS {
+        let Some(m) = s.metrics.get(name) else {
+            continue;
+        };
+        latency(&mut o, name, m);
+        if name == "ttft" && c.reported > 0 {
+            for (n, m) in split {
+                latency(&mut o, n, m);
+            }
+        }
     }
     let _ = writeln!(o, "\n  definitions:");
     for (name, def) in METRICS {
         let _ = writeln!(o, "    {name:<18} {def}");
+        if name == "ttft" && c.reported > 0 {
+            let _ = writeln!(
+                o,
+                "    {:<18} TTFT of the requests that reported cached_tokens > 0",
+                "ttft_cache_hit"
+            );
+            let _ = writeln!(
+                o,
+                "    {:<18} TTFT of the requests that reported cached_tokens = 0",
+                "ttft_cache_miss"
+            );
+        }
     }
     if !s.failures.is_empty() {
         let _ = writeln!(o, "\n  failures by cause:");
@@ -385,6 +423,7 @@ pub fn capacity(r: &crate::report::capacity::CapacityReport) -> String {
         "TPOT p99 ms",
         "goodput req/s",
         "good share",
+        "cache hit",
         "",
     ];
     let rows: Vec<Vec<String>> = r
@@ -403,6 +442,7 @@ pub fn capacity(r: &crate::report::capacity::CapacityReport) -> String {
                 cell(s.tpot_p99_ms, 2),
                 cell(s.goodput, 2),
                 format!("{:.1}%", s.goodput_share * 100.0),
+                cell(s.cache_hit_rate, 3),
                 if s.passed { "pass" } else { "FAIL" }.to_string(),
             ]
         })
