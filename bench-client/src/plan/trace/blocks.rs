@@ -2,8 +2,9 @@
 //! prompt salt), so requests whose `hash_ids` start alike share exactly those blocks, and a radix cache
 //! hits where production hit.
 //!
-//! - Token `j >= 1` of a block is a keyed hash of (seed, id, j): nothing is stored or generated twice,
-//!   and a block cut short by `input_length` is a prefix of the whole block.
+//! - Tokens 1.. of a block are a window of a fixed random table, where a keyed hash of (seed, id)
+//!   puts it: nothing is generated per request, and a block cut short by `input_length` is a prefix
+//!   of the whole block.
 //! - Token 0 is the block's rank among the blocks that follow the same block (its siblings), shifted
 //!   by the seed: siblings differ in their first token, so two prompts share no token past their
 //!   common blocks. Exact while no block has more followers than the id range (3,900 by default); past
@@ -12,6 +13,8 @@
 //!   its last block like any other; ids beyond `ceil(input_length / block size)` are not used.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
 use crate::plan::prompt::PromptGen;
 
@@ -22,17 +25,43 @@ pub(super) struct Block {
     rank: u32,
 }
 
+/// Hashes the maps' block ids with [`mix`]: SipHash took longer than the rest of reading a trace's
+/// blocks, and the ids come from a file, not from an adversary.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = mix(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = mix(self.0 ^ n);
+    }
+}
+
+type IdMap = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
+
 /// Ranks handed out while a trace is read, in its order: a slice of a trace (`--trace-limit`) ranks
 /// its blocks as the whole trace does.
 #[derive(Debug, Default)]
 pub(super) struct BlockTree {
-    rank: HashMap<u64, u32>,
-    followers: HashMap<Option<u64>, u32>,
+    rank: IdMap,
+    /// Followers ranked so far, per block; `root`: of the first blocks.
+    followers: IdMap,
+    root: u32,
 }
 
 impl BlockTree {
     fn next_follower(&mut self, parent: Option<u64>) -> u32 {
-        let n = self.followers.entry(parent).or_insert(0);
+        let n = match parent {
+            Some(p) => self.followers.entry(p).or_insert(0),
+            None => &mut self.root,
+        };
         let r = *n;
         *n = n.saturating_add(1);
         r
@@ -78,26 +107,37 @@ const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Keeps the keys of a request's own tokens apart from the blocks' keys.
 const OWN_DOMAIN: u64 = 0x0f11_0000_0000_0000;
 
-/// Appends `n` tokens in `[lo, lo + range)`: `first`, then token `j` from the keyed hash of `j`
-/// (two tokens per 64-bit hash, each half mapped onto the range by a multiply and shift).
+/// Random words that blocks read windows of, made once per process: 2^20 words (4 MiB). Copying
+/// a window is several times faster than hashing each token, and the conversation trace has 93
+/// million block tokens; windows may overlap, which no prefix cache can see (token 0 differs).
+fn table() -> &'static [u32] {
+    static TABLE: OnceLock<Box<[u32]>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..1u64 << 20)
+            .map(|i| mix(i.wrapping_mul(GOLDEN)) as u32)
+            .collect()
+    })
+}
+
+/// Appends `n` tokens in `[lo, lo + range)`: `first`, then a window of the table from `key`, each
+/// word mapped onto the range by a multiply and shift.
 fn push_tokens(out: &mut Vec<u32>, lo: u32, range: u64, first: u64, key: u64, n: u32) {
     if n == 0 {
         return;
     }
-    let tok = |half: u64| lo + ((half * range) >> 32) as u32;
     out.push(lo + first as u32);
-    let mut left = n - 1;
-    let mut j = 0u64;
+    let t = table();
+    let mut at = key as usize & (t.len() - 1);
+    let mut left = n as usize - 1;
     while left > 0 {
-        j += 1;
-        let z = mix(key.wrapping_add(j.wrapping_mul(GOLDEN)));
-        out.push(tok(z & 0xffff_ffff));
-        if left >= 2 {
-            out.push(tok(z >> 32));
-            left -= 2;
-        } else {
-            left -= 1;
-        }
+        let take = left.min(t.len() - at);
+        out.extend(
+            t[at..at + take]
+                .iter()
+                .map(|&w| lo + ((u64::from(w) * range) >> 32) as u32),
+        );
+        left -= take;
+        at = 0;
     }
 }
 
