@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -12,7 +13,7 @@ use super::common::{
     connect, default_out, parse_duration, redact_args, secs, Format, IdRange, ServerArgs,
 };
 use crate::drive::{self, LoadConfig};
-use crate::plan::Timeouts;
+use crate::plan::{Timeouts, Trace};
 
 #[derive(Args, Debug)]
 pub(super) struct LoadArgs {
@@ -52,12 +53,11 @@ pub(super) struct LoadArgs {
     /// Shared-prefix workload: this many groups, each sharing a --prefix-len prefix.
     #[arg(long)]
     prefix_groups: Option<u32>,
-    /// Prefix length of the shared-prefix and replay workloads; --input-len is added after it.
+    /// Prefix length of the shared-prefix and native trace workloads; --input-len is added after it.
     #[arg(long, default_value_t = 0)]
     prefix_len: u32,
-    /// Replay a JSONL trace of {"offset_ms", "input_len", "output_len"[, "prefix_group"]}.
-    #[arg(long)]
-    trace: Option<PathBuf>,
+    #[command(flatten)]
+    trace: super::trace::TraceArgs,
     /// Run the I-th of N slices of the same schedule (0-based), e.g. 0/4.
     #[arg(long, default_value = "0/1")]
     shard: String,
@@ -118,9 +118,9 @@ pub(super) fn print_load(
 }
 
 /// The load run the flags ask for, every flag checked, with a stand-in target that [`connect`]
-/// replaces: nothing is started before this returns.
-fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
-    use crate::plan::{workload, Arrivals, LenDist, Schedule, Shard, Stop, Workload};
+/// replaces: nothing is started before this returns. `trace`: the `--trace` file, read.
+fn load_config(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadConfig> {
+    use crate::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
     use crate::report::Slo;
     a.server.check()?;
     if matches!(a.format, Format::Csv) {
@@ -133,20 +133,10 @@ fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
     let shard = Shard::parse(&a.shard).map_err(anyhow::Error::msg)?;
     let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
     let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
-    let (workload, arrivals) = match (&a.trace, a.prefix_groups) {
-        (Some(path), _) => {
-            let entries = workload::read_trace(path)?;
-            let offsets_ns = entries
-                .iter()
-                .map(|e| (e.offset_ms * 1e6).round() as u64)
-                .collect();
-            (
-                Workload::Replay {
-                    entries,
-                    prefix_len: a.prefix_len,
-                },
-                Arrivals::Trace { offsets_ns },
-            )
+    let (workload, arrivals) = match (trace, a.prefix_groups) {
+        (Some(t), _) => {
+            let offsets_ns = t.offsets_ns();
+            (Workload::Trace(t), Arrivals::Trace { offsets_ns })
         }
         (None, groups) => {
             let w = match groups {
@@ -208,7 +198,9 @@ fn load_config(a: &LoadArgs) -> anyhow::Result<LoadConfig> {
 }
 
 pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
-    let mut cfg = load_config(&a).map_err(CliError::Usage)?;
+    // A trace that cannot be used is a data error (65); the flags around it are usage errors (64).
+    let trace = a.trace.read(a.prefix_len)?;
+    let mut cfg = load_config(&a, trace).map_err(CliError::Usage)?;
     let mock = if a.server.simulate {
         super::common::engine_path(&a.server, &mut cfg.target, &mut cfg.engine)
             .map_err(CliError::Usage)?;

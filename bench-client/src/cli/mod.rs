@@ -10,6 +10,7 @@ pub mod exit;
 mod load;
 mod report;
 mod sweep;
+mod trace;
 
 use std::process::ExitCode;
 

@@ -1,5 +1,5 @@
 //! The plan: what to send and when, before anything is sent. Request specs and deadlines, prompts
-//! (token ids, or text through a tokenizer), sweep contexts, load schedules and workloads.
+//! (token ids, or text through a tokenizer), sweep contexts, load schedules, workloads and traces.
 
 pub mod contexts;
 pub mod prompt;
@@ -7,10 +7,12 @@ mod request;
 pub mod schedule;
 #[cfg(feature = "tokenizer")]
 pub mod tokenizer;
+pub mod trace;
 pub mod workload;
 
 pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
 pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
 pub use request::{RequestSpec, Timeouts};
 pub use schedule::{ArrivalKind, Arrivals, Schedule, Shard, Slot, Stop};
-pub use workload::{LenDist, Planner, TraceEntry, Workload};
+pub use trace::{Trace, TraceEntry, TraceError, TraceFormat, TraceOptions};
+pub use workload::{LenDist, Planner, Workload};

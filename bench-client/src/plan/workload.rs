@@ -1,16 +1,16 @@
 //! Load-run workloads: random token-id prompts with input/output length distributions, shared-prefix
-//! groups that exercise the prefix cache on purpose, and replay of a JSONL trace. Every request is a
-//! pure function of (seed, request index), so shards and resumed runs draw the same requests.
+//! groups that exercise the prefix cache on purpose, and replay of a trace (`plan::trace`). Every
+//! request is a pure function of (seed, request index), so shards and resumed runs draw the same requests.
 
-use std::path::Path;
+use std::sync::Arc;
 
-use anyhow::Context;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal, Uniform};
 use serde::{Deserialize, Serialize};
 
 use crate::plan::prompt::PromptGen;
+use crate::plan::trace::Trace;
 
 /// A length distribution in tokens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -104,67 +104,6 @@ impl LenDist {
     }
 }
 
-/// One line of a replay trace (JSONL).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TraceEntry {
-    /// Arrival offset from the start of the run, ms.
-    pub offset_ms: f64,
-    /// Prompt tokens (including the group prefix, when there is one).
-    pub input_len: u32,
-    /// Output tokens.
-    pub output_len: u32,
-    /// Prefix group: requests of one group share their first `--prefix-len` tokens.
-    #[serde(default)]
-    pub prefix_group: Option<u32>,
-}
-
-/// Read a replay trace: one [`TraceEntry`] per line; offsets must be finite, non-negative and
-/// non-decreasing; lengths at least 1.
-pub fn read_trace(path: &Path) -> anyhow::Result<Vec<TraceEntry>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading trace {}", path.display()))?;
-    let mut out: Vec<TraceEntry> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let e: TraceEntry = serde_json::from_str(line).with_context(|| {
-            format!(
-                "{} line {}: expected {{\"offset_ms\": .., \"input_len\": .., \"output_len\": ..[, \"prefix_group\": ..]}}",
-                path.display(),
-                i + 1
-            )
-        })?;
-        if !e.offset_ms.is_finite() || e.offset_ms < 0.0 {
-            anyhow::bail!(
-                "{} line {}: offset_ms must be a non-negative number",
-                path.display(),
-                i + 1
-            );
-        }
-        if out.last().is_some_and(|p| p.offset_ms > e.offset_ms) {
-            anyhow::bail!(
-                "{} line {}: offsets must not decrease",
-                path.display(),
-                i + 1
-            );
-        }
-        if e.input_len == 0 || e.output_len == 0 {
-            anyhow::bail!(
-                "{} line {}: input_len and output_len must be at least 1",
-                path.display(),
-                i + 1
-            );
-        }
-        out.push(e);
-    }
-    if out.is_empty() {
-        anyhow::bail!("trace {} has no requests", path.display());
-    }
-    Ok(out)
-}
-
 /// What prompts and output lengths a load run sends.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Workload {
@@ -178,11 +117,8 @@ pub enum Workload {
         input: LenDist,
         output: LenDist,
     },
-    /// A recorded trace; entries with a prefix group share their first `prefix_len` tokens.
-    Replay {
-        entries: Vec<TraceEntry>,
-        prefix_len: u32,
-    },
+    /// A trace (Mooncake, Azure or native), read and checked: its arrivals are the schedule's.
+    Trace(Arc<Trace>),
 }
 
 /// One request of a load run.
@@ -216,20 +152,6 @@ impl Planner {
         match &workload {
             Workload::SharedPrefix { groups, .. } if *groups == 0 => {
                 return Err("--prefix-groups must be at least 1".into())
-            }
-            Workload::Replay {
-                entries,
-                prefix_len,
-            } => {
-                if let Some(e) = entries
-                    .iter()
-                    .find(|e| e.prefix_group.is_some() && e.input_len < *prefix_len)
-                {
-                    return Err(format!(
-                        "trace entry at {} ms has prefix group {:?} but input_len {} < --prefix-len {prefix_len}",
-                        e.offset_ms, e.prefix_group, e.input_len
-                    ));
-                }
             }
             _ => {}
         }
@@ -288,21 +210,9 @@ impl Planner {
                     Some(g),
                 )
             }
-            Workload::Replay {
-                entries,
-                prefix_len,
-            } => {
-                let e = entries.get(usize::try_from(index).ok()?)?;
-                match e.prefix_group {
-                    Some(g) => (
-                        self.prefixes.token_ids(*prefix_len, u64::from(g)),
-                        e.input_len - prefix_len,
-                        e.output_len,
-                        Some(g),
-                    ),
-                    None => (Vec::new(), e.input_len, e.output_len, None),
-                }
-            }
+            // Shared blocks and group prefixes come from `prefixes`, so the prompt salt applies and
+            // every shard builds the same ones.
+            Workload::Trace(t) => return t.request(index, &self.prompts, &self.prefixes),
         };
         let mut prompt = prefix;
         prompt.extend(self.prompts.token_ids(suffix_len, index));
@@ -318,7 +228,7 @@ impl Planner {
     /// but a unique prompt with no group prefix, so warm-up never primes a measured request's cache.
     pub fn warmup(&self, k: u64) -> Option<PlannedRequest> {
         let k_eff = match &self.workload {
-            Workload::Replay { entries, .. } if !entries.is_empty() => k % entries.len() as u64,
+            Workload::Trace(t) if !t.is_empty() => k % t.len() as u64,
             _ => k,
         };
         let planned = self.request(k_eff)?;
@@ -388,28 +298,5 @@ mod tests {
         assert_ne!(a.prompt[16..], b.prompt[16..]);
         assert_ne!(a.prompt[..16], c.prompt[..16]);
         assert_eq!(p.request(5), p.request(5));
-    }
-
-    #[test]
-    fn trace_is_validated() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.jsonl");
-        std::fs::write(
-            &path,
-            "{\"offset_ms\": 0, \"input_len\": 8, \"output_len\": 2}\n{\"offset_ms\": 5.5, \"input_len\": 9, \"output_len\": 3, \"prefix_group\": 1}\n",
-        )
-        .unwrap();
-        assert_eq!(read_trace(&path).unwrap().len(), 2);
-        std::fs::write(&path, "{\"offset_ms\": 5, \"input_len\": 8, \"output_len\": 2}\n{\"offset_ms\": 1, \"input_len\": 8, \"output_len\": 2}\n").unwrap();
-        assert!(read_trace(&path)
-            .unwrap_err()
-            .to_string()
-            .contains("line 2"));
-        std::fs::write(
-            &path,
-            "{\"offset_ms\": 0, \"input_len\": 0, \"output_len\": 2}\n",
-        )
-        .unwrap();
-        assert!(read_trace(&path).is_err());
     }
 }

@@ -1,0 +1,206 @@
+//! Mooncake prompts, block by block. A hash id always stands for the same tokens under one seed (and
+//! prompt salt), so requests whose `hash_ids` start alike share exactly those blocks, and a radix cache
+//! hits where production hit.
+//!
+//! - Tokens 1.. of a block are a window of a fixed random table, where a keyed hash of (seed, id)
+//!   puts it: nothing is generated per request, and a block cut short by `input_length` is a prefix
+//!   of the whole block.
+//! - Token 0 is the block's rank among the blocks that follow the same block (its siblings), shifted
+//!   by the seed: siblings differ in their first token, so two prompts share no token past their
+//!   common blocks. Exact while no block has more followers than the id range (3,900 by default); past
+//!   that, a follower can share its first token with one before it (one token, or two by chance).
+//! - `input_length` beyond the listed blocks is filled with the request's own tokens, a follower of
+//!   its last block like any other; ids beyond `ceil(input_length / block size)` are not used.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
+
+use crate::plan::prompt::PromptGen;
+
+/// A block of a request: its id and its first-token rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Block {
+    id: u64,
+    rank: u32,
+}
+
+/// Hashes the maps' block ids with [`mix`]: SipHash took longer than the rest of reading a trace's
+/// blocks, and the ids come from a file, not from an adversary.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = mix(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = mix(self.0 ^ n);
+    }
+}
+
+type IdMap = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
+
+/// Ranks handed out while a trace is read, in its order: a slice of a trace (`--trace-limit`) ranks
+/// its blocks as the whole trace does.
+#[derive(Debug, Default)]
+pub(super) struct BlockTree {
+    rank: IdMap,
+    /// Followers ranked so far, per block; `root`: of the first blocks.
+    followers: IdMap,
+    root: u32,
+}
+
+impl BlockTree {
+    fn next_follower(&mut self, parent: Option<u64>) -> u32 {
+        let n = match parent {
+            Some(p) => self.followers.entry(p).or_insert(0),
+            None => &mut self.root,
+        };
+        let r = *n;
+        *n = n.saturating_add(1);
+        r
+    }
+
+    /// Pushes the blocks a request of `input_len` tokens uses onto `out`, ranking ids seen for the
+    /// first time; returns the rank of the request's own tokens when the blocks do not cover it.
+    pub(super) fn place(
+        &mut self,
+        ids: &[u64],
+        input_len: u32,
+        block_size: u32,
+        out: &mut Vec<Block>,
+    ) -> Option<u32> {
+        let needed = input_len.div_ceil(block_size) as usize;
+        let used = &ids[..needed.min(ids.len())];
+        let mut parent = None;
+        for &id in used {
+            let rank = match self.rank.get(&id) {
+                Some(&r) => r,
+                None => {
+                    let r = self.next_follower(parent);
+                    self.rank.insert(id, r);
+                    r
+                }
+            };
+            out.push(Block { id, rank });
+            parent = Some(id);
+        }
+        let covered = used.len() as u64 * u64::from(block_size);
+        (covered < u64::from(input_len)).then(|| self.next_follower(parent))
+    }
+}
+
+/// SplitMix64's finaliser: a bijection of u64 that mixes every bit into every other.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Keeps the keys of a request's own tokens apart from the blocks' keys.
+const OWN_DOMAIN: u64 = 0x0f11_0000_0000_0000;
+
+/// Random words that blocks read windows of, made once per process: 2^20 words (4 MiB). Copying
+/// a window is several times faster than hashing each token, and the conversation trace has 93
+/// million block tokens; windows may overlap, which no prefix cache can see (token 0 differs).
+fn table() -> &'static [u32] {
+    static TABLE: OnceLock<Box<[u32]>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..1u64 << 20)
+            .map(|i| mix(i.wrapping_mul(GOLDEN)) as u32)
+            .collect()
+    })
+}
+
+/// Appends `n` tokens in `[lo, lo + range)`: `first`, then a window of the table from `key`, each
+/// word mapped onto the range by a multiply and shift.
+fn push_tokens(out: &mut Vec<u32>, lo: u32, range: u64, first: u64, key: u64, n: u32) {
+    if n == 0 {
+        return;
+    }
+    out.push(lo + first as u32);
+    let t = table();
+    let mut at = key as usize & (t.len() - 1);
+    let mut left = n as usize - 1;
+    while left > 0 {
+        let take = left.min(t.len() - at);
+        out.extend(
+            t[at..at + take]
+                .iter()
+                .map(|&w| lo + ((u64::from(w) * range) >> 32) as u32),
+        );
+        left -= take;
+        at = 0;
+    }
+}
+
+/// The prompt of a request: `blocks` (the last one cut to `input_len`) from `shared`'s seed and id
+/// range, then its own tokens (keyed by `own_seed` and `index`) with first-token rank `fill`.
+pub(super) fn build(
+    blocks: &[Block],
+    fill: Option<u32>,
+    input_len: u32,
+    block_size: u32,
+    shared: &PromptGen,
+    own_seed: u64,
+    index: u64,
+) -> Vec<u32> {
+    let lo = shared.id_min;
+    let range = u64::from(shared.id_max.saturating_sub(shared.id_min)).max(1);
+    let shift = shared.seed % range;
+    let first = |rank: u32| (u64::from(rank) + shift) % range;
+    let mut p = Vec::with_capacity(input_len as usize);
+    for b in blocks {
+        let n = block_size.min(input_len.saturating_sub(p.len() as u32));
+        let key = mix(shared.seed ^ mix(b.id));
+        push_tokens(&mut p, lo, range, first(b.rank), key, n);
+    }
+    if let Some(rank) = fill {
+        let n = input_len.saturating_sub(p.len() as u32);
+        let key = mix(own_seed ^ OWN_DOMAIN ^ mix(index));
+        push_tokens(&mut p, lo, range, first(rank), key, n);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_block_is_a_prefix_of_the_whole_block_and_ids_stay_in_range() {
+        let g = PromptGen::with_range(9, 100, 110).unwrap();
+        let whole = build(&[Block { id: 7, rank: 3 }], None, 16, 16, &g, 1, 0);
+        for n in 1..16 {
+            let cut = build(&[Block { id: 7, rank: 3 }], None, n, 16, &g, 1, 5);
+            assert_eq!(cut[..], whole[..n as usize], "cut at {n}");
+        }
+        assert!(whole.iter().all(|t| (100..110).contains(t)));
+        // Rank 3 shifted by the seed 9, in a range of 10 ids from 100.
+        assert_eq!(whole[0], 102);
+    }
+
+    #[test]
+    fn followers_of_one_block_get_distinct_ranks_and_the_fill_is_one_of_them() {
+        let mut t = BlockTree::default();
+        let mut out = Vec::new();
+        assert_eq!(t.place(&[1, 2], 8, 4, &mut out), None);
+        assert_eq!(t.place(&[1, 3], 7, 4, &mut out), None);
+        // One block listed, nine tokens: the request's own five tokens follow block 1.
+        assert_eq!(t.place(&[1], 9, 4, &mut out), Some(2));
+        // Ids past the input are not used.
+        assert_eq!(t.place(&[1, 2, 4], 5, 4, &mut out), None);
+        let ranks: Vec<(u64, u32)> = out.iter().map(|b| (b.id, b.rank)).collect();
+        assert_eq!(
+            ranks,
+            [(1, 0), (2, 0), (1, 0), (3, 1), (1, 0), (1, 0), (2, 0)]
+        );
+    }
+}
