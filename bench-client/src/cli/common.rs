@@ -250,7 +250,7 @@ pub(super) async fn start_mock(_s: &ServerArgs) -> anyhow::Result<(String, Optio
 pub(super) fn engine_path(
     s: &ServerArgs,
     target: &mut Target,
-    engine: &mut Option<mock_server::Config>,
+    engine: &mut Option<crate::drive::MockConfig>,
 ) -> anyhow::Result<()> {
     *target = s.engine_target();
     *engine = Some(s.mock_config()?);
@@ -262,7 +262,11 @@ pub(super) fn engine_path(
 }
 
 #[cfg(not(feature = "embedded-mock"))]
-pub(super) fn engine_path(_s: &ServerArgs, _t: &mut Target, _e: &mut Option<()>) -> anyhow::Result<()> {
+pub(super) fn engine_path(
+    _s: &ServerArgs,
+    _t: &mut Target,
+    _e: &mut Option<crate::drive::MockConfig>,
+) -> anyhow::Result<()> {
     anyhow::bail!("--simulate needs a build with the embedded mock (feature embedded-mock)")
 }
 

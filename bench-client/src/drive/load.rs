@@ -74,8 +74,7 @@ pub struct LoadConfig {
     /// The run is simulated: the embedded mock on a paused clock (said in the manifest).
     pub simulated: bool,
     /// Run on the engine path: this mock's engine on its exact virtual clock, no HTTP.
-    #[cfg(feature = "embedded-mock")]
-    pub engine: Option<mock_server::Config>,
+    pub engine: Option<super::MockConfig>,
 }
 
 impl LoadConfig {
@@ -107,7 +106,6 @@ impl LoadConfig {
             progress: false,
             command: String::new(),
             simulated: false,
-            #[cfg(feature = "embedded-mock")]
             engine: None,
         }
     }

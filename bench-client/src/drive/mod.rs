@@ -14,6 +14,15 @@ pub mod sweep;
 #[cfg(feature = "embedded-mock")]
 pub mod twin;
 
+/// The embedded mock's configuration, which a run on the engine path takes.
+#[cfg(feature = "embedded-mock")]
+pub type MockConfig = mock_server::Config;
+
+/// Without the embedded mock there is no engine path to configure.
+#[cfg(not(feature = "embedded-mock"))]
+#[derive(Clone, Debug, PartialEq)]
+pub enum MockConfig {}
+
 /// Where runs on the engine path (`--simulate`) say the server is.
 pub const ENGINE_URL: &str = "engine://embedded-mock";
 

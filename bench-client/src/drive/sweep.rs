@@ -75,8 +75,7 @@ pub struct SweepConfig {
     /// The run is simulated: the embedded mock on a paused clock (said in the manifest).
     pub simulated: bool,
     /// Run on the engine path: this mock's engine on its exact virtual clock, no HTTP.
-    #[cfg(feature = "embedded-mock")]
-    pub engine: Option<mock_server::Config>,
+    pub engine: Option<super::MockConfig>,
 }
 
 impl SweepConfig {
@@ -107,7 +106,6 @@ impl SweepConfig {
             progress: false,
             command: String::new(),
             simulated: false,
-            #[cfg(feature = "embedded-mock")]
             engine: None,
         }
     }

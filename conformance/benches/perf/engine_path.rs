@@ -11,7 +11,8 @@ use anyhow::{anyhow, Result};
 use bench_client::drive::{run_load, run_sweep, LoadConfig, SweepConfig, ENGINE_URL};
 use bench_client::plan::schedule::{Arrivals, Schedule, Stop};
 use bench_client::plan::workload::{LenDist, Workload};
-use bench_client::plan::{parse_contexts, DEFAULT_CONTEXTS};
+use bench_client::plan::{parse_contexts, Trace, TraceOptions, DEFAULT_CONTEXTS};
+use std::sync::Arc;
 use serde_json::json;
 
 use crate::client::{paused_runtime, target};
@@ -96,10 +97,11 @@ pub(crate) fn run() -> Result<Report> {
     r.set("kimi_sweep_wall_s", json!(walls));
 
     // A closed loop at GPU scale.
+    let big = mock(DEMO, &[("max_running_requests", "512"), ("mem_fraction_static", "0.9")])?;
     let closed = |out: PathBuf| LoadConfig {
         prompt_salt: Some(1),
         scrape_metrics: false,
-        engine: Some(mock(DEMO, &[("max_running_requests", "512"), ("mem_fraction_static", "0.9")]).unwrap_or_default()),
+        engine: Some(big.clone()),
         ..LoadConfig::new(
             target(ENGINE_URL.into()),
             Schedule {
@@ -132,9 +134,72 @@ pub(crate) fn run() -> Result<Report> {
     Ok(r)
 }
 
-/// The whole Mooncake conversation trace, open loop at its own arrivals.
+/// The whole Mooncake conversation trace, open loop at its own arrivals, on the Kimi preset that
+/// survived (`PERF_MOONCAKE_PRESET` for another).
 fn trace_replay(r: &mut Report, dir: &std::path::Path) -> Result<()> {
-    let _ = dir;
-    r.note("trace replay: not built yet");
+    let path = std::env::var_os("PERF_MOONCAKE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("../shared/data/traces/mooncake-conversation.jsonl"));
+    let read0 = Instant::now();
+    let trace = match Trace::read(&path, &TraceOptions::default()) {
+        Ok(t) => Arc::new(t),
+        Err(e) => {
+            r.note(format!("trace replay skipped: {e}"));
+            return Ok(());
+        }
+    };
+    let read_s = read0.elapsed().as_secs_f64();
+    let preset = std::env::var("PERF_MOONCAKE_PRESET").unwrap_or_else(|_| KIMI.to_string());
+    let engine = mock(
+        &preset,
+        &[
+            ("mem_fraction_static", "0.93"),
+            ("chunked_prefill_size", "4096"),
+            ("expandable_segments", "true"),
+        ],
+    )?;
+    let mut n = 0;
+    let mut hit = None;
+    let (walls, cpus, model) = timed(|| {
+        n += 1;
+        let out = dir.join(format!("trace-{n}.jsonl"));
+        let cfg = LoadConfig {
+            prompt_salt: Some(1),
+            scrape_metrics: false,
+            engine: Some(engine.clone()),
+            ..LoadConfig::new(
+                target(ENGINE_URL.into()),
+                Schedule {
+                    arrivals: Arrivals::Trace {
+                        offsets_ns: trace.offsets_ns(),
+                    },
+                    stop: Stop::Requests(trace.len() as u64),
+                    seed: 1,
+                },
+                Workload::Trace(trace.clone()),
+                out,
+            )
+        };
+        let rt = paused_runtime()?;
+        let o = rt.block_on(run_load(&cfg))?;
+        hit = o.summary.derived().cache_hit_rate;
+        Ok(o.model_time.unwrap_or_default())
+    })?;
+    r.row(
+        format!(
+            "{} ({} requests) replayed on {preset}, wall s ({:.0} s of model time; cache hit ratio {})",
+            path.display(),
+            trace.len(),
+            model.as_secs_f64(),
+            hit.map_or("-".into(), |h| format!("{h:.3}"))
+        ),
+        "<= 1 s, one core (30)",
+        format!(
+            "{:.3} (CPU {:.3}; reading the trace {read_s:.3})",
+            median(walls.clone()),
+            median(cpus)
+        ),
+    );
+    r.set("mooncake_wall_s", json!(walls));
     Ok(())
 }
