@@ -262,7 +262,11 @@ pub(super) fn engine_path(
 }
 
 #[cfg(not(feature = "embedded-mock"))]
-pub(super) fn engine_path(_s: &ServerArgs, _t: &mut Target, _e: &mut Option<()>) -> anyhow::Result<()> {
+pub(super) fn engine_path(
+    _s: &ServerArgs,
+    _t: &mut Target,
+    _e: &mut Option<()>,
+) -> anyhow::Result<()> {
     anyhow::bail!("--simulate needs a build with the embedded mock (feature embedded-mock)")
 }
 
