@@ -28,9 +28,8 @@ pub(super) struct SessionArgs {
 }
 
 impl SessionArgs {
-    /// The sessions the flags ask for, their distributions parsed (`None` without `--sessions`);
-    /// `input` and `output` are the parsed `--input-len` and `--output-len`. The counts are
-    /// checked with the plan (`SessionsConfig::validate`).
+    /// The sessions the flags ask for, every value checked (`None` without `--sessions`);
+    /// `input` and `output` are the parsed `--input-len` and `--output-len`.
     pub(super) fn sessions(
         &self,
         input: &LenDist,
@@ -45,13 +44,15 @@ impl SessionArgs {
         };
         let think =
             ThinkTime::parse(&self.think_time).map_err(|e| anyhow::anyhow!("--think-time: {e}"))?;
-        Ok(Some(Sessions {
+        let s = Sessions {
             sessions,
             turns: self.turns,
             first_input: input.clone(),
             turn_input,
             output: output.clone(),
             think,
-        }))
+        };
+        s.check().map_err(anyhow::Error::msg)?;
+        Ok(Some(s))
     }
 }

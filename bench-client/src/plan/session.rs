@@ -111,6 +111,29 @@ pub struct Sessions {
     pub think: ThinkTime,
 }
 
+impl Sessions {
+    /// At least one session of at least one turn, and turn indices below the warm-up index space.
+    pub fn check(&self) -> Result<(), String> {
+        if self.sessions == 0 {
+            return Err("--sessions must be at least 1".into());
+        }
+        if self.turns == 0 {
+            return Err("--turns must be at least 1".into());
+        }
+        if self
+            .sessions
+            .checked_mul(u64::from(self.turns))
+            .is_none_or(|n| n >= WARMUP_INDEX_BASE)
+        {
+            return Err(format!(
+                "--sessions {} times --turns {} is too many turns",
+                self.sessions, self.turns
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The conversation of one session so far: every earlier turn's new tokens and output, in order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Conversation {
@@ -204,23 +227,7 @@ const STAND_INS: u64 = 0x5e55_a5a5_0000_0002;
 impl SessionPlan {
     /// A plan of `sessions` under `seed`; token ids in `[id_min, id_max)`.
     pub fn new(sessions: Sessions, seed: u64, id_range: (u32, u32)) -> Result<Self, String> {
-        if sessions.sessions == 0 {
-            return Err("--sessions must be at least 1".into());
-        }
-        if sessions.turns == 0 {
-            return Err("--turns must be at least 1".into());
-        }
-        // Turn indices stay below the warm-up index space.
-        if sessions
-            .sessions
-            .checked_mul(u64::from(sessions.turns))
-            .is_none_or(|n| n >= WARMUP_INDEX_BASE)
-        {
-            return Err(format!(
-                "--sessions {} times --turns {} is too many turns",
-                sessions.sessions, sessions.turns
-            ));
-        }
+        sessions.check()?;
         Ok(Self {
             sessions,
             seed,
