@@ -110,6 +110,24 @@ fn by_turn(recs: &[Record]) -> BTreeMap<(u64, u32), &Record> {
     m
 }
 
+/// Turn records, with their sessions and output ids, stay valid against the committed schema.
+fn assert_schema_valid(path: &Path) {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/schema/record.schema.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+}
+
 /// What the scripted server saw and answered, by rid: the prompt's ids and the output's ids.
 type Seen = Arc<Mutex<BTreeMap<String, (Vec<u32>, Vec<u32>)>>>;
 
@@ -210,21 +228,7 @@ fn each_turn_sends_the_last_prompt_then_the_servers_output_ids() {
             assert_eq!(o.written, 12);
             seen
         });
-        // Turn records, with their output ids and sessions, stay valid against the schema.
-        let schema: Value = serde_json::from_str(
-            &std::fs::read_to_string(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/schema/record.schema.json"
-            ))
-            .unwrap(),
-        )
-        .unwrap();
-        let validator = jsonschema::validator_for(&schema).unwrap();
-        for line in std::fs::read_to_string(&out).unwrap().lines() {
-            let v: Value = serde_json::from_str(line).unwrap();
-            let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
-            assert!(errors.is_empty(), "{errors:?}");
-        }
+        assert_schema_valid(&out);
         let seen = seen.lock().unwrap();
         let recs = read_records(&out).unwrap();
         let turns = by_turn(&recs);
@@ -344,6 +348,7 @@ fn without_output_ids_a_marked_stand_in_is_sent_and_the_cache_misses_there() {
         assert_eq!(o.written, 24);
         server.shutdown().await;
     });
+    assert_schema_valid(&out);
     let recs = read_records(&out).unwrap();
     for (&(s, k), r) in &by_turn(&recs) {
         let st = r.load.as_ref().unwrap().session.unwrap();
