@@ -146,8 +146,10 @@ fn restore(
     }
     let mut restored = HashMap::new();
     for (session, turns) in by_session {
+        // Turns are written in order: a session's later turns without its first is not a file
+        // this run wrote.
         let Some(first) = turns.get(&0).and_then(|r| r.load.as_ref()) else {
-            continue;
+            anyhow::bail!("{out}: session {session} has turn records but not its first turn");
         };
         let plan = Arc::new(
             plan.clone().salted(
