@@ -10,6 +10,7 @@ pub mod engine;
 pub mod load;
 mod pacer;
 mod progress;
+mod run;
 pub mod sessions;
 pub mod sweep;
 #[cfg(feature = "embedded-mock")]

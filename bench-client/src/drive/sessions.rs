@@ -16,11 +16,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::load::{
-    collect, fire, metrics_after, run_start, scrape_samples, Collected, LoadConfig, LoadOutcome,
-    LoadRun, Prepared,
-};
+use super::load::{fire, scrape_samples, LoadConfig, LoadOutcome, LoadRun, Prepared};
 use super::pacer::{clock_is_paused, wait_until};
+use super::run::{collect, metrics_after, run_start, Collected};
 use crate::net;
 use crate::plan::prompt::Prompt;
 use crate::plan::schedule::Arrivals;
@@ -319,26 +317,14 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
     let (start_unix_ms, base) = run_start(run.start_at_unix_ms);
     let fresh = Arc::new(plan.clone().salted(cfg.salt(start_unix_ms)));
     let concurrency = cfg.concurrency();
-    let manifest = json!({
-        "command": run.command,
-        "simulated": run.simulated,
-        "client_version": env!("CARGO_PKG_VERSION"),
-        "kind": "load",
-        "url": run.target.base_url,
-        "dialect": run.target.dialect,
-        "model": run.target.model,
-        "server_info": server_info,
-        "seed": run.seed,
-        "shard": run.shard.to_string(),
-        "start_unix_ms": start_unix_ms,
-        "schedule": format!("closed loop of sessions, {concurrency} in flight in this shard"),
-        "sessions": cfg.sessions,
-        "output_ids": output_ids_source(run.target.dialect),
-        "warmup": run.warmup,
-        "resume": run.resume,
-        "slo": run.slo,
-        "stamping": run.stamping,
-    });
+    // A load run's manifest, saying what the sessions send and where their output ids come from.
+    let mut manifest = super::load::manifest(run, server_info, start_unix_ms);
+    manifest["schedule"] = json!(format!(
+        "closed loop of sessions, {concurrency} in flight in this shard"
+    ));
+    manifest["workload"] = json!("multi-turn sessions");
+    manifest["sessions"] = json!(cfg.sessions);
+    manifest["output_ids"] = json!(output_ids_source(run.target.dialect));
     crate::results::append_manifest(&run.out, &manifest)?;
 
     // Sessions in order; a resumed one continues from its last recorded turn.
