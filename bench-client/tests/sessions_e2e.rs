@@ -324,6 +324,10 @@ fn on_the_mock_each_turn_hits_the_cache_of_the_turns_before_and_think_time_is_no
     let j = json::load(&s);
     assert_eq!(j["turns"].as_array().unwrap().len(), 4);
     assert_eq!(j["turns"][3]["cache_hit_ratio"], json!(ratios[3]));
+    // Every first turn misses the cache, every later one hits it.
+    assert_eq!(j["turns"][0]["cache"]["ttft_miss"]["count"], json!(6));
+    assert_eq!(j["turns"][1]["cache"]["ttft_hit"]["count"], json!(6));
+    assert_eq!(j["turns"][1]["cache"]["ttft_miss"]["count"], json!(0));
     assert!(table::load(&s).contains("by turn"));
     // Turn summaries merge exactly, whatever the split.
     for k in 0..=recs.len() {

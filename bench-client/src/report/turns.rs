@@ -1,9 +1,10 @@
 //! Multi-turn runs by turn number: TTFT from the scheduled start and the prefix cache's hits
-//! (cached over prompt tokens, as the server reported them) of every turn k over all sessions.
-//! Built from records alone and merged by adding, like [`super::LoadSummary`].
+//! (the run's [`CacheSplit`] kept per turn) of every turn k over all sessions. Built from records
+//! alone and merged by adding, like [`super::LoadSummary`].
 
 use std::collections::BTreeMap;
 
+use super::cache::CacheSplit;
 use super::load::Metric;
 use crate::measure::ttft_from_schedule_ns;
 use crate::results::Record;
@@ -17,10 +18,8 @@ pub struct TurnStats {
     pub succeeded: u64,
     /// TTFT from the scheduled start (the end of the turn before plus the think time), ns.
     pub ttft: Metric,
-    /// Prompt tokens of successful turns that reported a cached count.
-    pub prompt_tokens: u64,
-    /// Cached prompt tokens those turns reported.
-    pub cached_tokens: u64,
+    /// Cached over prompt tokens of the successful turns, and their TTFT by hit and miss.
+    pub cache: CacheSplit,
     /// Prompt tokens that stood in for earlier outputs the server listed no ids for.
     pub stand_in_tokens: u64,
 }
@@ -28,15 +27,14 @@ pub struct TurnStats {
 impl TurnStats {
     /// Cached / prompt tokens; `None` when no turn reported a cached count.
     pub fn hit_ratio(&self) -> Option<f64> {
-        (self.prompt_tokens > 0).then(|| self.cached_tokens as f64 / self.prompt_tokens as f64)
+        self.cache.hit_ratio()
     }
 
     fn merge(&mut self, o: &TurnStats) {
         self.requests += o.requests;
         self.succeeded += o.succeeded;
         self.ttft.merge(&o.ttft);
-        self.prompt_tokens += o.prompt_tokens;
-        self.cached_tokens += o.cached_tokens;
+        self.cache.merge(&o.cache);
         self.stand_in_tokens += o.stand_in_tokens;
     }
 }
@@ -59,12 +57,10 @@ impl Turns {
             return;
         }
         t.succeeded += 1;
-        if let Some(ns) = ttft_from_schedule_ns(trace, load.client_queue_ns) {
-            t.ttft.record(ns);
-        }
-        if let (Some(p), Some(c)) = (rec.prompt_tokens, rec.cached_tokens) {
-            t.prompt_tokens += u64::from(p);
-            t.cached_tokens += u64::from(c);
+        // A successful record has a first output chunk; without one it has no TTFT to split.
+        if let Some(ttft) = ttft_from_schedule_ns(trace, load.client_queue_ns) {
+            t.ttft.record(ttft);
+            t.cache.add(rec.prompt_tokens, rec.cached_tokens, ttft);
         }
     }
 

@@ -73,8 +73,9 @@ fn turns(t: &crate::report::turns::Turns) -> Value {
                 "ttft_mean_ms": s.ttft.mean().map(|v| v / 1e6),
                 "ttft_p50_ms": s.ttft.percentile(50.0).map(ms),
                 "ttft_p99_ms": s.ttft.percentile(99.0).map(ms),
-                "prompt_tokens": s.prompt_tokens, "cached_tokens": s.cached_tokens,
+                "prompt_tokens": s.cache.prompt_tokens, "cached_tokens": s.cache.cached_tokens,
                 "cache_hit_ratio": s.hit_ratio(), "stand_in_tokens": s.stand_in_tokens,
+                "cache": s.cache.to_json(),
             })
         })
         .collect()

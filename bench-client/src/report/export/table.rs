@@ -338,8 +338,8 @@ fn turns(t: &crate::report::turns::Turns) -> String {
             cell(s.ttft.mean().map(|v| v / 1e6), 3),
             cell(s.ttft.percentile(50.0).map(ms), 3),
             cell(s.ttft.percentile(99.0).map(ms), 3),
-            s.prompt_tokens,
-            s.cached_tokens,
+            s.cache.prompt_tokens,
+            s.cache.cached_tokens,
             cell(s.hit_ratio(), 4),
             s.stand_in_tokens
         );
