@@ -112,6 +112,10 @@ pub struct RequestTrace {
     /// server's, and not in TTFT.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_delay_ns: Option<u64>,
+    /// The output token ids the server listed, kept only when the request asked
+    /// (`RequestSpec::keep_output_ids`: multi-turn sessions); `None` when not kept or not listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_ids: Option<Vec<u32>>,
 }
 
 /// Why a request counts as failed.

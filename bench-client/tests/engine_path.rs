@@ -60,7 +60,12 @@ fn both_loads(
         prompt_salt: Some(1),
         seed: 5,
         scrape_metrics: false,
-        ..LoadConfig::new(target(url), schedule.clone(), workload.clone(), out.to_path_buf())
+        ..LoadConfig::new(
+            target(url),
+            schedule.clone(),
+            workload.clone(),
+            out.to_path_buf(),
+        )
     };
     let rt = paused_runtime();
     let engine_out = dir.path().join("engine.jsonl");
@@ -105,7 +110,10 @@ fn assert_equal(engine: &BTreeMap<u64, Record>, http: &BTreeMap<u64, Record>, wh
         let h = &http[i];
         let kind = |r: &Record| r.error.as_ref().map(|e| e.kind.clone());
         assert_eq!(kind(e), kind(h), "{what} #{i}: outcome");
-        assert_eq!(e.tokens_per_chunk, h.tokens_per_chunk, "{what} #{i}: chunks");
+        assert_eq!(
+            e.tokens_per_chunk, h.tokens_per_chunk,
+            "{what} #{i}: chunks"
+        );
         assert_eq!(e.cached_tokens, h.cached_tokens, "{what} #{i}: cached");
         assert_eq!(e.prompt_tokens, h.prompt_tokens, "{what} #{i}: prompt");
         let (ie, ih) = (instants(e), instants(h));
@@ -114,7 +122,9 @@ fn assert_equal(engine: &BTreeMap<u64, Record>, http: &BTreeMap<u64, Record>, wh
             let tolerance = if k == 0 { QUANTUM_NS } else { CHUNK_NS };
             assert!(
                 a.abs_diff(*b) <= tolerance,
-                "{what} #{i}: instant {k}: engine {a} ns, http {b} ns; engine {:?}, http {:?}", &ie[..ie.len().min(4)], &ih[..ih.len().min(4)]
+                "{what} #{i}: instant {k}: engine {a} ns, http {b} ns; engine {:?}, http {:?}",
+                &ie[..ie.len().min(4)],
+                &ih[..ih.len().min(4)]
             );
         }
     }
@@ -122,12 +132,8 @@ fn assert_equal(engine: &BTreeMap<u64, Record>, http: &BTreeMap<u64, Record>, wh
 
 #[test]
 fn a_closed_loop_is_the_same_on_both_paths() {
-    let schedule = Schedule::new(
-        Arrivals::Closed { concurrency: 8 },
-        Stop::Requests(48),
-        5,
-    )
-    .unwrap();
+    let schedule =
+        Schedule::new(Arrivals::Closed { concurrency: 8 }, Stop::Requests(48), 5).unwrap();
     let workload = Workload::Random {
         input: LenDist::Uniform { lo: 64, hi: 512 },
         output: LenDist::Uniform { lo: 4, hi: 24 },
@@ -156,8 +162,15 @@ fn an_open_loop_with_shared_prefixes_is_the_same_on_both_paths() {
     };
     let (e, h) = both_loads(preset("small-cpu-demo", &[]), schedule, workload);
     assert_equal(&e, &h, "open loop, shared prefixes");
-    let hits = e.values().filter(|r| r.cached_tokens.unwrap_or(0) > 0).count();
-    assert!(hits > 30, "prefix hits on the engine path: {hits} of {}", e.len());
+    let hits = e
+        .values()
+        .filter(|r| r.cached_tokens.unwrap_or(0) > 0)
+        .count();
+    assert!(
+        hits > 30,
+        "prefix hits on the engine path: {hits} of {}",
+        e.len()
+    );
 }
 
 #[test]
@@ -186,12 +199,18 @@ fn the_kimi_oom_sweep_is_the_same_on_both_paths() {
     });
     // Both stop at 32k, where the prefill's activation peak kills the server.
     assert!(eo.stopped.is_some() && ho.stopped.is_some());
-    let (re, rh) = (read_records(&engine_out).unwrap(), read_records(&http_out).unwrap());
+    let (re, rh) = (
+        read_records(&engine_out).unwrap(),
+        read_records(&http_out).unwrap(),
+    );
     assert_eq!(re.len(), 4);
     assert_eq!(re.len(), rh.len());
     for (a, b) in re.iter().zip(&rh) {
         assert_eq!(a.context_tokens, b.context_tokens);
-        assert_eq!(a.error.as_ref().map(|e| &e.kind), b.error.as_ref().map(|e| &e.kind));
+        assert_eq!(
+            a.error.as_ref().map(|e| &e.kind),
+            b.error.as_ref().map(|e| &e.kind)
+        );
         assert_eq!(a.tokens_per_chunk, b.tokens_per_chunk);
         let (ta, tb) = (a.trace.as_ref().unwrap(), b.trace.as_ref().unwrap());
         for (x, y) in ta.chunks.iter().zip(&tb.chunks) {
@@ -199,7 +218,9 @@ fn the_kimi_oom_sweep_is_the_same_on_both_paths() {
         }
     }
     assert_eq!(
-        re.last().and_then(|r| r.error.as_ref()).map(|e| e.kind.as_str()),
+        re.last()
+            .and_then(|r| r.error.as_ref())
+            .map(|e| e.kind.as_str()),
         Some("stream-cut")
     );
 }

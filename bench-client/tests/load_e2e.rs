@@ -438,6 +438,7 @@ fn synthetic(index: u64, ttft_us: u64, gaps: &[(u64, u32)], queue_us: u64, fail:
         attribution: TokenAttribution::ServerCumulative,
         stamps: Default::default(),
         send_delay_ns: None,
+        output_ids: None,
     };
     load_record(
         trace,
@@ -452,6 +453,7 @@ fn synthetic(index: u64, ttft_us: u64, gaps: &[(u64, u32)], queue_us: u64, fail:
             client_queue_ns: queue_us * 1000,
             ttft_from_schedule_ms: None,
             prefix_group: None,
+            session: None,
         },
     )
 }

@@ -140,6 +140,7 @@ fn a_record_of_a_128_token_request_is_at_most_3_kb() {
         attribution: TokenAttribution::ServerCumulative,
         stamps: bench_client::trace::Stamps::Kernel,
         send_delay_ns: Some(12_345),
+        output_ids: None,
     };
     let info = bench_client::results::LoadInfo {
         index: 1999,
@@ -151,6 +152,7 @@ fn a_record_of_a_128_token_request_is_at_most_3_kb() {
         client_queue_ns: 12_345,
         ttft_from_schedule_ms: None,
         prefix_group: None,
+        session: None,
     };
     let rec = bench_client::results::load_record(trace, 1024, info);
     let line = serde_json::to_string(&rec).unwrap();

@@ -5,6 +5,7 @@ mod chunk;
 mod event;
 pub mod openai;
 pub mod openai_chat;
+pub mod output_ids;
 #[cfg(test)]
 mod reference;
 pub mod sglang;

@@ -12,14 +12,16 @@ use super::exit::{self, CliError};
 use super::common::{
     connect, default_out, parse_duration, redact_args, secs, Format, IdRange, ServerArgs,
 };
-use crate::drive::{self, LoadConfig};
-use crate::plan::{Timeouts, Trace};
+use crate::drive::{self, LoadConfig, SessionsConfig};
+use crate::plan::{Sessions, Timeouts, Trace};
 
 #[derive(Args, Debug)]
 pub(super) struct LoadArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// Closed loop: keep N requests in flight (over all shards together).
+    #[command(flatten)]
+    sessions: super::sessions::SessionArgs,
+    /// Closed loop: keep N requests (with --sessions: sessions) in flight (over all shards together).
     #[arg(long, conflicts_with_all = ["request_rate", "trace"])]
     concurrency: Option<u32>,
     /// Open loop: requests per second (over all shards together).
@@ -118,8 +120,12 @@ pub(super) fn print_load(
 }
 
 /// The load run the flags ask for, every flag checked, with a stand-in target that [`connect`]
-/// replaces: nothing is started before this returns. `trace`: the `--trace` file, read.
-fn load_config(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadConfig> {
+/// replaces: nothing is started before this returns. `trace`: the `--trace` file, read. With
+/// `--sessions`, also the sessions.
+fn load_config(
+    a: &LoadArgs,
+    trace: Option<Arc<Trace>>,
+) -> anyhow::Result<(LoadConfig, Option<Sessions>)> {
     use crate::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
     use crate::report::Slo;
     a.server.check()?;
@@ -133,7 +139,23 @@ fn load_config(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadCo
     let shard = Shard::parse(&a.shard).map_err(anyhow::Error::msg)?;
     let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
     let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
+    let sessions = a.sessions.sessions(&input, &output)?;
+    if sessions.is_some() && a.server.simulate {
+        anyhow::bail!("--sessions runs over HTTP only for now: use --simulate-http (the embedded mock over HTTP on the paused clock) instead of --simulate");
+    }
     let (workload, arrivals) = match (trace, a.prefix_groups) {
+        // A closed loop of sessions (by default all of them at once); the workload is the first
+        // turn's shape.
+        _ if sessions.is_some() => {
+            let all = sessions
+                .as_ref()
+                .map_or(1, |s| u32::try_from(s.sessions).unwrap_or(u32::MAX));
+            let concurrency = a.concurrency.unwrap_or(all);
+            (
+                Workload::Random { input, output },
+                Arrivals::Closed { concurrency },
+            )
+        }
         (Some(t), _) => {
             let offsets_ns = t.offsets_ns();
             (Workload::Trace(t), Arrivals::Trace { offsets_ns })
@@ -160,7 +182,11 @@ fn load_config(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadCo
             (w, arr)
         }
     };
+    let turns = sessions
+        .as_ref()
+        .map_or(0, |s| s.sessions.saturating_mul(u64::from(s.turns)));
     let stop = match (&a.duration, a.num_requests, &arrivals) {
+        _ if sessions.is_some() => Stop::Requests(turns),
         (Some(d), None, _) => Stop::Duration(parse_duration(d)?),
         (None, Some(n), _) => Stop::Requests(n),
         (None, None, Arrivals::Trace { offsets_ns }) => Stop::Requests(offsets_ns.len() as u64),
@@ -193,14 +219,25 @@ fn load_config(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadCo
         command: redact_args(std::env::args()),
         ..LoadConfig::new(a.server.stand_in_target(), schedule, workload, out)
     };
-    cfg.validate()?;
-    Ok(cfg)
+    match &sessions {
+        Some(s) => {
+            SessionsConfig {
+                run: cfg.clone(),
+                sessions: s.clone(),
+            }
+            .validate()?;
+        }
+        None => {
+            cfg.validate()?;
+        }
+    }
+    Ok((cfg, sessions))
 }
 
 pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     // A trace that cannot be used is a data error (65); the flags around it are usage errors (64).
     let trace = a.trace.read(a.prefix_len)?;
-    let mut cfg = load_config(&a, trace).map_err(CliError::Usage)?;
+    let (mut cfg, sessions) = load_config(&a, trace).map_err(CliError::Usage)?;
     let mock = if a.server.simulate {
         super::common::engine_path(&a.server, &mut cfg.target, &mut cfg.engine)
             .map_err(CliError::Usage)?;
@@ -223,7 +260,16 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let cpu0 = drive::process_cpu_seconds();
     let wall0 = std::time::Instant::now();
     let model0 = tokio::time::Instant::now();
-    let outcome = drive::run_load(&cfg).await;
+    let outcome = match sessions {
+        Some(sessions) => {
+            drive::run_sessions(&SessionsConfig {
+                run: cfg.clone(),
+                sessions,
+            })
+            .await
+        }
+        None => drive::run_load(&cfg).await,
+    };
     if cfg.simulated {
         let model = outcome
             .as_ref()

@@ -9,6 +9,7 @@ mod compare;
 pub mod exit;
 mod load;
 mod report;
+mod sessions;
 mod sweep;
 mod trace;
 

@@ -20,15 +20,16 @@ use crate::net::stamped::Stamping;
 use crate::net::{self, Target};
 use crate::plan::prompt::Prompt;
 use crate::plan::{RequestSpec, Timeouts};
-use crate::results::{load_record, read_records, write_records, LoadInfo, Record, RecordWriter};
+use crate::results::{load_record, read_records, LoadInfo, Record, RecordWriter};
 use crate::trace::Dialect;
 
 use super::pacer::{clock_is_paused, wait_until, Pacer, OPEN_LOOP_LEAD};
+use super::run::{collect, metrics_after, run_start, Collected};
 use crate::net::scrape;
 use crate::plan::schedule::{Schedule, Shard, Stop};
 use crate::plan::workload::{Planner, Workload};
 use crate::report::load::{LoadSummary, Slo};
-use crate::report::server_metrics::{self as metrics, MetricsDelta, ShardMetrics};
+use crate::report::server_metrics::{self as metrics, MetricsDelta};
 
 /// A validated load run.
 #[derive(Clone, Debug)]
@@ -145,15 +146,16 @@ pub struct LoadOutcome {
     pub model_time: Option<Duration>,
 }
 
-struct LoadRun {
-    http: net::Http,
-    target: Target,
-    timeouts: Timeouts,
-    planner: Planner,
-    shard: Shard,
-    seed: u64,
-    start_unix_ms: u64,
-    base: Instant,
+/// What every request of a run shares: the client, the target, the plan and the run's start.
+pub(super) struct LoadRun {
+    pub(super) http: net::Http,
+    pub(super) target: Target,
+    pub(super) timeouts: Timeouts,
+    pub(super) planner: Planner,
+    pub(super) shard: Shard,
+    pub(super) seed: u64,
+    pub(super) start_unix_ms: u64,
+    pub(super) base: Instant,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -161,11 +163,11 @@ fn ns(d: Duration) -> u64 {
 }
 
 /// A request ready to go: its prompt built and its id chosen.
-struct Prepared {
-    index: u64,
-    spec: RequestSpec,
-    prompt_tokens: u32,
-    prefix_group: Option<u32>,
+pub(super) struct Prepared {
+    pub(super) index: u64,
+    pub(super) spec: RequestSpec,
+    pub(super) prompt_tokens: u32,
+    pub(super) prefix_group: Option<u32>,
 }
 
 fn prepare(ctx: &LoadRun, index: u64, warm: bool) -> Option<Prepared> {
@@ -194,7 +196,7 @@ fn prepare(ctx: &LoadRun, index: u64, warm: bool) -> Option<Prepared> {
 }
 
 /// Send a prepared request and build its record; `scheduled` is its scheduled start.
-async fn fire(ctx: &LoadRun, p: Prepared, scheduled: Instant) -> Record {
+pub(super) async fn fire(ctx: &LoadRun, p: Prepared, scheduled: Instant) -> Record {
     // The trace's times count from its send: the write of the request's first byte when the
     // connection stamped it, else the instant the request was handed to the HTTP client. Everything
     // before it is the client's (`client_queue_time`).
@@ -210,6 +212,7 @@ async fn fire(ctx: &LoadRun, p: Prepared, scheduled: Instant) -> Record {
         client_queue_ns: ns(sent.saturating_duration_since(scheduled)),
         ttft_from_schedule_ms: None,
         prefix_group: p.prefix_group,
+        session: None,
     };
     load_record(trace, p.prompt_tokens, info)
 }
@@ -225,7 +228,7 @@ async fn warm_up(ctx: Arc<LoadRun>, index: u64) {
 }
 
 /// The server's `/metrics` samples and the unix ms they arrived at, when it has any.
-async fn scrape_samples(
+pub(super) async fn scrape_samples(
     http: &reqwest::Client,
     target: &Target,
 ) -> Option<(std::collections::BTreeMap<String, f64>, u64)> {
@@ -280,6 +283,12 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
         for r in read_records(&cfg.out)? {
             let Some(l) = r.load else { continue };
+            if l.session.is_some() {
+                anyhow::bail!(
+                    "{} holds multi-turn records: --resume continues it with the same --sessions and --turns",
+                    cfg.out.display()
+                );
+            }
             if l.seed != cfg.seed || l.shard != cfg.shard {
                 anyhow::bail!(
                     "{} holds records of seed {} shard {}, this run is seed {} shard {}: --resume needs the same --seed and --shard",
@@ -323,17 +332,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         None
     };
 
-    // The shared start: unix ms -> an instant on tokio's clock.
-    let now_ms = scrape::unix_ms_now();
-    let now = Instant::now();
-    let start_unix_ms = cfg.start_at_unix_ms.unwrap_or(now_ms);
-    let base = if start_unix_ms >= now_ms {
-        now + Duration::from_millis(start_unix_ms - now_ms)
-    } else {
-        let late = Duration::from_millis(now_ms - start_unix_ms);
-        tracing::warn!("--start-at is {late:?} in the past: the first requests start late and their client_queue_time shows it");
-        now.checked_sub(late).unwrap_or(now)
-    };
+    let (start_unix_ms, base) = run_start(cfg.start_at_unix_ms);
     crate::results::append_manifest(&cfg.out, &manifest(cfg, server_info, start_unix_ms))?;
 
     let ctx = Arc::new(LoadRun {
@@ -346,7 +345,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         start_unix_ms,
         base,
     });
-    let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
+    let (tx, rx) = mpsc::unbounded_channel::<Record>();
     let total = match cfg.schedule.stop {
         Stop::Requests(n) => {
             let mine = (0..n).filter(|i| cfg.shard.owns(*i)).count() as u64;
@@ -467,75 +466,12 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         }
     };
 
-    let mut summary = LoadSummary::new(cfg.slo);
-    let mut written = 0u64;
-    let mut interrupted = false;
-    // A thread of its own serialises and writes each record as it finishes, off the runtime that
-    // times requests, and syncs in groups (`results::write_records`).
-    let (to_writer, from_driver) = std::sync::mpsc::channel::<Record>();
-    let writer_thread = std::thread::spawn(move || write_records(writer, &from_driver));
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    tokio::pin!(driver);
-    let mut driver_done = false;
-    loop {
-        tokio::select! {
-            biased;
-            r = rx.recv() => {
-                let Some(rec) = r else { break };
-                summary.add(&rec);
-                let failure = rec.error.as_ref().map(|e| e.kind.clone());
-                if to_writer.send(rec).is_err() {
-                    // The writer thread stopped on an error; it is returned below.
-                    break;
-                }
-                written += 1;
-                bar.inc(1);
-                if let Some(kind) = failure {
-                    bar.set_message(format!("last failure: {kind}"));
-                }
-            }
-            _ = &mut driver, if !driver_done => {
-                // The driver's senders are dropped with it; the channel closes once drained.
-                driver_done = true;
-            }
-            _ = &mut ctrl_c => { interrupted = true; break; }
-        }
-    }
-    bar.finish_and_clear();
-    drop(to_writer);
-    match writer_thread.join() {
-        Ok(r) => r?,
-        Err(_) => anyhow::bail!("the results writer thread panicked"),
-    }
-    let metrics = if cfg.scrape_metrics && !interrupted {
-        match (before, scrape_samples(&http, &cfg.target).await) {
-            (Some((before, before_unix_ms)), Some((after, after_unix_ms))) => {
-                let delta = MetricsDelta {
-                    before,
-                    after,
-                    before_unix_ms,
-                    after_unix_ms,
-                };
-                // Kept beside the results so that `merge` can combine the shards' scrapes.
-                metrics::store(
-                    &cfg.out,
-                    &ShardMetrics {
-                        kind: metrics::MANIFEST_KIND.into(),
-                        url: cfg.target.base_url.clone(),
-                        shard: cfg.shard.to_string(),
-                        seed: cfg.seed,
-                        start_unix_ms,
-                        delta: delta.clone(),
-                    },
-                )?;
-                Some(delta)
-            }
-            _ => None,
-        }
-    } else {
-        None
-    };
+    let Collected {
+        summary,
+        written,
+        interrupted,
+    } = collect(rx, driver, writer, &bar, cfg.slo).await?;
+    let metrics = metrics_after(cfg, &http, before, start_unix_ms, interrupted).await?;
     Ok(LoadOutcome {
         summary,
         written,

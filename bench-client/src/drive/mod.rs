@@ -1,4 +1,4 @@
-//! Drivers: run a sweep or a load run end to end. Scheduling and pacing, progress, resume, crash
+//! Drivers: run a sweep, a load run or a multi-turn load run end to end. Scheduling and pacing, progress, resume, crash
 //! handling, Ctrl-C, and the embedded mock when no server is given.
 
 pub mod capacity;
@@ -10,6 +10,8 @@ pub mod engine;
 pub mod load;
 mod pacer;
 mod progress;
+mod run;
+pub mod sessions;
 pub mod sweep;
 #[cfg(feature = "embedded-mock")]
 pub mod twin;
@@ -29,4 +31,5 @@ pub const ENGINE_URL: &str = "engine://embedded-mock";
 pub use capacity::{run_capacity, CapacityConfig, CapacityOutcome};
 pub use cpu::process_cpu_seconds;
 pub use load::{run_load, LoadConfig, LoadOutcome};
+pub use sessions::{run_sessions, SessionsConfig};
 pub use sweep::{run_sweep, run_sweep_with, OnCrash, PromptSource, SweepConfig, SweepOutcome};

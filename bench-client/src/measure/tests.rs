@@ -39,6 +39,7 @@ fn trace(chunks: Vec<Chunk>, max_tokens: u32) -> RequestTrace {
         attribution: TokenAttribution::ServerCumulative,
         stamps: Default::default(),
         send_delay_ns: None,
+        output_ids: None,
     }
 }
 

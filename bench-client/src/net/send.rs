@@ -302,6 +302,9 @@ pub async fn send_traced(
     }
 
     let mut asm = StreamAssembler::new(target.dialect);
+    if spec.keep_output_ids {
+        asm = asm.keeping_output_ids(target.dialect);
+    }
     let mut last_read = t0;
     let end = loop {
         let (deadline, phase) = if asm.first_output_seen() {

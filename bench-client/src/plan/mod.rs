@@ -1,10 +1,12 @@
 //! The plan: what to send and when, before anything is sent. Request specs and deadlines, prompts
-//! (token ids, or text through a tokenizer), sweep contexts, load schedules, workloads and traces.
+//! (token ids, or text through a tokenizer), sweep contexts, load schedules, workloads and traces,
+//! multi-turn sessions.
 
 pub mod contexts;
 pub mod prompt;
 mod request;
 pub mod schedule;
+pub mod session;
 #[cfg(feature = "tokenizer")]
 pub mod tokenizer;
 pub mod trace;
@@ -14,5 +16,6 @@ pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
 pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
 pub use request::{RequestSpec, Timeouts};
 pub use schedule::{ArrivalKind, Arrivals, Schedule, Shard, Slot, Stop};
+pub use session::{Conversation, PlannedTurn, SessionPlan, Sessions, ThinkTime, TurnOutput};
 pub use trace::{Trace, TraceEntry, TraceError, TraceFormat, TraceOptions};
 pub use workload::{LenDist, Planner, Workload};

@@ -17,10 +17,12 @@ pub struct RequestSpec {
     pub ignore_eos: bool,
     /// Ask for per-chunk `token_ids` (vLLM `return_token_ids`); off by default.
     pub return_token_ids: bool,
+    /// Keep the output token ids in the trace (multi-turn sessions send them back); off by default.
+    pub keep_output_ids: bool,
 }
 
 impl RequestSpec {
-    /// A spec with `ignore_eos` on and no `return_token_ids`.
+    /// A spec with `ignore_eos` on, no `return_token_ids` and no output ids kept.
     pub fn new(rid: impl Into<String>, prompt: Prompt, max_tokens: u32) -> Self {
         Self {
             rid: rid.into(),
@@ -28,6 +30,7 @@ impl RequestSpec {
             max_tokens,
             ignore_eos: true,
             return_token_ids: false,
+            keep_output_ids: false,
         }
     }
 }

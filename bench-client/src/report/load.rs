@@ -184,6 +184,8 @@ pub struct LoadSummary {
     pub timeline: BTreeMap<u64, Second>,
     /// Shards seen (`I/N`).
     pub shards: BTreeSet<String>,
+    /// Multi-turn runs: TTFT and cache hits by turn number.
+    pub turns: super::turns::Turns,
 }
 
 /// A load request's scheduled start, send and stream end, unix ns.
@@ -256,6 +258,7 @@ impl LoadSummary {
             end,
         } = Instants::of(load, trace);
         self.requests += 1;
+        self.turns.add(rec);
         self.shards.insert(load.shard.to_string());
         self.first_scheduled_ns = Some(
             self.first_scheduled_ns
@@ -371,6 +374,7 @@ impl LoadSummary {
             e.output_tokens += s.output_tokens;
         }
         self.shards.extend(o.shards.iter().cloned());
+        self.turns.merge(&o.turns);
         self
     }
 

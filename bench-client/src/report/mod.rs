@@ -10,6 +10,7 @@ pub mod export;
 pub mod load;
 pub mod server_metrics;
 pub mod sweep;
+pub mod turns;
 
 pub use load::{merge_files, LoadSummary, Slo};
 pub use server_metrics::{MergedMetrics, MetricsDelta};

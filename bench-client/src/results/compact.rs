@@ -261,6 +261,8 @@ struct TraceOut<'a> {
     stamps: Stamps,
     #[serde(skip_serializing_if = "Option::is_none")]
     send_delay_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_ids: Option<&'a [u32]>,
 }
 
 /// A trace as read, from either schema.
@@ -282,6 +284,8 @@ struct TraceIn {
     stamps: Stamps,
     #[serde(default)]
     send_delay_ns: Option<u64>,
+    #[serde(default)]
+    output_ids: Option<Vec<u32>>,
 }
 
 fn out(t: &RequestTrace) -> TraceOut<'_> {
@@ -301,6 +305,7 @@ fn out(t: &RequestTrace) -> TraceOut<'_> {
         attribution,
         stamps,
         send_delay_ns,
+        output_ids,
     } = t;
     TraceOut {
         rid,
@@ -317,6 +322,7 @@ fn out(t: &RequestTrace) -> TraceOut<'_> {
         attribution: *attribution,
         stamps: *stamps,
         send_delay_ns: *send_delay_ns,
+        output_ids: output_ids.as_deref(),
     }
 }
 
@@ -337,6 +343,7 @@ impl From<TraceIn> for RequestTrace {
             attribution: t.attribution,
             stamps: t.stamps,
             send_delay_ns: t.send_delay_ns,
+            output_ids: t.output_ids,
         }
     }
 }

@@ -13,5 +13,6 @@ pub use file::{
     read_records_strict, write_records, RecordWriter, SYNC_INTERVAL,
 };
 pub use record::{
-    failure_kind, load_record, LoadInfo, Method, Record, RecordError, TwoPointDetail, SCHEMA,
+    failure_kind, load_record, LoadInfo, Method, Record, RecordError, SessionTurn, TwoPointDetail,
+    SCHEMA,
 };

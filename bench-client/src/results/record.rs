@@ -328,4 +328,24 @@ pub struct LoadInfo {
     /// Prefix group (shared-prefix and replay workloads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_group: Option<u32>,
+    /// The session and turn of a multi-turn run's request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionTurn>,
+}
+
+/// Where a request of a multi-turn run sits in its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionTurn {
+    /// Session number in the run (over all shards together).
+    pub id: u64,
+    /// Turn number in the session, from 0.
+    pub turn: u32,
+    /// Prompt tokens that stand in for earlier outputs the server listed no token ids for: the
+    /// server never produced them, so its prefix cache misses from the first of them on.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stand_in_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -38,6 +38,7 @@ pub(crate) fn sample_trace(rid: &str) -> RequestTrace {
         attribution: TokenAttribution::ServerCumulative,
         stamps: Default::default(),
         send_delay_ns: None,
+        output_ids: None,
     }
 }
 
@@ -180,6 +181,7 @@ fn varied_trace() -> RequestTrace {
     ];
     t.stamps = crate::trace::Stamps::Kernel;
     t.send_delay_ns = Some(17);
+    t.output_ids = Some(vec![5, 0, u32::MAX]);
     t
 }
 

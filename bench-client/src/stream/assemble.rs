@@ -5,6 +5,7 @@ use crate::api::{Decoded, StreamDecoder};
 use crate::plan::RequestSpec;
 use crate::trace::{Chunk, Dialect, RequestTrace, Stamps, StreamEnd, TokenAttribution};
 
+use crate::api::output_ids::OutputIdsKeeper;
 use crate::api::sse::SseDecoder;
 
 /// Bytes-with-instants in, chunks out: the decoding shared by live requests and replays.
@@ -18,6 +19,8 @@ pub struct StreamAssembler {
     pub done_ns: Option<u64>,
     /// Number of reads pushed.
     pub reads: u32,
+    /// The output ids, when kept.
+    output_ids: Option<OutputIdsKeeper>,
 }
 
 impl StreamAssembler {
@@ -29,7 +32,14 @@ impl StreamAssembler {
             chunks: Vec::new(),
             done_ns: None,
             reads: 0,
+            output_ids: None,
         }
+    }
+
+    /// Also keep the stream's output token ids (for the trace's `output_ids`).
+    pub fn keeping_output_ids(mut self, dialect: Dialect) -> Self {
+        self.output_ids = Some(OutputIdsKeeper::new(dialect));
+        self
     }
 
     /// Push one read that arrived at `at_ns`; returns true once `[DONE]` has been seen.
@@ -39,10 +49,14 @@ impl StreamAssembler {
         }
         self.reads += 1;
         let (decoder, chunks, done_ns) = (&mut self.decoder, &mut self.chunks, &mut self.done_ns);
+        let ids = &mut self.output_ids;
         // Each event is decoded once, straight from the SSE decoder's buffer.
         self.sse.push_each(bytes, |_, data| {
             if done_ns.is_some() {
                 return;
+            }
+            if let Some(k) = ids.as_mut() {
+                k.push(data);
             }
             match decoder.decode(data, at_ns) {
                 Decoded::Done => *done_ns = Some(at_ns),
@@ -96,12 +110,13 @@ impl TraceHead {
         end: StreamEnd,
         end_ns: u64,
     ) -> RequestTrace {
-        let (mut chunks, done_ns, reads, mut attribution) = match asm {
+        let (mut chunks, done_ns, reads, mut attribution, output_ids) = match asm {
             Some(a) => {
                 let attr = a.attribution();
-                (a.chunks, a.done_ns, a.reads, attr)
+                let ids = a.output_ids.and_then(OutputIdsKeeper::finish);
+                (a.chunks, a.done_ns, a.reads, attr, ids)
             }
-            None => (Vec::new(), None, 0, TokenAttribution::Unknown),
+            None => (Vec::new(), None, 0, TokenAttribution::Unknown, None),
         };
         if attribution == TokenAttribution::Unknown && attribute_by_event_count(&mut chunks) {
             attribution = TokenAttribution::EventCount;
@@ -121,6 +136,7 @@ impl TraceHead {
             attribution,
             stamps: Stamps::Task,
             send_delay_ns: None,
+            output_ids,
         }
     }
 }

@@ -90,7 +90,10 @@ pub(crate) fn run() -> Result<Report> {
         Ok(o.model_time.unwrap_or_default())
     })?;
     r.row(
-        format!("Kimi sweep {DEFAULT_CONTEXTS}, wall s ({:.1} s of model time)", model.as_secs_f64()),
+        format!(
+            "Kimi sweep {DEFAULT_CONTEXTS}, wall s ({:.1} s of model time)",
+            model.as_secs_f64()
+        ),
         "<= 0.05 s (30)",
         format!("{:.4}", median(walls.clone())),
     );
@@ -122,7 +125,10 @@ pub(crate) fn run() -> Result<Report> {
         load(&closed(dir.path().join(format!("closed-{n}.jsonl"))))
     })?;
     r.row(
-        format!("closed loop 2,000 x (1k in, 1k out) at 512 in flight, wall s ({:.1} s of model time)", model.as_secs_f64()),
+        format!(
+            "closed loop 2,000 x (1k in, 1k out) at 512 in flight, wall s ({:.1} s of model time)",
+            model.as_secs_f64()
+        ),
         "<= 1 s (30)",
         format!("{:.3} (CPU {:.3})", median(walls.clone()), median(cpus)),
     );
@@ -130,7 +136,11 @@ pub(crate) fn run() -> Result<Report> {
 
     trace_replay(&mut r, dir.path())?;
     let hwm = status_field(&proc_path(None, "status"), "VmHWM");
-    r.row("peak memory of the process (VmHWM)", "<= 300 MB (30)", mib(hwm));
+    r.row(
+        "peak memory of the process (VmHWM)",
+        "<= 300 MB (30)",
+        mib(hwm),
+    );
     Ok(r)
 }
 

@@ -285,9 +285,8 @@ impl Simulator {
         self.woke = None;
         self.free_at = at;
         if self.config.restart_on_oom {
-            let startup = Duration::from_secs_f64(
-                self.config.startup_s.max(0.0) / self.config.time_scale,
-            );
+            let startup =
+                Duration::from_secs_f64(self.config.startup_s.max(0.0) / self.config.time_scale);
             let (engine, out_rx) = Self::fresh_engine(&self.config, at);
             self.engine = engine;
             self.out_rx = out_rx;
@@ -360,8 +359,18 @@ impl Simulator {
     /// `GET /metrics` as the server would answer now.
     pub fn metrics_text(&self) -> String {
         self.engine.publish_stats();
-        let stats = self.engine.shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
-        crate::http::prometheus::text(&stats, self.engine.shared.budget.kv_pool_tokens, &self.config)
+        let stats = self
+            .engine
+            .shared
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        crate::http::prometheus::text(
+            &stats,
+            self.engine.shared.budget.kv_pool_tokens,
+            &self.config,
+        )
     }
 }
 

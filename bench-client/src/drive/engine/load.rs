@@ -156,9 +156,9 @@ impl Run<'_> {
                 client_queue_ns: f.sent_ns.saturating_sub(f.scheduled_ns),
                 ttft_from_schedule_ms: None,
                 prefix_group: f.prefix_group,
+                session: None,
             };
-            self.records
-                .push(load_record(trace, f.prompt_tokens, info));
+            self.records.push(load_record(trace, f.prompt_tokens, info));
         } else if let Some(fail) = trace.failure() {
             tracing::warn!("warm-up request failed: {}", fail.message);
         }
@@ -243,7 +243,6 @@ impl Run<'_> {
             }
         }
     }
-
 }
 
 /// The `/metrics` samples the simulated server would answer now.

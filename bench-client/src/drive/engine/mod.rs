@@ -50,6 +50,7 @@ impl Streams {
             attribution: TokenAttribution::ServerCumulative,
             stamps: Default::default(),
             send_delay_ns: None,
+            output_ids: None,
         }
     }
 
@@ -115,7 +116,12 @@ impl Streams {
 
     /// One event of a stream, at `at_ns` on the virtual clock; the finished trace when it was
     /// the stream's last.
-    pub(crate) fn event(&mut self, rid: &str, at_ns: u64, event: StreamEvent) -> Option<RequestTrace> {
+    pub(crate) fn event(
+        &mut self,
+        rid: &str,
+        at_ns: u64,
+        event: StreamEvent,
+    ) -> Option<RequestTrace> {
         let o = self.open.get_mut(rid)?;
         let rel = at_ns.saturating_sub(o.sent_ns);
         o.trace.reads += 1;

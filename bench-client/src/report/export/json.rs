@@ -34,7 +34,7 @@ pub fn load(s: &LoadSummary) -> Value {
     }
     let tpc = &s.tokens_per_chunk;
     let t0 = s.timeline.keys().next().copied().unwrap_or(0);
-    json!({
+    let mut out = json!({
         "requests": s.requests,
         "succeeded": s.succeeded,
         "failures": s.failures,
@@ -56,7 +56,29 @@ pub fn load(s: &LoadSummary) -> Value {
             "second": k - t0, "unix_s": k, "sent": v.sent, "completed": v.completed,
             "failed": v.failed, "output_tokens": v.output_tokens,
         })).collect::<Vec<_>>(),
-    })
+    });
+    // Only multi-turn runs have turns; other summaries keep their shape.
+    if !s.turns.is_empty() {
+        out["turns"] = turns(&s.turns);
+    }
+    out
+}
+
+/// Multi-turn runs: one object per turn number (0 = the first), TTFT in ms from the scheduled start.
+fn turns(t: &crate::report::turns::Turns) -> Value {
+    t.0.iter()
+        .map(|(k, s)| {
+            json!({
+                "turn": k, "requests": s.requests, "succeeded": s.succeeded,
+                "ttft_mean_ms": s.ttft.mean().map(|v| v / 1e6),
+                "ttft_p50_ms": s.ttft.percentile(50.0).map(ms),
+                "ttft_p99_ms": s.ttft.percentile(99.0).map(ms),
+                "prompt_tokens": s.cache.prompt_tokens, "cached_tokens": s.cache.cached_tokens,
+                "cache_hit_ratio": s.hit_ratio(), "stand_in_tokens": s.stand_in_tokens,
+                "cache": s.cache.to_json(),
+            })
+        })
+        .collect()
 }
 
 /// The comparison as JSON: settings, manifest differences, rows, counts and notes. A row that

@@ -263,6 +263,7 @@ pub fn load(s: &LoadSummary) -> String {
             }
         }
     }
+    o.push_str(&turns(&s.turns));
     let _ = writeln!(o, "\n  definitions:");
     for (name, def) in METRICS {
         let _ = writeln!(o, "    {name:<18} {def}");
@@ -298,6 +299,56 @@ pub fn load(s: &LoadSummary) -> String {
                 v.output_tokens
             );
         }
+    }
+    o
+}
+
+/// Multi-turn runs: one row per turn number (empty for runs without sessions).
+fn turns(t: &crate::report::turns::Turns) -> String {
+    let mut o = String::new();
+    if t.is_empty() {
+        return o;
+    }
+    let _ = writeln!(
+        o,
+        "\n  by turn (0 = the first; TTFT from the end of the turn before plus the think time)"
+    );
+    let _ = writeln!(
+        o,
+        "  {:>6} {:>7} {:>7} {:>12} {:>10} {:>10} {:>12} {:>12} {:>9} {:>12}",
+        "turn",
+        "n",
+        "ok",
+        "TTFT mean ms",
+        "p50 ms",
+        "p99 ms",
+        "prompt tok",
+        "cached tok",
+        "hit",
+        "stand-in tok"
+    );
+    let mut stand_in = false;
+    for (k, s) in &t.0 {
+        stand_in |= s.stand_in_tokens > 0;
+        let _ = writeln!(
+            o,
+            "  {k:>6} {:>7} {:>7} {:>12} {:>10} {:>10} {:>12} {:>12} {:>9} {:>12}",
+            s.requests,
+            s.succeeded,
+            cell(s.ttft.mean().map(|v| v / 1e6), 3),
+            cell(s.ttft.percentile(50.0).map(ms), 3),
+            cell(s.ttft.percentile(99.0).map(ms), 3),
+            s.cache.prompt_tokens,
+            s.cache.cached_tokens,
+            cell(s.hit_ratio(), 4),
+            s.stand_in_tokens
+        );
+    }
+    if stand_in {
+        let _ = writeln!(
+            o,
+            "  note: stand-in tokens replace outputs the server listed no token ids for; they are not its output, so its cache misses there"
+        );
     }
     o
 }

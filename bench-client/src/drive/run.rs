@@ -1,0 +1,131 @@
+//! What a load run and a multi-turn run share around their drivers: the run's start on tokio's
+//! clock, the collection of records (summary, the writer thread, progress, Ctrl-C) and the
+//! `/metrics` scrape after the run.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::load::{scrape_samples, LoadConfig};
+use crate::net::scrape;
+use crate::report::load::{LoadSummary, Slo};
+use crate::report::server_metrics::{self as metrics, MetricsDelta, ShardMetrics};
+use crate::results::{write_records, Record, RecordWriter};
+
+/// The run's start in unix ms (`--start-at`, else now) and as an instant on tokio's clock.
+pub(super) fn run_start(start_at_unix_ms: Option<u64>) -> (u64, Instant) {
+    let now_ms = scrape::unix_ms_now();
+    let now = Instant::now();
+    let start_unix_ms = start_at_unix_ms.unwrap_or(now_ms);
+    let base = if start_unix_ms >= now_ms {
+        now + Duration::from_millis(start_unix_ms - now_ms)
+    } else {
+        let late = Duration::from_millis(now_ms - start_unix_ms);
+        tracing::warn!("--start-at is {late:?} in the past: the first requests start late and their client_queue_time shows it");
+        now.checked_sub(late).unwrap_or(now)
+    };
+    (start_unix_ms, base)
+}
+
+/// What collecting a run's records gave.
+pub(super) struct Collected {
+    pub(super) summary: LoadSummary,
+    pub(super) written: u64,
+    pub(super) interrupted: bool,
+}
+
+/// Summarise and write every record `rx` brings while `driver` runs, until the driver is done and
+/// the channel drained, or Ctrl-C.
+pub(super) async fn collect(
+    mut rx: mpsc::UnboundedReceiver<Record>,
+    driver: impl std::future::Future<Output = ()>,
+    writer: RecordWriter,
+    bar: &indicatif::ProgressBar,
+    slo: Slo,
+) -> anyhow::Result<Collected> {
+    let mut summary = LoadSummary::new(slo);
+    let mut written = 0u64;
+    let mut interrupted = false;
+    // A thread of its own serialises and writes each record as it finishes, off the runtime that
+    // times requests, and syncs in groups (`results::write_records`).
+    let (to_writer, from_driver) = std::sync::mpsc::channel::<Record>();
+    let writer_thread = std::thread::spawn(move || write_records(writer, &from_driver));
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    tokio::pin!(driver);
+    let mut driver_done = false;
+    loop {
+        tokio::select! {
+            biased;
+            r = rx.recv() => {
+                let Some(rec) = r else { break };
+                summary.add(&rec);
+                let failure = rec.error.as_ref().map(|e| e.kind.clone());
+                if to_writer.send(rec).is_err() {
+                    // The writer thread stopped on an error; it is returned below.
+                    break;
+                }
+                written += 1;
+                bar.inc(1);
+                if let Some(kind) = failure {
+                    bar.set_message(format!("last failure: {kind}"));
+                }
+            }
+            _ = &mut driver, if !driver_done => {
+                // The driver's senders are dropped with it; the channel closes once drained.
+                driver_done = true;
+            }
+            _ = &mut ctrl_c => { interrupted = true; break; }
+        }
+    }
+    bar.finish_and_clear();
+    drop(to_writer);
+    match writer_thread.join() {
+        Ok(r) => r?,
+        Err(_) => anyhow::bail!("the results writer thread panicked"),
+    }
+    Ok(Collected {
+        summary,
+        written,
+        interrupted,
+    })
+}
+
+/// Scrape `/metrics` after the run and keep the pair beside the results for `merge`; `None`
+/// without both scrapes (or after Ctrl-C).
+pub(super) async fn metrics_after(
+    cfg: &LoadConfig,
+    http: &reqwest::Client,
+    before: Option<(std::collections::BTreeMap<String, f64>, u64)>,
+    start_unix_ms: u64,
+    interrupted: bool,
+) -> anyhow::Result<Option<MetricsDelta>> {
+    if !cfg.scrape_metrics || interrupted {
+        return Ok(None);
+    }
+    match (before, scrape_samples(http, &cfg.target).await) {
+        (Some((before, before_unix_ms)), Some((after, after_unix_ms))) => {
+            let delta = MetricsDelta {
+                before,
+                after,
+                before_unix_ms,
+                after_unix_ms,
+            };
+            // Kept beside the results so that `merge` can combine the shards' scrapes.
+            metrics::store(
+                &cfg.out,
+                &ShardMetrics {
+                    kind: metrics::MANIFEST_KIND.into(),
+                    url: cfg.target.base_url.clone(),
+                    shard: cfg.shard.to_string(),
+                    seed: cfg.seed,
+                    start_unix_ms,
+                    delta: delta.clone(),
+                },
+            )?;
+            Ok(Some(delta))
+        }
+        _ => Ok(None),
+    }
+}
