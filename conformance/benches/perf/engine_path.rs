@@ -1,7 +1,7 @@
 //! `engine-path`: the engine path (`--simulate`) at full speed, in wall time: the Kimi sweep
 //! 1k..185k, a closed loop of 2,000 requests at 512 in flight (1k in, 1k out), and the whole
 //! Mooncake conversation trace replayed open-loop (`PERF_MOONCAKE`, default
-//! `../shared/data/traces/mooncake-conversation.jsonl`; skipped when absent). Each run writes its
+//! `shared/data/traces/mooncake-conversation.jsonl` beside the checkout; skipped when absent). Each run writes its
 //! results file as the CLI does. Peak memory is the process's (`VmHWM`): run this scenario alone.
 
 use std::path::PathBuf;
@@ -149,7 +149,11 @@ pub(crate) fn run() -> Result<Report> {
 fn trace_replay(r: &mut Report, dir: &std::path::Path) -> Result<()> {
     let path = std::env::var_os("PERF_MOONCAKE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("../shared/data/traces/mooncake-conversation.jsonl"));
+        .unwrap_or_else(|| {
+            // The shared data beside the repository's checkout.
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/data/traces/mooncake-conversation.jsonl")
+        });
     let read0 = Instant::now();
     let trace = match Trace::read(&path, &TraceOptions::default()) {
         Ok(t) => Arc::new(t),

@@ -44,20 +44,21 @@ impl Engine {
             let Some(mut r) = self.waiting.pop_front() else {
                 break;
             };
-            let target = r.target();
-            let (matched, node) = if self.cfg.disable_radix_cache {
-                (0, RadixTree::ROOT)
-            } else {
-                let (m, n) = self
-                    .tree
-                    .match_prefix(&target[..target.len().saturating_sub(1)]);
-                (m, n)
+            let (matched, node, target_len) = {
+                let target = r.target();
+                let (m, n) = if self.cfg.disable_radix_cache {
+                    (0, RadixTree::ROOT)
+                } else {
+                    self.tree
+                        .match_prefix(&target[..target.len().saturating_sub(1)])
+                };
+                (m, n, target.len())
             };
             self.tree.lock(node);
             r.node = node;
             r.locked_len = matched;
             r.kv_len = matched;
-            let need = target.len() - matched + per_step;
+            let need = target_len - matched + per_step;
             if used + committed + need > pool {
                 if !self.reserve(committed + need) {
                     self.release(&mut r);

@@ -291,9 +291,8 @@ impl Engine {
             s.cached_tokens_total += r.cached as u64;
         }
         if !self.cfg.disable_radix_cache {
-            let mut seq = r.target();
-            seq.pop();
-            self.tree.insert(&seq);
+            let seq = r.target();
+            self.tree.insert(&seq[..seq.len().saturating_sub(1)]);
         }
         self.release(&mut r);
     }

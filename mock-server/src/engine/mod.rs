@@ -146,11 +146,15 @@ struct RequestState {
 }
 
 impl RequestState {
-    /// The sequence prefill must cover (prompt, plus output after a retraction).
-    fn target(&self) -> Vec<u32> {
+    /// The sequence prefill must cover (prompt, plus output after a retraction): the prompt
+    /// itself, not a copy, while there is no output (a long prompt is copied once per pass else).
+    fn target(&self) -> std::borrow::Cow<'_, [u32]> {
+        if self.output.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.request.input_ids);
+        }
         let mut t = self.request.input_ids.clone();
         t.extend_from_slice(&self.output);
-        t
+        std::borrow::Cow::Owned(t)
     }
     fn target_len(&self) -> usize {
         self.request.input_ids.len() + self.output.len()

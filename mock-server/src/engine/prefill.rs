@@ -169,7 +169,12 @@ impl Engine {
         let vocab = self.cfg.vocab_size;
         items.iter().find_map(|x| {
             let r = &self.prefilling[x.index];
-            let id = r.request.input_ids.iter().find(|&&id| id >= vocab)?;
+            // The tokens this pass embeds: the prompt's part of the chunk (output ids are the
+            // model's own, inside the vocabulary).
+            let ids = &r.request.input_ids;
+            let from = x.context_before.min(ids.len());
+            let to = (x.context_before + x.tokens).min(ids.len());
+            let id = ids[from..to].iter().find(|&&id| id >= vocab)?;
             let what = if *id == u32::MAX {
                 "a negative input id".to_string()
             } else {

@@ -18,7 +18,7 @@ use crate::plan::schedule::Stop;
 use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
 use crate::report::load::LoadSummary;
 use crate::report::server_metrics::{self as metrics, MetricsDelta, ShardMetrics};
-use crate::results::{load_record, read_records, LoadInfo, Record, RecordWriter};
+use crate::results::{load_record, read_records, LoadInfo, RecordWriter};
 use crate::trace::RequestTrace;
 
 /// Something the client does at an instant.
@@ -32,26 +32,51 @@ enum Due {
     Died,
 }
 
-/// The client's pending events, in order of their instants (ties in order of insertion).
+/// A client event at its instant; ties in order of insertion.
+struct Entry {
+    at_ns: u64,
+    seq: u64,
+    due: Due,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_ns, self.seq) == (other.at_ns, other.seq)
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at_ns, self.seq).cmp(&(other.at_ns, other.seq))
+    }
+}
+
+/// The client's pending events, in order of their instants.
 #[derive(Default)]
 struct Agenda {
-    heap: BinaryHeap<Reverse<(u64, u64)>>,
-    items: HashMap<u64, Due>,
+    heap: BinaryHeap<Reverse<Entry>>,
     seq: u64,
 }
 
 impl Agenda {
     fn push(&mut self, at_ns: u64, due: Due) {
         self.seq += 1;
-        self.heap.push(Reverse((at_ns, self.seq)));
-        self.items.insert(self.seq, due);
+        self.heap.push(Reverse(Entry {
+            at_ns,
+            seq: self.seq,
+            due,
+        }));
     }
     fn peek_ns(&self) -> Option<u64> {
-        self.heap.peek().map(|Reverse((t, _))| *t)
+        self.heap.peek().map(|Reverse(e)| e.at_ns)
     }
     fn pop(&mut self) -> Option<(u64, Due)> {
-        let Reverse((t, seq)) = self.heap.pop()?;
-        self.items.remove(&seq).map(|d| (t, d))
+        self.heap.pop().map(|Reverse(e)| (e.at_ns, e.due))
     }
 }
 
@@ -83,7 +108,12 @@ struct Run<'a> {
     limit: Option<usize>,
     closed: bool,
     deadline_ns: Option<u64>,
-    records: Vec<Record>,
+    /// Records are written as their streams end (each a few KB: a long run holds none).
+    writer: RecordWriter,
+    summary: LoadSummary,
+    written: u64,
+    /// The first write error; the run stops sending once there is one.
+    write_error: Option<anyhow::Error>,
     /// The instant of the last client event handled.
     clock_ns: u64,
 }
@@ -104,6 +134,9 @@ impl Run<'_> {
 
     /// Sends request `index` at `now_ns` (scheduled at `scheduled_ns`).
     fn send(&mut self, index: u64, scheduled_ns: u64, now_ns: u64) {
+        if self.write_error.is_some() {
+            return;
+        }
         let warm = index >= WARMUP_INDEX_BASE;
         let plan = if warm {
             self.planner.warmup(index - WARMUP_INDEX_BASE)
@@ -158,7 +191,15 @@ impl Run<'_> {
                 prefix_group: f.prefix_group,
                 session: None,
             };
-            self.records.push(load_record(trace, f.prompt_tokens, info));
+            let rec = load_record(trace, f.prompt_tokens, info);
+            self.summary.add(&rec);
+            match self.writer.write_all(std::slice::from_ref(&rec)) {
+                Ok(()) => self.written += 1,
+                Err(e) => {
+                    self.write_error.get_or_insert(e);
+                    return;
+                }
+            }
         } else if let Some(fail) = trace.failure() {
             tracing::warn!("warm-up request failed: {}", fail.message);
         }
@@ -280,6 +321,7 @@ pub fn run_load_engine(
         .start_at_unix_ms
         .unwrap_or_else(crate::net::scrape::unix_ms_now);
     let closed = !cfg.schedule.is_open();
+    let writer = RecordWriter::open(&cfg.out)?;
     let mut run = Run {
         cfg,
         planner,
@@ -296,7 +338,10 @@ pub fn run_load_engine(
             .map(|n| cfg.shard.concurrency(n).max(1) as usize),
         closed,
         deadline_ns: None,
-        records: Vec::new(),
+        writer,
+        summary: LoadSummary::new(cfg.slo),
+        written: 0,
+        write_error: None,
         clock_ns: 0,
     };
 
@@ -363,18 +408,11 @@ pub fn run_load_engine(
     }
     run.run_until_quiet();
 
-    let mut summary = LoadSummary::new(cfg.slo);
-    let mut writer = RecordWriter::open(&cfg.out)?;
-    run.records.sort_by_key(|r| {
-        r.load
-            .as_ref()
-            .map_or((u64::MAX, 0), |l| (l.sent_ns, l.index))
-    });
-    for rec in &run.records {
-        summary.add(rec);
+    if let Some(e) = run.write_error.take() {
+        return Err(e);
     }
-    writer.append_all(&run.records)?;
-    let written = run.records.len() as u64;
+    run.writer.sync()?;
+    let (summary, written) = (run.summary, run.written);
     let end_ns = run.clock_ns;
     let metrics = if cfg.scrape_metrics {
         match (before, scrape(&run.sim)) {
