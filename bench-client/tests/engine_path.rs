@@ -224,3 +224,33 @@ fn the_kimi_oom_sweep_is_the_same_on_both_paths() {
         Some("stream-cut")
     );
 }
+
+#[test]
+fn a_trace_slice_with_prefix_hits_is_the_same_on_both_paths() {
+    // The first 80 requests of the Mooncake conversation slice, lengths / 32 (16-token blocks):
+    // prefix hits where the trace's hash ids share blocks.
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/traces/mooncake-conversation-300.jsonl");
+    let opts = bench_client::plan::TraceOptions {
+        scale: 1.0 / 32.0,
+        limit: Some(80),
+        ..Default::default()
+    };
+    let trace = std::sync::Arc::new(bench_client::plan::Trace::read(&path, &opts).unwrap());
+    // One request every 200 ms, each alone on the engine: over HTTP an open-loop send may leave
+    // up to a quantum late, and one that misses a pass boundary is served a pass later (the
+    // closed loop above holds the two paths equal with requests overlapping); requests the trace
+    // sends at one instant would reach the engine over HTTP in any order.
+    let offsets_ns = (0..trace.len() as u64).map(|i| i * 200_000_000).collect();
+    let schedule = Schedule::new(
+        Arrivals::Trace { offsets_ns },
+        Stop::Requests(trace.len() as u64),
+        5,
+    )
+    .unwrap();
+    let mock = preset("small-cpu-demo", &[]);
+    let (e, h) = both_loads(mock, schedule, Workload::Trace(trace));
+    assert_equal(&e, &h, "trace slice");
+    let cached: u32 = e.values().filter_map(|r| r.cached_tokens).sum();
+    assert!(cached > 0, "the slice's shared blocks hit the cache");
+}
