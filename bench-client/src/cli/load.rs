@@ -294,6 +294,19 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         }
         _ => print_load(&outcome.summary, a.format)?,
     }
+    if let crate::plan::Workload::Trace(t) = &cfg.workload {
+        if let Some((cached, prompt)) = t.predicted_hits(1).filter(|(_, p)| *p > 0) {
+            let run = outcome
+                .summary
+                .derived()
+                .cache_hit_rate
+                .map_or("not reported".into(), |r| format!("{r:.3}"));
+            eprintln!(
+                "prefix cache: the trace's block ids predict a hit ratio of {:.3} (requests served in order, nothing evicted, page size 1); this run: {run}",
+                cached as f64 / prompt as f64
+            );
+        }
+    }
     match cpu {
         Some(c) if wall > 0.0 => eprintln!(
             "client CPU: {c:.2} s user + system over {wall:.2} s wall ({:.0}% of one core){}",

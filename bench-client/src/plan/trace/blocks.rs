@@ -25,6 +25,13 @@ pub(super) struct Block {
     rank: u32,
 }
 
+impl Block {
+    /// The block's hash id.
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
 /// Hashes the maps' block ids with [`mix`]: SipHash took longer than the rest of reading a trace's
 /// blocks, and the ids come from a file, not from an adversary.
 #[derive(Default)]

@@ -9,6 +9,7 @@ mod line;
 mod mooncake;
 pub mod native;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
@@ -288,6 +289,50 @@ impl Trace {
             .iter()
             .map(|r| (r.offset_ns as f64 / self.speedup).round() as u64)
             .collect()
+    }
+
+    /// The prefix-cache hits the trace's own block ids predict when its requests are served in
+    /// order by a radix cache that evicts nothing: each request's longest prefix shared with an
+    /// earlier prompt (its common leading blocks, cut to the shorter prompt), at most its input
+    /// less one token (the last is always computed, as SGLang matches), rounded down to whole
+    /// pages of `page_size` tokens. Returns (cached, prompt) tokens summed; `None` for a trace
+    /// without block ids.
+    pub fn predicted_hits(&self, page_size: u32) -> Option<(u64, u64)> {
+        if self.format != TraceFormat::Mooncake {
+            return None;
+        }
+        let page = u64::from(page_size.max(1));
+        let bs = u64::from(self.block_size);
+        // Per block id: the most tokens an earlier prompt holds through the end of that block.
+        let mut through: HashMap<u64, u64> = HashMap::new();
+        let (mut cached, mut prompt) = (0u64, 0u64);
+        for r in &self.requests {
+            let len = u64::from(r.input_len);
+            prompt += len;
+            let Prefix::Blocks { start, len: n, .. } = r.prefix else {
+                continue;
+            };
+            let ids = self.blocks.get(start..start + n).unwrap_or_default();
+            let mut shared = 0u64;
+            for (k, b) in ids.iter().enumerate() {
+                let Some(&held) = through.get(&b.id()) else {
+                    break;
+                };
+                let end = (k as u64 + 1) * bs;
+                shared = held.min(end).min(len);
+                if held < end {
+                    break;
+                }
+            }
+            let hit = shared.min(len.saturating_sub(1));
+            cached += hit / page * page;
+            for (k, b) in ids.iter().enumerate() {
+                let held = ((k as u64 + 1) * bs).min(len);
+                let e = through.entry(b.id()).or_insert(0);
+                *e = (*e).max(held);
+            }
+        }
+        Some((cached, prompt))
     }
 
     /// Each request's (input, output) tokens, scaled.
