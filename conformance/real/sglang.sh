@@ -14,6 +14,8 @@
 #                       searches by rate and by concurrency, stop (outputs in target/real/sglang/decide/)
 #   sglang.sh twin      start, the twin check alone (calibrate, then predict the held-out runs), stop
 #                       (outputs and the server log in target/real/sglang/twin/)
+#   sglang.sh trace     start, replay 300 requests of Mooncake's conversation trace (lengths / 32), check
+#                       every request recorded and the hit ratio against the trace's prediction, stop
 #
 # Env: LLMB_REAL_CACHE, LLMB_PORT, LLMB_READY_TIMEOUT (default 300), LLMB_URL (record/check against a running
 # server), SGLANG_VERSION (default 0.5.23), SGLANG_INCREMENTAL=1 (start with --incremental-streaming-output),
@@ -191,8 +193,42 @@ twin() {
     return "$rc"
 }
 
+# A production trace against SGLang: the first 300 requests of Mooncake's conversation trace
+# (fixtures/traces/), lengths / 32 (16-token blocks, inputs within the tiny model's 4,096-token context),
+# at the trace's own arrivals, with a KV pool that holds the whole slice (nothing evicted). Every request
+# must be recorded, and the run's prefix-cache hit ratio must be within 5 points of what the trace's
+# hash_ids predict for SGLang's page size (1 on this backend). Outputs in target/real/sglang/trace/.
+trace() {
+    local url out rc=0 line predicted served
+    SGLANG_ARGS="${SGLANG_ARGS:-} --max-total-tokens 262144"
+    use_server
+    url="$SERVER_URL"
+    out="$REPO_ROOT/target/real/$SERVER_NAME/trace"
+    mkdir -p "$out"
+    rm -f "$out/trace.jsonl" "$out/trace.jsonl.manifest.jsonl"
+    run_step "load --trace (Mooncake conversation, 300 requests, lengths / 32)" "$out/trace.txt" \
+        bench-client load --url "$url" --api sglang --trace fixtures/traces/mooncake-conversation-300.jsonl \
+        --trace-scale 0.03125 --no-progress --out "$out/trace.jsonl" || rc=1
+    [[ "$(wc -l <"$out/trace.jsonl")" == 300 ]] || { log "FAILED: $(wc -l <"$out/trace.jsonl") of 300 requests recorded"; rc=1; }
+    line="$(grep '^prefix cache: the trace' "$out/trace.txt" || true)"
+    predicted="$(sed -n 's/.*predict a hit ratio of \([0-9.]*\).*/\1/p' <<<"$line")"
+    served="$(sed -n 's/.*this run: \([0-9.]*\)$/\1/p' <<<"$line")"
+    if [[ -z "$predicted" || -z "$served" ]]; then
+        log "FAILED: no hit ratios in $out/trace.txt"
+        rc=1
+    elif ! python3 -c "import sys; sys.exit(abs($predicted - $served) > 0.05)"; then
+        log "FAILED: hit ratio $served, the trace predicts $predicted (more than 5 points apart)"
+        rc=1
+    else
+        log "hit ratio $served, the trace predicts $predicted: within 5 points"
+    fi
+    cp "$RUN_DIR/$SERVER_NAME.log" "$out/server.log" 2>/dev/null || true
+    return "$rc"
+}
+
 case "${1:-}" in
 install) install ;;
+trace) trace ;;
 diff) diff_record ;;
 decide) decide ;;
 twin) twin ;;
@@ -201,7 +237,7 @@ stop) stop_server "$SERVER_NAME" ;;
 record) record "${@:2}" ;;
 check) check ;;
 *)
-    echo "usage: $0 install|start|stop|record|diff|check|decide|twin" >&2
+    echo "usage: $0 install|start|stop|record|diff|check|decide|twin|trace" >&2
     exit 2
     ;;
 esac
