@@ -11,11 +11,13 @@
 //! - `results`: the JSONL results file and its manifest;
 //! - `report`: statistics over records, and one exporter per format;
 //! - `drive`: sweep and load runs end to end;
+//! - `import`: other tools' result files as records;
 //! - `cli`: flags into validated configs.
 
 pub mod api;
 pub mod cli;
 pub mod drive;
+pub mod import;
 pub mod measure;
 pub mod net;
 pub mod plan;

@@ -185,7 +185,7 @@ impl RequestTrace {
         if reported.is_some() {
             return reported;
         }
-        if self.attribution == TokenAttribution::Unknown {
+        if !self.attribution.counts_known() {
             return None;
         }
         Some(self.chunks.iter().filter_map(|c| c.tokens).sum())

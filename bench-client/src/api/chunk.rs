@@ -137,6 +137,15 @@ pub enum TokenAttribution {
     EventCount,
     /// Only final totals were known; per-chunk counts are not guessed.
     Unknown,
+    /// Imported from another tool's results that keep one latency per chunk and no per-chunk
+    /// counts (vLLM `bench serve`, bench_serving's OpenAI backends, guidellm, AIPerf): as
+    /// `unknown`, and the decode rate is the source's own, (output - 1) / (end - first token).
+    ImportedUnknown,
+    /// Imported from SGLang bench_serving's native backend, which splits each chunk's gap evenly
+    /// over the chunk's new tokens: a run of equal latencies is one chunk, so the tokens after
+    /// the first chunk and their span are exact; two adjacent chunks of equal per-token gap read
+    /// as one chunk, which leaves the decode rate unchanged.
+    ImportedItlRuns,
 }
 
 impl TokenAttribution {
@@ -149,6 +158,19 @@ impl TokenAttribution {
             Self::TokenIds => "token-ids",
             Self::EventCount => "event-count",
             Self::Unknown => "unknown",
+            Self::ImportedUnknown => "imported-unknown",
+            Self::ImportedItlRuns => "imported-itl-runs",
         }
+    }
+
+    /// Whether the record was imported from another tool's results.
+    pub fn is_imported(&self) -> bool {
+        matches!(self, Self::ImportedUnknown | Self::ImportedItlRuns)
+    }
+
+    /// Whether per-chunk token counts are known, so that the decode rate after the first chunk
+    /// can be measured.
+    pub fn counts_known(&self) -> bool {
+        !matches!(self, Self::Unknown | Self::ImportedUnknown)
     }
 }

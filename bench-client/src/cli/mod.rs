@@ -7,6 +7,7 @@ mod capacity;
 mod common;
 mod compare;
 pub mod exit;
+mod import;
 mod load;
 mod report;
 mod sessions;
@@ -21,6 +22,7 @@ use clap::{Parser, Subcommand};
 use calibrate::CalibrateArgs;
 use capacity::CapacityArgs;
 use compare::CompareArgs;
+use import::ImportArgs;
 use load::LoadArgs;
 use report::{MergeArgs, ReportArgs};
 use sweep::SweepArgs;
@@ -48,6 +50,8 @@ enum Cmd {
     Merge(MergeArgs),
     /// Compare two runs' results: NEW/BASE per statistic with a bootstrap interval and a verdict.
     Compare(CompareArgs),
+    /// Import other tools' results (bench_serving, vLLM bench serve, guidellm, AIPerf) as records.
+    Import(ImportArgs),
     /// Capacity under an SLO: step the open-loop request rate, bisect, and print the curve.
     Capacity(Box<CapacityArgs>),
     /// Fit the mock's cost model to a server's sweep (and load) results: write a twin preset.
@@ -78,7 +82,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Sweep(a) => a.simulate(),
         Cmd::Load(a) => a.simulate(),
         Cmd::Capacity(a) => a.simulate(),
-        Cmd::Report(_) | Cmd::Merge(_) | Cmd::Compare(_) => false,
+        Cmd::Report(_) | Cmd::Merge(_) | Cmd::Compare(_) | Cmd::Import(_) => false,
         #[cfg(feature = "embedded-mock")]
         Cmd::Calibrate(_) => false,
     };
@@ -105,6 +109,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Load(a) => rt.block_on(load::run_load(*a)),
         Cmd::Merge(a) => report::run_merge(a),
         Cmd::Compare(a) => compare::run_compare(a),
+        Cmd::Import(a) => import::run_import(a),
         Cmd::Capacity(a) => rt.block_on(capacity::run_capacity(*a)),
         #[cfg(feature = "embedded-mock")]
         Cmd::Calibrate(a) => calibrate::run_calibrate(a),

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Measurement;
-use crate::trace::{RequestTrace, TokenAttribution};
+use crate::trace::RequestTrace;
 
 /// One successful request's load figures.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub fn load_numbers(trace: &RequestTrace, m: &Measurement, client_queue_ns: u64)
     let first_ns = out.first().map_or(0, |c| c.at_ns);
     let last_ns = out.last().map_or(0, |c| c.at_ns);
     let output = u64::from(m.completion_tokens.unwrap_or(0));
-    let known = m.token_attribution != TokenAttribution::Unknown;
+    let known = m.token_attribution.counts_known();
     let after: u64 = m
         .tokens_per_chunk
         .iter()

@@ -150,7 +150,7 @@ pub fn measure(trace: &RequestTrace) -> Result<Measurement, MeasureError> {
         return Err(MeasureError::NoOutput);
     };
     let attribution = trace.attribution;
-    let known = attribution != TokenAttribution::Unknown;
+    let known = attribution.counts_known();
     let ttft_ms = ms(first.at_ns);
     let span_ns = last.at_ns.saturating_sub(first.at_ns);
     let span_s = span_ns as f64 / 1e9;
@@ -229,7 +229,7 @@ pub fn measure(trace: &RequestTrace) -> Result<Measurement, MeasureError> {
 /// A request's output over time: for each output-carrying chunk, its arrival (ms after the send)
 /// and the output tokens so far (counted by chunk when per-chunk counts are unknown).
 pub fn timeline(trace: &RequestTrace) -> Vec<(f64, u64)> {
-    let known = trace.attribution != TokenAttribution::Unknown;
+    let known = trace.attribution.counts_known();
     let mut total = 0u64;
     trace
         .chunks

@@ -20,7 +20,7 @@ pub fn observed(rec: &Record) -> Option<Observed> {
         return None;
     }
     let b = basics(trace);
-    let known = rec.token_attribution != crate::trace::TokenAttribution::Unknown;
+    let known = rec.token_attribution.counts_known();
     let mut chunks: Vec<(f64, u32)> = Vec::with_capacity(line.len());
     let mut prev = 0u64;
     for (at_ms, total) in &line {

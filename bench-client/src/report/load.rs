@@ -14,7 +14,7 @@ use super::cache::CacheSplit;
 pub use crate::measure::Slo;
 use crate::measure::{load_numbers, measure};
 use crate::results::{LoadInfo, Record};
-use crate::trace::{RequestTrace, TokenAttribution};
+use crate::trace::RequestTrace;
 
 /// A histogram with its exact maximum.
 #[derive(Clone, Debug, PartialEq)]
@@ -161,6 +161,8 @@ pub struct LoadSummary {
     pub chunk_tokens: u64,
     /// Successful requests whose per-chunk token counts were unknown.
     pub counts_unknown: u64,
+    /// Successful requests imported from another tool's results (`bench-client import`).
+    pub imported: u64,
     /// Successful requests meeting the SLO.
     pub good: u64,
     /// Successful requests of several output tokens without a TPOT of their own, while the SLO has
@@ -280,6 +282,9 @@ impl LoadSummary {
             }
         };
         self.succeeded += 1;
+        if m.token_attribution.is_imported() {
+            self.imported += 1;
+        }
         let n = load_numbers(trace, &m, load.client_queue_ns);
         let output = u64::from(m.completion_tokens.unwrap_or(0));
         self.output_tokens += output;
@@ -305,7 +310,7 @@ impl LoadSummary {
                 }
             }
         }
-        if m.token_attribution != TokenAttribution::Unknown {
+        if m.token_attribution.counts_known() {
             for &t in &m.tokens_per_chunk {
                 self.tokens_per_chunk.record(u64::from(t));
                 self.chunks_counted += 1;
@@ -347,6 +352,7 @@ impl LoadSummary {
         self.chunks_counted += o.chunks_counted;
         self.chunk_tokens += o.chunk_tokens;
         self.counts_unknown += o.counts_unknown;
+        self.imported += o.imported;
         self.good += o.good;
         self.tpot_unmeasured += o.tpot_unmeasured;
         let min = |a: Option<u64>, b: Option<u64>| match (a, b) {

@@ -46,6 +46,7 @@ pub fn load(s: &LoadSummary) -> Value {
         "prefix_cache": s.cache.to_json(),
         "output_tokens": s.output_tokens,
         "per_chunk_counts_unknown": s.counts_unknown,
+        "imported": s.imported,
         "derived": s.derived(),
         "tokens_per_chunk": {
             "p50": tpc.percentile(50.0), "p90": tpc.percentile(90.0), "p99": tpc.percentile(99.0),

@@ -232,6 +232,13 @@ pub fn load(s: &LoadSummary) -> String {
             s.counts_unknown
         );
     }
+    if s.imported > 0 {
+        let _ = writeln!(
+            o,
+            "  note: {} requests were imported from another tool's results: their instants are the tool's, their tokens per chunk only where it kept them, their records' decode rate and TPOT otherwise the tool's definition (named in the manifest)",
+            s.imported
+        );
+    }
     let _ = writeln!(
         o,
         "\n  {:<18} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",

@@ -1,0 +1,140 @@
+//! `bench-client import`: other tools' result files into one results file and its manifest, written
+//! whole or not at all, and each tool's own summary held against the records rebuilt from it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::common::redact_args;
+use super::exit::CliError;
+use crate::import::{self, check, Imported, Source};
+use crate::results::{manifest_path, Record};
+
+const ABOUT: &str = "\
+Import other tools' results: each request becomes a load record of this project, each run a
+manifest line (the tool, its version and settings where the file has them, the server), so that
+report, report --html, compare, merge and calibrate read them unchanged.
+
+Formats (detected from the content, or named with --from): SGLang bench_serving's JSON lines
+(--output-details), vLLM's `bench serve --save-detailed` JSON, guidellm's benchmarks JSON, AIPerf's
+profile_export.jsonl (its profile_export_aiperf.json summary read from beside it).
+
+Where a file does not say how many tokens each chunk carried, the records say so
+(token_attribution imported-unknown) and their decode rate and TPOT are the source's definition;
+where it has no start times (bench_serving), the schedule is rebuilt as a closed loop of its
+--max-concurrency, and the manifest says so. The tool's own summary, where the file has one, is
+printed beside the same figures from the records, with the reason for each difference.
+
+Exit codes: 0 imported; 64 bad usage (an --out that exists); 65 a file that cannot be imported
+(unknown format, truncated JSON, no per-request data, arrays of different lengths); nothing is
+written then.";
+
+#[derive(Args, Debug)]
+#[command(long_about = ABOUT)]
+pub(super) struct ImportArgs {
+    /// Result files of another tool.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// The results file to write (JSONL); its manifest is written beside it.
+    #[arg(long)]
+    out: PathBuf,
+    /// The tool that wrote the files (default: detected from each file's content).
+    #[arg(long, value_enum)]
+    from: Option<Source>,
+}
+
+/// Write `text` to `path` through a temporary file beside it, renamed into place once whole; the
+/// temporary file is removed when that fails.
+fn write_whole(path: &Path, text: &str) -> anyhow::Result<()> {
+    let tmp = PathBuf::from(format!("{}.tmp", path.display()));
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        })
+        .with_context(|| format!("writing {}", tmp.display()))
+        .and_then(|()| {
+            std::fs::rename(&tmp, path)
+                .with_context(|| format!("renaming {} into place", tmp.display()))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn jsonl<T: serde::Serialize>(lines: &[T]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for l in lines {
+        out.push_str(&serde_json::to_string(l).context("serialising")?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
+    for p in [a.out.clone(), manifest_path(&a.out)] {
+        if std::fs::metadata(&p).is_ok() {
+            return Err(CliError::Usage(anyhow::anyhow!(
+                "{} exists; import writes a new results file: remove it or choose another --out",
+                p.display()
+            )));
+        }
+    }
+    // Every file is read and checked before anything is written: a bad one leaves no output.
+    let files: Vec<Imported> = a
+        .files
+        .iter()
+        .map(|f| import::read(f, a.from))
+        .collect::<Result<_, _>>()
+        .map_err(|e| CliError::Data(e.into()))?;
+    let command = redact_args(std::env::args());
+    let mut records: Vec<Record> = Vec::new();
+    let mut manifests = Vec::new();
+    let mut report = String::new();
+    for f in &files {
+        for (i, run) in f.runs.iter().enumerate() {
+            let recs = import::records(run, i);
+            let failed = recs.iter().filter(|r| r.failed()).count();
+            report.push_str(&format!(
+                "{} run {i}: {} {}, {} requests ({failed} failed), token attribution {}{}\n",
+                f.file,
+                run.source.as_str(),
+                run.version
+                    .as_deref()
+                    .unwrap_or("(version not in the file)"),
+                recs.len(),
+                run.attribution.as_str(),
+                run.rebuilt_schedule.map_or(String::new(), |r| format!(
+                    ", no start times: schedule rebuilt as a closed loop of {}",
+                    r.concurrency
+                )),
+            ));
+            let rows = check::compare(run, &recs);
+            if rows.is_empty() {
+                report.push_str("  the file has no summary of the tool's own to check against\n");
+            } else {
+                report.push_str(&check::render(&rows));
+            }
+            manifests.push(import::manifest(f, run, i, &command));
+            records.extend(recs);
+        }
+    }
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // The manifest first: results without their manifest would compare as another tool's run. A
+    // manifest whose results could not be written is removed again.
+    let manifest = manifest_path(&a.out);
+    write_whole(&manifest, &jsonl(&manifests)?)?;
+    if let Err(e) = jsonl(&records).and_then(|text| write_whole(&a.out, &text)) {
+        let _ = std::fs::remove_file(&manifest);
+        return Err(e.into());
+    }
+    print!("{report}");
+    eprintln!("{} records written to {}", records.len(), a.out.display());
+    Ok(ExitCode::SUCCESS)
+}

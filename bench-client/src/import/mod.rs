@@ -1,0 +1,285 @@
+//! `import`: other benchmark tools' result files (SGLang's bench_serving, vLLM's `bench serve`,
+//! guidellm, AIPerf) turned into this project's load records and manifests, so that every view,
+//! comparison and fit reads them unchanged. Nothing is invented: what a file does not say (per-chunk
+//! token counts, start times) is marked as not known, or as rebuilt and how.
+
+mod aiperf;
+mod bench_serving;
+mod build;
+pub mod check;
+mod guidellm;
+mod json;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::results::Record;
+use crate::trace::{Dialect, TokenAttribution};
+
+pub use build::records;
+
+/// The tool whose results a file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// SGLang's `bench_serving` (`--output-details`): one JSON line per run.
+    #[value(name = "bench_serving")]
+    BenchServing,
+    /// vLLM's `bench serve --save-detailed`: one JSON document.
+    Vllm,
+    /// guidellm's benchmarks JSON.
+    Guidellm,
+    /// AIPerf's `profile_export.jsonl`: one record per request.
+    Aiperf,
+}
+
+impl Source {
+    /// The name used on the command line and in manifests.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::BenchServing => "bench_serving",
+            Self::Vllm => "vllm",
+            Self::Guidellm => "guidellm",
+            Self::Aiperf => "aiperf",
+        }
+    }
+}
+
+/// An input file that cannot be imported: the file, and where in it (line, field), in the message.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ImportError {
+    /// The file.
+    pub file: String,
+    /// What is wrong, and where.
+    pub message: String,
+}
+
+impl ImportError {
+    /// An error about `file`.
+    pub fn new(file: &str, message: impl Into<String>) -> Self {
+        Self {
+            file: file.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// How a source defines the time per output token, which the imported records keep: the records
+/// cannot say more than the file, and the check compares like with like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TpotDef {
+    /// (end of the request - first token) / (output tokens - 1): bench_serving, vLLM, AIPerf.
+    EndMinusFirst,
+    /// (last token - first token) / (output tokens - 1): guidellm's inter-token latency.
+    LastMinusFirst,
+}
+
+impl TpotDef {
+    /// In words, for the check's printout.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::EndMinusFirst => "(e2e - ttft) / (output - 1)",
+            Self::LastMinusFirst => "(last token - first token) / (output - 1)",
+        }
+    }
+}
+
+/// One request as a source file gives it, in seconds after the run's origin.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Request {
+    /// When the tool meant to send it (its schedule), when the file says.
+    pub scheduled_s: Option<f64>,
+    /// When it was sent, when the file says.
+    pub sent_s: Option<f64>,
+    /// First output after the send.
+    pub ttft_s: f64,
+    /// Gaps between successive output chunks after the first.
+    pub gaps_s: Vec<f64>,
+    /// Tokens in each output chunk, when the file says (its length is `gaps_s.len() + 1`).
+    pub chunk_tokens: Option<Vec<u32>>,
+    /// End of the request after the send, when the file says.
+    pub e2e_s: Option<f64>,
+    /// Prompt tokens.
+    pub input_len: Option<u32>,
+    /// Output tokens.
+    pub output_len: u32,
+    /// The tool's error, for a failed request.
+    pub error: Option<String>,
+}
+
+/// One run of a tool: its requests, what the file says about it, and its own summary.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The tool.
+    pub source: Source,
+    /// The tool's version, when the file says.
+    pub version: Option<String>,
+    /// The wire dialect the tool spoke.
+    pub dialect: Dialect,
+    /// The run's origin (its first scheduled start), unix ms, and where that came from.
+    pub start_unix_ms: u64,
+    /// Where `start_unix_ms` came from.
+    pub start_from: &'static str,
+    /// The tool's own settings (flags and workload) as the file has them.
+    pub settings: serde_json::Value,
+    /// The server's URL, model and reported info, when the file has them (keys removed).
+    pub url: Option<String>,
+    /// The model name.
+    pub model: Option<String>,
+    /// The server's own description (`/server_info`), when the tool saved it.
+    pub server_info: Option<serde_json::Value>,
+    /// The requests, in the file's order.
+    pub requests: Vec<Request>,
+    /// How per-chunk token counts are known.
+    pub attribution: TokenAttribution,
+    /// The source's definition of the time per output token.
+    pub tpot: TpotDef,
+    /// When the file has no start times: the closed loop they are rebuilt as (its concurrency).
+    pub rebuilt_schedule: Option<Rebuilt>,
+    /// The tool's own summary, when the file has one.
+    pub summary: Option<check::ToolSummary>,
+    /// Why the tool's summary and the rebuilt records may differ, by figure.
+    pub notes: check::Notes,
+}
+
+/// The schedule of a file without start times, rebuilt.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Rebuilt {
+    /// Requests in flight at once (the tool's `--max-concurrency`; all of them when it had none).
+    pub concurrency: usize,
+}
+
+/// One imported file: its runs.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    /// The file as given.
+    pub file: String,
+    /// Its runs (bench_serving appends a line per run; the others hold one).
+    pub runs: Vec<Run>,
+}
+
+/// Which tool wrote `text`, from its content: guidellm's document has `benchmarks`, vLLM's has
+/// `date` and `start_times`, bench_serving's lines have `ttfts` or its summary fields, AIPerf's
+/// lines have `metadata` and `metrics`.
+pub fn detect(file: &str, text: &str) -> Result<Source, ImportError> {
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .ok_or_else(|| ImportError::new(file, "the file is empty"))?;
+    // A JSONL file's first line, else the whole (pretty-printed) document.
+    let doc = match json::parse(file, Some(1), first) {
+        Ok(v) => v,
+        Err(_) => json::parse(file, None, text)?,
+    };
+    let has = |k: &str| doc.get(k).is_some();
+    if has("benchmarks") {
+        Ok(Source::Guidellm)
+    } else if has("metadata") && (has("metrics") || has("responses")) {
+        Ok(Source::Aiperf)
+    } else if has("date") && (has("start_times") || has("endpoint_type")) {
+        Ok(Source::Vllm)
+    } else if has("ttfts") || (has("backend") && has("mean_ttft_ms")) {
+        Ok(Source::BenchServing)
+    } else if has("aiperf_version") || has("benchmark_duration") {
+        Err(ImportError::new(
+            file,
+            "an AIPerf summary (profile_export_aiperf.json) has no per-request data: import profile_export.jsonl from the same directory",
+        ))
+    } else {
+        Err(ImportError::new(
+            file,
+            "unknown format: not bench_serving, vLLM bench serve, guidellm or AIPerf results (give --from to name it)",
+        ))
+    }
+}
+
+/// Read one file of `from` (detected when `None`).
+pub fn read(path: &Path, from: Option<Source>) -> Result<Imported, ImportError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ImportError::new(&file, format!("cannot read: {e}")))?;
+    let source = match from {
+        Some(s) => s,
+        None => detect(&file, &text)?,
+    };
+    let modified_ms = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let runs = match source {
+        Source::BenchServing | Source::Vllm => {
+            bench_serving::runs(&file, &text, source, modified_ms)?
+        }
+        Source::Guidellm => guidellm::runs(&file, &text)?,
+        Source::Aiperf => aiperf::runs(path, &file, &text)?,
+    };
+    if runs.iter().all(|r| r.requests.is_empty()) {
+        return Err(ImportError::new(&file, "no requests in the file"));
+    }
+    Ok(Imported { file, runs })
+}
+
+/// The manifest line of an imported run: where it came from, and what the file says of the tool's
+/// settings and the server.
+pub fn manifest(imported: &Imported, run: &Run, index: usize, command: &str) -> serde_json::Value {
+    serde_json::json!({
+        "command": command,
+        "client_version": env!("CARGO_PKG_VERSION"),
+        "kind": "load",
+        "imported": {
+            "tool": run.source.as_str(),
+            "version": run.version,
+            "file": imported.file,
+            "run": index,
+            "start_from": run.start_from,
+            "token_attribution": run.attribution.as_str(),
+            "tpot_definition": run.tpot.describe(),
+            "rebuilt_schedule": run.rebuilt_schedule,
+            "settings": run.settings,
+        },
+        "url": run.url,
+        "dialect": run.dialect,
+        "model": run.model,
+        "server_info": run.server_info,
+        "start_unix_ms": run.start_unix_ms,
+        "stamping": "imported",
+    })
+}
+
+/// Keys whose values are secrets wherever they appear (SGLang's `/server_info` carries its
+/// `api_key`, guidellm's backend settings carry one): replaced by `"<removed>"`.
+pub fn scrub(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                let key = k.to_ascii_lowercase();
+                let secret = key.ends_with("api_key")
+                    || key.ends_with("_secret")
+                    || matches!(key.as_str(), "authorization" | "password" | "token");
+                if secret && !x.is_null() {
+                    *x = serde_json::Value::String("<removed>".into());
+                } else {
+                    scrub(x);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(scrub),
+        _ => {}
+    }
+}
+
+/// The records of every run of every file, in order.
+pub fn all_records(files: &[Imported]) -> Vec<Record> {
+    files
+        .iter()
+        .flat_map(|f| f.runs.iter().enumerate().flat_map(|(i, r)| records(r, i)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
