@@ -113,7 +113,12 @@ fn the_mock_caches_exactly_the_blocks_the_slice_shares() {
             stamping: Stamping::Socket,
             timeouts: Timeouts::default(),
             prompt_salt: Some(9),
-            ..LoadConfig::new(target, schedule, Workload::Trace(trace.clone()), out.clone())
+            ..LoadConfig::new(
+                target,
+                schedule,
+                Workload::Trace(trace.clone()),
+                out.clone(),
+            )
         };
         let o = run_load(&cfg).await.unwrap();
         assert_eq!(o.written, 300);
@@ -148,7 +153,11 @@ fn the_mock_caches_exactly_the_blocks_the_slice_shares() {
         assert!(hits >= 10, "{hits}");
         // What the trace predicts of itself (`load` prints it beside the run's ratio) is what
         // the cache served.
-        let served: u64 = recs.iter().filter_map(|r| r.cached_tokens).map(u64::from).sum();
+        let served: u64 = recs
+            .iter()
+            .filter_map(|r| r.cached_tokens)
+            .map(u64::from)
+            .sum();
         let prompt: u64 = lens.iter().map(|(i, _)| i).sum();
         assert_eq!(trace.predicted_hits(1), Some((served, prompt)));
         let (paged, _) = trace.predicted_hits(16).unwrap();

@@ -106,6 +106,7 @@ fn trace_of(run: &Run, run_index: usize, i: usize, r: &Request) -> RequestTrace 
         attribution: run.attribution,
         stamps: Stamps::Task,
         send_delay_ns: None,
+        output_ids: None,
     }
 }
 
@@ -127,6 +128,7 @@ pub fn records(run: &Run, run_index: usize) -> Vec<Record> {
                 client_queue_ns: sent_ns.saturating_sub(scheduled_ns),
                 ttft_from_schedule_ms: None,
                 prefix_group: None,
+                session: None,
             };
             let trace = trace_of(run, run_index, i, r);
             let mut rec = load_record(trace, r.input_len.unwrap_or(0), info);

@@ -12,8 +12,8 @@ use bench_client::drive::{run_load, run_sweep, LoadConfig, SweepConfig, ENGINE_U
 use bench_client::plan::schedule::{Arrivals, Schedule, Stop};
 use bench_client::plan::workload::{LenDist, Workload};
 use bench_client::plan::{parse_contexts, Trace, TraceOptions, DEFAULT_CONTEXTS};
-use std::sync::Arc;
 use serde_json::json;
+use std::sync::Arc;
 
 use crate::client::{paused_runtime, target};
 use crate::machine::{cpu_seconds, proc_path, status_field};
@@ -100,7 +100,13 @@ pub(crate) fn run() -> Result<Report> {
     r.set("kimi_sweep_wall_s", json!(walls));
 
     // A closed loop at GPU scale.
-    let big = mock(DEMO, &[("max_running_requests", "512"), ("mem_fraction_static", "0.9")])?;
+    let big = mock(
+        DEMO,
+        &[
+            ("max_running_requests", "512"),
+            ("mem_fraction_static", "0.9"),
+        ],
+    )?;
     let closed = |out: PathBuf| LoadConfig {
         prompt_salt: Some(1),
         scrape_metrics: false,
