@@ -254,3 +254,74 @@ fn a_trace_slice_with_prefix_hits_is_the_same_on_both_paths() {
     let cached: u32 = e.values().filter_map(|r| r.cached_tokens).sum();
     assert!(cached > 0, "the slice's shared blocks hit the cache");
 }
+
+#[test]
+fn a_multi_turn_run_is_the_same_on_both_paths() {
+    use bench_client::drive::{run_sessions, SessionsConfig};
+    use bench_client::plan::{Sessions, ThinkTime};
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = Sessions {
+        sessions: 6,
+        turns: 4,
+        first_input: LenDist::Uniform { lo: 128, hi: 384 },
+        turn_input: LenDist::Uniform { lo: 16, hi: 64 },
+        output: LenDist::Uniform { lo: 4, hi: 16 },
+        think: ThinkTime::Uniform {
+            lo_ns: 200_000_000,
+            hi_ns: 800_000_000,
+        },
+    };
+    let cfg = |url: &str, out: &Path| SessionsConfig {
+        run: LoadConfig {
+            stamping: Stamping::Socket,
+            prompt_salt: Some(1),
+            seed: 5,
+            scrape_metrics: false,
+            ..LoadConfig::new(
+                target(url),
+                Schedule::new(Arrivals::Closed { concurrency: 3 }, Stop::Requests(24), 5).unwrap(),
+                Workload::Random {
+                    input: sessions.first_input.clone(),
+                    output: sessions.output.clone(),
+                },
+                out.to_path_buf(),
+            )
+        },
+        sessions: sessions.clone(),
+    };
+    let mock = preset("small-cpu-demo", &[]);
+    let rt = paused_runtime();
+    let engine_out = dir.path().join("engine.jsonl");
+    let mut e = cfg(bench_client::drive::ENGINE_URL, &engine_out);
+    e.run.engine = Some(mock.clone());
+    rt.block_on(run_sessions(&e)).unwrap();
+    let http_out = dir.path().join("http.jsonl");
+    rt.block_on(async {
+        let server = MockServer::start(mock).await.unwrap();
+        run_sessions(&cfg(&server.url(), &http_out)).await.unwrap();
+        server.shutdown().await;
+    });
+    let by_index = |p: &Path| {
+        read_records(p)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.load.as_ref().unwrap().index, r))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let (en, ht) = (by_index(&engine_out), by_index(&http_out));
+    assert_eq!(en.len(), 24);
+    assert_equal(&en, &ht, "multi-turn");
+    for (i, r) in &en {
+        let (a, b) = (r.load.as_ref().unwrap(), ht[i].load.as_ref().unwrap());
+        assert_eq!(a.session, b.session, "#{i}: session and turn");
+        let ids = |r: &Record| r.trace.as_ref().unwrap().output_ids.clone();
+        assert_eq!(ids(r), ids(&ht[i]), "#{i}: the output ids sent back");
+    }
+    // Later turns hit the cache with the conversation so far.
+    let late_hits = en
+        .values()
+        .filter(|r| r.load.as_ref().unwrap().session.unwrap().turn > 0)
+        .filter(|r| r.cached_tokens.unwrap_or(0) > 100)
+        .count();
+    assert_eq!(late_hits, 18);
+}

@@ -270,7 +270,7 @@ pub(crate) fn manifest(
 pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     #[cfg(feature = "embedded-mock")]
     if let Some(mock) = &cfg.engine {
-        let (mut outcome, model) = super::engine::load::run_load_engine(cfg, mock.clone())?;
+        let (mut outcome, model) = super::engine::load::run_load_engine(cfg, mock.clone(), None)?;
         outcome.model_time = Some(model);
         return Ok(outcome);
     }

@@ -52,12 +52,6 @@ impl SessionsConfig {
         if !matches!(self.run.schedule.arrivals, Arrivals::Closed { .. }) {
             anyhow::bail!("--sessions runs a closed loop of sessions: give --concurrency (sessions in flight), not --request-rate or --trace");
         }
-        #[cfg(feature = "embedded-mock")]
-        if self.run.engine.is_some() {
-            anyhow::bail!(
-                "--sessions runs over HTTP only for now: use --simulate-http instead of --simulate"
-            );
-        }
         if self.run.max_concurrency.is_some() {
             anyhow::bail!("--max-concurrency bounds an open loop; with --sessions, --concurrency bounds the sessions in flight");
         }
@@ -271,6 +265,13 @@ async fn warm_up(ctx: Arc<LoadRun>, plan: Arc<SessionPlan>, k: u64) {
 /// Run a multi-turn load test, appending each turn's record to `cfg.run.out` as it finishes.
 pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
     let (planner, plan) = cfg.checked()?;
+    #[cfg(feature = "embedded-mock")]
+    if let Some(mock) = &cfg.run.engine {
+        let (mut outcome, model) =
+            super::engine::load::run_load_engine(&cfg.run, mock.clone(), Some(cfg))?;
+        outcome.model_time = Some(model);
+        return Ok(outcome);
+    }
     let run = &cfg.run;
     let (restored, skipped) =
         if crate::results::existing_results(&run.out, run.resume, " (with the same --seed)")? {

@@ -23,9 +23,11 @@ use crate::trace::RequestTrace;
 
 /// Something the client does at an instant.
 #[derive(Debug)]
-enum Due {
+pub(super) enum Due {
     /// Open loop: a scheduled request (its slot's index and offset from the run's start).
     Arrival { index: u64, scheduled_ns: u64 },
+    /// Multi-turn: the next turn of the session in this slot is due.
+    Turn { slot: usize },
     /// A stream event the engine produced.
     Stream { rid: String, event: StreamEvent },
     /// The server died.
@@ -58,13 +60,13 @@ impl Ord for Entry {
 
 /// The client's pending events, in order of their instants.
 #[derive(Default)]
-struct Agenda {
+pub(super) struct Agenda {
     heap: BinaryHeap<Reverse<Entry>>,
     seq: u64,
 }
 
 impl Agenda {
-    fn push(&mut self, at_ns: u64, due: Due) {
+    pub(super) fn push(&mut self, at_ns: u64, due: Due) {
         self.seq += 1;
         self.heap.push(Reverse(Entry {
             at_ns,
@@ -81,26 +83,30 @@ impl Agenda {
 }
 
 /// A request in flight, as the client knows it.
-struct InFlight {
-    index: u64,
-    scheduled_ns: u64,
-    sent_ns: u64,
-    prompt_tokens: u32,
-    prefix_group: Option<u32>,
-    warm: bool,
+pub(super) struct InFlight {
+    pub(super) index: u64,
+    pub(super) scheduled_ns: u64,
+    pub(super) sent_ns: u64,
+    pub(super) prompt_tokens: u32,
+    pub(super) prefix_group: Option<u32>,
+    pub(super) warm: bool,
+    /// Multi-turn: the slot of the session whose turn this is.
+    pub(super) slot: Option<usize>,
 }
 
 /// The run: the engine, the client's agenda, and what it has written.
-struct Run<'a> {
-    cfg: &'a LoadConfig,
+pub(super) struct Run<'a> {
+    pub(super) cfg: &'a LoadConfig,
     planner: Planner,
-    sim: Simulator,
-    agenda: Agenda,
+    pub(super) sim: Simulator,
+    pub(super) agenda: Agenda,
     streams: Streams,
     flight: HashMap<String, InFlight>,
-    start_unix_ms: u64,
+    pub(super) start_unix_ms: u64,
     /// The run's start on the virtual clock (after the warm-up).
-    base_ns: u64,
+    pub(super) base_ns: u64,
+    /// Multi-turn: the sessions in flight and to come.
+    pub(super) sessions: Option<super::sessions::SessionState>,
     /// Closed loop: the indices still to send, in order; open loop with a limit: arrivals
     /// waiting for a request to finish.
     next_indices: Box<dyn Iterator<Item = u64> + 'a>,
@@ -134,9 +140,6 @@ impl Run<'_> {
 
     /// Sends request `index` at `now_ns` (scheduled at `scheduled_ns`).
     fn send(&mut self, index: u64, scheduled_ns: u64, now_ns: u64) {
-        if self.write_error.is_some() {
-            return;
-        }
         let warm = index >= WARMUP_INDEX_BASE;
         let plan = if warm {
             self.planner.warmup(index - WARMUP_INDEX_BASE)
@@ -146,14 +149,6 @@ impl Run<'_> {
         let Some(plan) = plan else { return };
         let rid = self.rid(index);
         let prompt_tokens = u32::try_from(plan.prompt.len()).unwrap_or(u32::MAX);
-        let req = SimRequest {
-            rid: rid.clone(),
-            input_ids: plan.prompt,
-            max_new_tokens: plan.output_len as usize,
-            min_new_tokens: 0,
-            ignore_eos: true,
-            stop_token_ids: Vec::new(),
-        };
         let info = InFlight {
             index,
             scheduled_ns,
@@ -161,15 +156,41 @@ impl Run<'_> {
             prompt_tokens,
             prefix_group: plan.prefix_group,
             warm,
+            slot: None,
+        };
+        self.submit(rid, plan.prompt, plan.output_len, info);
+    }
+
+    /// Hands a request to the engine at its send instant; a refused one ends at once.
+    pub(super) fn submit(
+        &mut self,
+        rid: String,
+        prompt: Vec<u32>,
+        output_len: u32,
+        info: InFlight,
+    ) {
+        if self.write_error.is_some() {
+            return;
+        }
+        let now_ns = info.sent_ns;
+        let prompt_tokens = info.prompt_tokens;
+        let req = SimRequest {
+            rid: rid.clone(),
+            input_ids: prompt,
+            max_new_tokens: output_len as usize,
+            min_new_tokens: 0,
+            ignore_eos: true,
+            stop_token_ids: Vec::new(),
         };
         match self.sim.submit(now_ns, req) {
             Ok(()) => {
+                let keep_ids = info.slot.is_some();
                 self.streams
-                    .opened(&rid, prompt_tokens, plan.output_len, now_ns);
+                    .opened(&rid, prompt_tokens, output_len, now_ns, keep_ids);
                 self.flight.insert(rid, info);
             }
             Err(r) => {
-                let trace = Streams::refused(&rid, prompt_tokens, plan.output_len, &r);
+                let trace = Streams::refused(&rid, prompt_tokens, output_len, &r);
                 self.ended(trace, info, now_ns);
             }
         }
@@ -177,6 +198,7 @@ impl Run<'_> {
 
     /// A stream ended at `now_ns`: its record, then the client's next send.
     fn ended(&mut self, trace: RequestTrace, f: InFlight, now_ns: u64) {
+        let mut next_turn = None;
         if !f.warm {
             let ns = |t: u64| t.saturating_sub(self.base_ns);
             let info = LoadInfo {
@@ -191,7 +213,10 @@ impl Run<'_> {
                 prefix_group: f.prefix_group,
                 session: None,
             };
-            let rec = load_record(trace, f.prompt_tokens, info);
+            let mut rec = load_record(trace, f.prompt_tokens, info);
+            next_turn = f
+                .slot
+                .and_then(|slot| self.turn_ended(slot, &mut rec, now_ns));
             self.summary.add(&rec);
             match self.writer.write_all(std::slice::from_ref(&rec)) {
                 Ok(()) => self.written += 1,
@@ -204,6 +229,13 @@ impl Run<'_> {
             tracing::warn!("warm-up request failed: {}", fail.message);
         }
         if f.warm {
+            return;
+        }
+        if let Some(slot) = f.slot {
+            match next_turn {
+                Some(at_ns) => self.agenda.push(at_ns, Due::Turn { slot }),
+                None => self.begin_session(slot, now_ns),
+            }
             return;
         }
         if self.closed {
@@ -239,6 +271,7 @@ impl Run<'_> {
                 index,
                 scheduled_ns,
             } => self.arrival(index, scheduled_ns, now_ns),
+            Due::Turn { slot } => self.send_turn(slot, now_ns),
             Due::Stream { rid, event } => {
                 if let Some(trace) = self.streams.event(&rid, now_ns, event) {
                     if let Some(f) = self.flight.remove(&rid) {
@@ -258,7 +291,7 @@ impl Run<'_> {
 
     /// Runs until nothing is left to do: client events in order, and the engine's passes when
     /// they are due before the client's next event.
-    fn run_until_quiet(&mut self) {
+    pub(super) fn run_until_quiet(&mut self) {
         loop {
             let engine = self.sim.next_step_ns();
             let client = self.agenda.peek_ns();
@@ -297,7 +330,11 @@ fn scrape(sim: &Simulator) -> Option<std::collections::BTreeMap<String, f64>> {
 pub fn run_load_engine(
     cfg: &LoadConfig,
     mock: mock_server::Config,
+    sessions: Option<&crate::drive::SessionsConfig>,
 ) -> anyhow::Result<(LoadOutcome, Duration)> {
+    if sessions.is_some() && cfg.resume {
+        anyhow::bail!("--resume of a multi-turn run goes over HTTP: use --simulate-http");
+    }
     let planner = cfg.validate()?.salted(
         cfg.prompt_salt
             .or(cfg.start_at_unix_ms)
@@ -343,11 +380,32 @@ pub fn run_load_engine(
         written: 0,
         write_error: None,
         clock_ns: 0,
+        sessions: None,
     };
+    if let Some(sc) = sessions {
+        let salt = cfg
+            .prompt_salt
+            .or(cfg.start_at_unix_ms)
+            .unwrap_or(start_unix_ms);
+        let in_flight = match cfg.schedule.arrivals {
+            crate::plan::Arrivals::Closed { concurrency } => cfg.shard.concurrency(concurrency),
+            _ => 1,
+        };
+        let owned = (0..sc.sessions.sessions).filter(|s| cfg.shard.owns(*s));
+        run.sessions = Some(super::sessions::SessionState::new(
+            sc.validate()?.salted(salt),
+            owned,
+            in_flight,
+        ));
+    }
 
     // Warm-up: all at once, not recorded; the run starts when the last has ended.
     for k in 0..u64::from(cfg.warmup) {
-        run.send(WARMUP_INDEX_BASE + k, 0, 0);
+        if run.sessions.is_some() {
+            run.send_session_warmup(k);
+        } else {
+            run.send(WARMUP_INDEX_BASE + k, 0, 0);
+        }
     }
     run.run_until_quiet();
     let base_ns = run.clock_ns;
@@ -359,12 +417,23 @@ pub fn run_load_engine(
     } else {
         None
     };
-    crate::results::append_manifest(
-        &cfg.out,
-        &crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms),
-    )?;
+    let mut manifest = crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms);
+    if let Some(sc) = sessions {
+        let slots = run.sessions.as_ref().map_or(1, |s| s.slots());
+        manifest["schedule"] = serde_json::json!(format!(
+            "closed loop of sessions, {slots} in flight in this shard"
+        ));
+        manifest["workload"] = serde_json::json!("multi-turn sessions");
+        manifest["sessions"] = serde_json::json!(sc.sessions);
+        manifest["output_ids"] = serde_json::json!("engine: output ids");
+    }
+    crate::results::append_manifest(&cfg.out, &manifest)?;
 
-    if closed {
+    if let Some(slots) = run.sessions.as_ref().map(|s| s.slots()) {
+        for slot in 0..slots {
+            run.begin_session(slot, base_ns);
+        }
+    } else if closed {
         let concurrency = match cfg.schedule.arrivals {
             crate::plan::Arrivals::Closed { concurrency } => cfg.shard.concurrency(concurrency),
             _ => 1,

@@ -8,6 +8,7 @@
 //! sweeps); [`load`] (the load driver: open and closed loops as a discrete-event simulation).
 
 pub mod load;
+mod sessions;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -98,9 +99,20 @@ impl Streams {
         t
     }
 
-    /// A request the engine took at `sent_ns`.
-    pub(crate) fn opened(&mut self, rid: &str, prompt_tokens: u32, max_tokens: u32, sent_ns: u64) {
+    /// A request the engine took at `sent_ns`; with `keep_ids` its trace lists the output ids
+    /// (a session's next turn sends them back).
+    pub(crate) fn opened(
+        &mut self,
+        rid: &str,
+        prompt_tokens: u32,
+        max_tokens: u32,
+        sent_ns: u64,
+        keep_ids: bool,
+    ) {
         let mut trace = Self::head(rid, prompt_tokens, max_tokens);
+        if keep_ids {
+            trace.output_ids = Some(Vec::new());
+        }
         // The response's headers leave as the handler takes the request.
         trace.status = Some(200);
         trace.headers_ns = Some(0);
@@ -136,6 +148,9 @@ impl Streams {
                 ..
             } => {
                 let first = *o.first_ns.get_or_insert(rel);
+                if let Some(ids) = &mut o.trace.output_ids {
+                    ids.extend_from_slice(&new_ids);
+                }
                 let u = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
                 let queue_s = times.forward_entry_ns.map(|ns| ns as f64 / 1e9);
                 let first_token_s = (finish.is_some() && first > 0).then(|| first as f64 / 1e9);
@@ -272,7 +287,7 @@ impl EngineServer {
             return Streams::refused(&spec.rid, prompt_tokens, spec.max_tokens, &r);
         }
         let mut streams = Streams::default();
-        streams.opened(&spec.rid, prompt_tokens, spec.max_tokens, sent);
+        streams.opened(&spec.rid, prompt_tokens, spec.max_tokens, sent, false);
         while let Some(due) = self.sim.next_step_ns() {
             self.now_ns = self.now_ns.max(due);
             for ev in self.sim.step() {
