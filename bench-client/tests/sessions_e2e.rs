@@ -448,7 +448,11 @@ fn bad_session_flags_are_refused_before_anything_starts() {
     refused(&with(&["4", "--request-rate", "5"]), "--sessions", &out);
     refused(&with(&["4", "--concurrency", "0"]), "--concurrency", &out);
     refused(&with(&["4", "--api", "openai-chat"]), "openai-chat", &out);
-    refused(&with(&["4", "--simulate"]), "--simulate-http", &out);
+    refused(
+        &with(&["4", "--simulate", "--resume"]),
+        "--simulate-http",
+        &out,
+    );
     refused(
         &["load", "--out", o, "--turns", "3", "--concurrency", "2"],
         "--sessions",

@@ -140,6 +140,9 @@ fn load_config(
     let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
     let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
     let sessions = a.sessions.sessions(&input, &output)?;
+    if sessions.is_some() && a.server.simulate && a.resume {
+        anyhow::bail!("--resume of a multi-turn run goes over HTTP only: use --simulate-http instead of --simulate");
+    }
     let (workload, arrivals) = match (trace, a.prefix_groups) {
         // A closed loop of sessions (by default all of them at once); the workload is the first
         // turn's shape.
