@@ -119,13 +119,8 @@ impl RadixTree {
             let Some(&child) = self.nodes[node].children.get(&tokens[pos]) else {
                 break;
             };
-            let key = &self.nodes[child].key;
-            let common = key
-                .iter()
-                .zip(&tokens[pos..])
-                .take_while(|(a, b)| a == b)
-                .count();
-            if common < key.len() {
+            let common = common_prefix(&self.nodes[child].key, &tokens[pos..]);
+            if common < self.nodes[child].key.len() {
                 let mid = self.split(child, common);
                 self.nodes[mid].last_access = now;
                 return (pos + common, mid);
@@ -216,6 +211,21 @@ impl RadixTree {
         }
         freed
     }
+}
+
+/// Length of the common prefix of `a` and `b`: whole 32-token chunks compared at once (a prompt of
+/// 100k tokens is matched against the cache on every admission), then token by token.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    const CHUNK: usize = 32;
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + CHUNK <= n && a[i..i + CHUNK] == b[i..i + CHUNK] {
+        i += CHUNK;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
 #[cfg(test)]

@@ -291,8 +291,14 @@ impl Engine {
             s.cached_tokens_total += r.cached as u64;
         }
         if !self.cfg.disable_radix_cache {
-            let seq = r.target();
-            self.tree.insert(&seq[..seq.len().saturating_sub(1)]);
+            // Prompt and output but the last token, in a buffer kept between requests.
+            let mut seq = std::mem::take(&mut self.scratch);
+            seq.clear();
+            seq.extend_from_slice(&r.request.input_ids);
+            seq.extend_from_slice(&r.output);
+            seq.pop();
+            self.tree.insert(&seq);
+            self.scratch = seq;
         }
         self.release(&mut r);
     }

@@ -190,6 +190,8 @@ struct Engine {
     /// The engine path's virtual clock (`sim`): waits end at once and move it to their instant.
     /// `None`: the engine waits on tokio's clock.
     vnow: Option<Instant>,
+    /// A finished request's sequence for the radix cache, reused from request to request.
+    scratch: Vec<u32>,
 }
 
 impl Engine {
@@ -225,6 +227,7 @@ impl Engine {
             cfg: config,
             clock,
             vnow,
+            scratch: Vec::new(),
         };
         (engine, out_rx)
     }

@@ -38,7 +38,8 @@ pub(super) enum Due {
 struct Entry {
     at_ns: u64,
     seq: u64,
-    due: Due,
+    /// Boxed: the heap moves entries as it sifts, and a stream event is a few hundred bytes.
+    due: Box<Due>,
 }
 
 impl PartialEq for Entry {
@@ -71,14 +72,14 @@ impl Agenda {
         self.heap.push(Reverse(Entry {
             at_ns,
             seq: self.seq,
-            due,
+            due: Box::new(due),
         }));
     }
     fn peek_ns(&self) -> Option<u64> {
         self.heap.peek().map(|Reverse(e)| e.at_ns)
     }
     fn pop(&mut self) -> Option<(u64, Due)> {
-        self.heap.pop().map(|Reverse(e)| (e.at_ns, e.due))
+        self.heap.pop().map(|Reverse(e)| (e.at_ns, *e.due))
     }
 }
 
