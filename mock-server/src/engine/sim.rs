@@ -158,7 +158,7 @@ impl Simulator {
             }
             self.starting_until = None;
         }
-        crate::http::parse::check_lengths(
+        crate::config::check_lengths(
             self.config.context_length,
             &req.input_ids,
             req.max_new_tokens,
@@ -351,39 +351,24 @@ impl Simulator {
         self.crash_log.as_deref()
     }
 
+    /// The live counters, as `/metrics` and `/server_info` read them.
+    pub fn stats(&self) -> super::Stats {
+        self.engine.publish_stats();
+        self.engine
+            .shared
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// The server's memory budget.
+    pub fn budget(&self) -> &crate::memory::MemoryBudget {
+        &self.engine.shared.budget
+    }
+
     /// The ground truth of a request still in flight.
     pub fn truth(&self, rid: &str) -> Option<RequestTruth> {
         self.engine.shared.truth.request(rid)
-    }
-
-    /// `GET /metrics` as the server would answer now.
-    pub fn metrics_text(&self) -> String {
-        self.engine.publish_stats();
-        let stats = self
-            .engine
-            .shared
-            .stats
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
-        crate::http::prometheus::text(
-            &stats,
-            self.engine.shared.budget.kv_pool_tokens,
-            &self.config,
-        )
-    }
-}
-
-impl Simulator {
-    /// `GET /server_info` as the server would answer now.
-    pub fn server_info(&self) -> serde_json::Value {
-        let stats = self
-            .engine
-            .shared
-            .stats
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
-        crate::http::routes::server_info_value(&self.config, &self.engine.shared.budget, &stats)
     }
 }

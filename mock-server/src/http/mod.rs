@@ -14,6 +14,7 @@ pub(crate) mod parse;
 pub(crate) mod prometheus;
 mod render;
 pub(crate) mod routes;
+mod sim_views;
 mod sse;
 
 pub use routes::app;
