@@ -265,20 +265,9 @@ pub(crate) fn manifest(
     })
 }
 
-/// Run a load test, appending each record to `cfg.out` as it finishes (on the engine path, when
-/// the config asks for it, all at the end: the run takes a fraction of a second).
-pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
-    #[cfg(feature = "embedded-mock")]
-    if let Some(mock) = &cfg.engine {
-        let (mut outcome, model) = super::engine::load::run_load_engine(cfg, mock.clone(), None)?;
-        outcome.model_time = Some(model);
-        return Ok(outcome);
-    }
-    let planner = cfg.validate()?.salted(
-        cfg.prompt_salt
-            .or(cfg.start_at_unix_ms)
-            .unwrap_or_else(rand::random),
-    );
+/// The request indices `--resume` finds in the results file (none without it); a file of another
+/// seed or shard, or of multi-turn records, is refused.
+pub(super) fn done_indices(cfg: &LoadConfig) -> anyhow::Result<HashSet<u64>> {
     let mut done: HashSet<u64> = HashSet::new();
     if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
         for r in read_records(&cfg.out)? {
@@ -298,6 +287,24 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             done.insert(l.index);
         }
     }
+    Ok(done)
+}
+
+/// Run a load test, appending each record to `cfg.out` as it finishes (on the engine path when
+/// the config asks for it).
+pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
+    #[cfg(feature = "embedded-mock")]
+    if let Some(mock) = &cfg.engine {
+        let (mut outcome, model) = super::engine::load::run_load_engine(cfg, mock.clone(), None)?;
+        outcome.model_time = Some(model);
+        return Ok(outcome);
+    }
+    let planner = cfg.validate()?.salted(
+        cfg.prompt_salt
+            .or(cfg.start_at_unix_ms)
+            .unwrap_or_else(rand::random),
+    );
+    let done = done_indices(cfg)?;
     let http =
         net::http_client_with(&cfg.timeouts, cfg.stamping).context("building the HTTP client")?;
     let writer = RecordWriter::open(&cfg.out)?;

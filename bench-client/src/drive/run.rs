@@ -105,27 +105,35 @@ pub(super) async fn metrics_after(
         return Ok(None);
     }
     match (before, scrape_samples(http, &cfg.target).await) {
-        (Some((before, before_unix_ms)), Some((after, after_unix_ms))) => {
-            let delta = MetricsDelta {
-                before,
-                after,
-                before_unix_ms,
-                after_unix_ms,
-            };
-            // Kept beside the results so that `merge` can combine the shards' scrapes.
-            metrics::store(
-                &cfg.out,
-                &ShardMetrics {
-                    kind: metrics::MANIFEST_KIND.into(),
-                    url: cfg.target.base_url.clone(),
-                    shard: cfg.shard.to_string(),
-                    seed: cfg.seed,
-                    start_unix_ms,
-                    delta: delta.clone(),
-                },
-            )?;
-            Ok(Some(delta))
-        }
+        (Some(before), Some(after)) => keep_metrics(cfg, before, after, start_unix_ms).map(Some),
         _ => Ok(None),
     }
+}
+
+/// The `/metrics` samples before and after a run (each with the unix ms it was read at), kept
+/// beside the results so that `merge` can combine the shards' scrapes.
+pub(super) fn keep_metrics(
+    cfg: &LoadConfig,
+    (before, before_unix_ms): (std::collections::BTreeMap<String, f64>, u64),
+    (after, after_unix_ms): (std::collections::BTreeMap<String, f64>, u64),
+    start_unix_ms: u64,
+) -> anyhow::Result<MetricsDelta> {
+    let delta = MetricsDelta {
+        before,
+        after,
+        before_unix_ms,
+        after_unix_ms,
+    };
+    metrics::store(
+        &cfg.out,
+        &ShardMetrics {
+            kind: metrics::MANIFEST_KIND.into(),
+            url: cfg.target.base_url.clone(),
+            shard: cfg.shard.to_string(),
+            seed: cfg.seed,
+            start_unix_ms,
+            delta: delta.clone(),
+        },
+    )?;
+    Ok(delta)
 }

@@ -6,7 +6,7 @@
 //! the HTTP path's does on the paused clock.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
 use mock_server::engine::StreamEvent;
@@ -17,8 +17,8 @@ use crate::drive::load::{LoadConfig, LoadOutcome};
 use crate::plan::schedule::Stop;
 use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
 use crate::report::load::LoadSummary;
-use crate::report::server_metrics::{self as metrics, MetricsDelta, ShardMetrics};
-use crate::results::{load_record, read_records, LoadInfo, RecordWriter};
+use crate::report::server_metrics as metrics;
+use crate::results::{load_record, LoadInfo, RecordWriter};
 use crate::trace::RequestTrace;
 
 /// Something the client does at an instant.
@@ -341,19 +341,7 @@ pub fn run_load_engine(
             .or(cfg.start_at_unix_ms)
             .unwrap_or_else(rand::random),
     );
-    let mut done: HashSet<u64> = HashSet::new();
-    if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
-        for r in read_records(&cfg.out)? {
-            let Some(l) = r.load else { continue };
-            if l.seed != cfg.seed || l.shard != cfg.shard {
-                anyhow::bail!(
-                    "{} holds records of seed {} shard {}, this run is seed {} shard {}: --resume needs the same --seed and --shard",
-                    cfg.out.display(), l.seed, l.shard, cfg.seed, cfg.shard
-                );
-            }
-            done.insert(l.index);
-        }
-    }
+    let done = crate::drive::load::done_indices(cfg)?;
     let sim = Simulator::new(mock).map_err(|e| anyhow::anyhow!("embedded mock: {e}"))?;
     let start_unix_ms = cfg
         .start_at_unix_ms
@@ -484,34 +472,20 @@ pub fn run_load_engine(
     run.writer.sync()?;
     let (summary, written) = (run.summary, run.written);
     let end_ns = run.clock_ns;
-    let metrics = if cfg.scrape_metrics {
-        match (before, scrape(&run.sim)) {
-            (Some(before), Some(after)) => {
-                let before_unix_ms = start_unix_ms;
-                let after_unix_ms = start_unix_ms + (end_ns - base_ns) / 1_000_000;
-                let delta = MetricsDelta {
-                    before,
-                    after,
-                    before_unix_ms,
-                    after_unix_ms,
-                };
-                metrics::store(
-                    &cfg.out,
-                    &ShardMetrics {
-                        kind: metrics::MANIFEST_KIND.into(),
-                        url: cfg.target.base_url.clone(),
-                        shard: cfg.shard.to_string(),
-                        seed: cfg.seed,
-                        start_unix_ms,
-                        delta: delta.clone(),
-                    },
-                )?;
-                Some(delta)
-            }
-            _ => None,
+    let metrics = match (
+        before,
+        cfg.scrape_metrics.then(|| scrape(&run.sim)).flatten(),
+    ) {
+        (Some(before), Some(after)) => {
+            let after_unix_ms = start_unix_ms + (end_ns - base_ns) / 1_000_000;
+            Some(crate::drive::run::keep_metrics(
+                cfg,
+                (before, start_unix_ms),
+                (after, after_unix_ms),
+                start_unix_ms,
+            )?)
         }
-    } else {
-        None
+        _ => None,
     };
     let outcome = LoadOutcome {
         summary,
