@@ -9,6 +9,7 @@ pub mod export;
 pub mod load;
 pub mod server_metrics;
 pub mod sweep;
+pub mod twin_table;
 
 pub use load::{merge_files, LoadSummary, Slo};
 pub use server_metrics::{MergedMetrics, MetricsDelta};
