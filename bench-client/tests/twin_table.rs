@@ -287,3 +287,31 @@ fn predict_answers_a_grid_and_a_table() {
     ]);
     assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
 }
+
+#[test]
+fn the_shipped_sglang_twin_still_meets_its_rows() {
+    let table = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/tables/silicon-sample.csv"
+    );
+    let o = run(&[
+        "predict",
+        "--preset",
+        "qwen3-32b-h100-tp2-sglang",
+        "--table",
+        table,
+        "--deployment",
+        "qwen3-32b-h100-sxm-sglang0.5.1.post1-bf16-tp2-ep1-qwen-qwen3-32b",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["rows"].as_array().unwrap().len(), 24);
+    // As fitted (docs/twin.md): TTFT 8.6%, TPOT 4.0%.
+    let (a, b) = (
+        j["mape_ttft_pct"].as_f64().unwrap(),
+        j["mape_tpot_pct"].as_f64().unwrap(),
+    );
+    assert!(a < 9.0 && b < 4.5, "MAPE TTFT {a:.1}%, TPOT {b:.1}%");
+}

@@ -5,9 +5,9 @@
 //! ([`crate::measure::table::guess`]). Where rows saturate (TTFT growing far faster than the
 //! batch), the KV pool that makes requests queue is fitted too.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
-use argmin::core::{CostFunction, Executor, State};
+use argmin::core::{CostFunction, Executor};
 use argmin::solver::neldermead::NelderMead;
 use mock_server::Config;
 
@@ -123,6 +123,11 @@ struct Objective<'a> {
     evals: &'a Cell<u64>,
     /// Run each loop at the full measured count (else the search's shorter one).
     full: bool,
+    /// The search's best point and its cost so far, and the evaluations it may spend: once
+    /// they are spent the search is stopped (Nelder-Mead's shrinks can spend n at once) and
+    /// its best point kept.
+    best: Option<&'a RefCell<(Vec<f64>, f64)>>,
+    budget: u64,
 }
 
 impl Objective<'_> {
@@ -157,7 +162,17 @@ impl CostFunction for Objective<'_> {
     type Output = f64;
 
     fn cost(&self, x: &Self::Param) -> Result<f64, argmin::core::Error> {
-        Ok(self.cost_of(&TableModel::from_log(x)))
+        if self.evals.get() >= self.budget {
+            return Err(anyhow::anyhow!("the evaluation budget is spent"));
+        }
+        let c = self.cost_of(&TableModel::from_log(x));
+        if let Some(b) = self.best {
+            let mut b = b.borrow_mut();
+            if c < b.1 {
+                *b = (x.clone(), c);
+            }
+        }
+        Ok(c)
     }
 }
 
@@ -194,7 +209,7 @@ fn visible(mut m: TableModel, points: &[Point]) -> TableModel {
     let c = max(&|p| f64::from(p.concurrency));
     let ctx = max(&|p| f64::from(p.concurrency) * (f64::from(p.isl) + f64::from(p.osl) / 2.0));
     let fix = |x: &mut f64, v: f64| {
-        if !(*x > 0.0) && v.is_finite() && v > 0.0 {
+        if (x.is_nan() || *x <= 0.0) && v.is_finite() && v > 0.0 {
             *x = v;
         }
     };
@@ -250,40 +265,37 @@ pub fn fit_table(
         points,
         evals: &evals,
         full: true,
+        best: None,
+        budget: u64::MAX,
     };
     let guess_cost = obj.cost_of(&start);
-    // Rounds of Nelder-Mead, each from the last one's best point with a fresh simplex: a restart
-    // gained 0.4 points of TTFT MAPE for twice the time on a vLLM deployment, so one round.
-    let mut best = start.to_log();
-    let n = best.len();
-    let rounds = 1u64;
-    for _ in 0..rounds {
-        let x0 = best.clone();
-        // The first simplex: the point, and each parameter doubled (the pool 1.5 times).
-        let mut simplex = vec![x0.clone()];
-        for i in 0..n {
-            let mut v = x0.clone();
-            v[i] += if i == 7 { 1.5f64.ln() } else { 2f64.ln() };
-            simplex.push(v);
-        }
-        let solver = NelderMead::new(simplex).with_sd_tolerance(1e-7)?;
-        // Each iteration costs one or two evaluations (a shrink n), after the first simplex's.
-        let iters = (opts.max_evals / rounds)
-            .saturating_sub(n as u64 + 1)
-            .max(1);
-        let res = Executor::new(
-            Objective {
-                base: &base,
-                points,
-                evals: &evals,
-                full: false,
-            },
-            solver,
-        )
-        .configure(|s| s.max_iters(iters))
-        .run()?;
-        best = res.state().get_best_param().cloned().unwrap_or(x0);
+    let x0 = start.to_log();
+    let n = x0.len();
+    // The first simplex: the guess, and each parameter doubled (the pool 1.5 times).
+    let mut simplex = vec![x0.clone()];
+    for i in 0..n {
+        let mut v = x0.clone();
+        v[i] += if i == 7 { 1.5f64.ln() } else { 2f64.ln() };
+        simplex.push(v);
     }
+    let solver = NelderMead::new(simplex).with_sd_tolerance(1e-7)?;
+    let tracked = RefCell::new((x0, f64::INFINITY));
+    let budget = evals.get() + opts.max_evals;
+    // A spent budget ends the run with an error; the best point tracked is the result.
+    let _ = Executor::new(
+        Objective {
+            base: &base,
+            points,
+            evals: &evals,
+            full: false,
+            best: Some(&tracked),
+            budget,
+        },
+        solver,
+    )
+    .configure(|s| s.max_iters(opts.max_evals))
+    .run();
+    let best = tracked.into_inner().0;
     let mut model = TableModel::from_log(&best).floored();
     if pool.is_none() {
         model.kv_pool_tokens = None;

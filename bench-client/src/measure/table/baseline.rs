@@ -81,6 +81,9 @@ fn features(p: &Point) -> (Vec<f64>, Vec<f64>) {
     )
 }
 
+/// A metric's measurement and features of a point.
+type Pick<'a> = &'a dyn Fn(&Point) -> (Option<f64>, Vec<f64>);
+
 /// The linear least-squares baseline, fitted on relative errors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Linear {
@@ -92,7 +95,7 @@ impl Linear {
     /// Fits both metrics on `train`; where the points cannot tell every feature apart, the
     /// last features are dropped.
     pub fn fit(points: &[Point], train: &[usize]) -> Linear {
-        let fit = |pick: &dyn Fn(&Point) -> (Option<f64>, Vec<f64>)| {
+        let fit = |pick: Pick| {
             let (mut x, mut y) = (Vec::new(), Vec::new());
             for &j in train {
                 if let (Some(v), f) = pick(&points[j]) {
