@@ -159,10 +159,11 @@ mod tests {
         let pts = vec![
             pt(1, 2, 4, 1.0, 10.0),
             pt(1, 2, 8, 9.0, 9.0),
-            pt(1, 2, 16, 4.0, 40.0),
+            pt(1, 2, 32, 8.0, 80.0),
         ];
+        // c = 8 is a third of the way from 4 to 32 in log c: 1 x 8^(1/3) = 2
         let (a, b) = loglog_neighbours(&pts, &[0, 2], 1).unwrap();
-        assert!((a - 2.0).abs() < 1e-12 && (b - 20.0).abs() < 1e-9);
+        assert!((a - 2.0).abs() < 1e-12 && (b - 20.0).abs() < 1e-9, "{a} {b}");
         assert!(loglog_neighbours(&pts, &[0], 1).is_none());
     }
 
