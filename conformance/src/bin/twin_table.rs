@@ -5,7 +5,8 @@
 //! linear least-squares model), per deployment and the median over deployments.
 //!
 //! Run: `cargo run --release -p conformance --bin twin-table -- ../shared/data/gpu-tables/silicon-train.csv`
-//! (`--only SUBSTRING` for some deployments, `--protocol p1|p2`, `--max-evals N`).
+//! (`--only SUBSTRING` for some deployments, `--protocol p1|p2`, `--max-evals N`; with
+//! `TWIN_TABLE_ROWS=1` every row is printed beside each fit).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -181,8 +182,12 @@ fn main() -> anyhow::Result<()> {
         }
     }
     println!();
-    summary("P1", &p1s, true);
-    summary("P2", &p2s, false);
+    if protocol != "p2" {
+        summary("P1", &p1s, true);
+    }
+    if protocol != "p1" {
+        summary("P2", &p2s, false);
+    }
     println!(
         "{} deployments in {:.0} s",
         deps.len(),
