@@ -159,8 +159,27 @@ const PRESETS: &[(&str, &str)] = &[
             "/../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml"
         )),
     ),
+    (
+        "qwen3-32b-h100-tp2-sglang",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/presets/qwen3-32b-h100-tp2-sglang.toml"
+        )),
+    ),
+    (
+        "llama-3.1-70b-fp8-h200-tp2-vllm",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/presets/llama-3.1-70b-fp8-h200-tp2-vllm.toml"
+        )),
+    ),
 ];
-const PRESET_NAMES: &[&str] = &["small-cpu-demo", "kimi-k2.6-dflash-8xrtx-pro-6000"];
+const PRESET_NAMES: &[&str] = &[
+    "small-cpu-demo",
+    "kimi-k2.6-dflash-8xrtx-pro-6000",
+    "qwen3-32b-h100-tp2-sglang",
+    "llama-3.1-70b-fp8-h200-tp2-vllm",
+];
 
 impl Default for Config {
     fn default() -> Self {

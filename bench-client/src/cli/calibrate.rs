@@ -16,8 +16,18 @@ use crate::report::calibrate::{render, secs};
 pub(super) struct CalibrateArgs {
     /// Results files: sweeps (three or more context lengths) and, for the batch cost, load runs
     /// at concurrency above 1, each with its manifest beside it.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "table", conflicts_with = "table")]
     files: Vec<PathBuf>,
+    /// Fit to an aggregate table instead: CSV rows of isl, osl, concurrency, ttft_ms, tpot_ms
+    /// (closed-loop means; other columns ignored but deployment and backend).
+    #[arg(long)]
+    table: Option<PathBuf>,
+    /// The table's deployment (its `deployment` column), where it holds several.
+    #[arg(long, requires = "table")]
+    deployment: Option<String>,
+    /// The table's scheduler, when its `backend` column does not say.
+    #[arg(long, value_enum, requires = "table")]
+    backend: Option<super::twin_table::Backend>,
     /// The twin preset to write (TOML, for --preset-file).
     #[arg(long)]
     out: PathBuf,
@@ -41,6 +51,16 @@ pub(super) struct CalibrateArgs {
 
 pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     let usage = |m: String| CliError::Usage(anyhow::anyhow!(m));
+    if let Some(table) = &a.table {
+        return super::twin_table::run_calibrate_table(super::twin_table::TableCalibration {
+            table,
+            deployment: a.deployment.as_deref(),
+            backend: a.backend,
+            chunked_prefill_size: a.chunked_prefill_size,
+            base: &a.base,
+            out: &a.out,
+        });
+    }
     if let (Some(b), Some(g)) = (a.kv_bytes_per_token, a.mem_bandwidth_gbs) {
         if !(b.is_finite() && b > 0.0 && g.is_finite() && g > 0.0) {
             return Err(usage(

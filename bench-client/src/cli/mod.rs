@@ -13,6 +13,8 @@ mod report;
 mod sessions;
 mod sweep;
 mod trace;
+#[cfg(feature = "embedded-mock")]
+mod twin_table;
 
 use std::process::ExitCode;
 
@@ -57,6 +59,9 @@ enum Cmd {
     /// Fit the mock's cost model to a server's sweep (and load) results: write a twin preset.
     #[cfg(feature = "embedded-mock")]
     Calibrate(CalibrateArgs),
+    /// A twin's closed-loop mean TTFT and TPOT for a table's rows or a grid of what-ifs.
+    #[cfg(feature = "embedded-mock")]
+    Predict(twin_table::PredictArgs),
 }
 
 /// Parse the command line and run it: what `main` does after setting up logging. A usage error
@@ -84,7 +89,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Capacity(a) => a.simulate(),
         Cmd::Report(_) | Cmd::Merge(_) | Cmd::Compare(_) | Cmd::Import(_) => false,
         #[cfg(feature = "embedded-mock")]
-        Cmd::Calibrate(_) => false,
+        Cmd::Calibrate(_) | Cmd::Predict(_) => false,
     };
     // A simulated run is one thread on tokio's paused clock: time jumps to the next timer whenever
     // every task waits, so the mock's model time passes without waiting.
@@ -113,6 +118,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Cmd::Capacity(a) => rt.block_on(capacity::run_capacity(*a)),
         #[cfg(feature = "embedded-mock")]
         Cmd::Calibrate(a) => calibrate::run_calibrate(a),
+        #[cfg(feature = "embedded-mock")]
+        Cmd::Predict(a) => twin_table::run_predict(a),
     };
     match result {
         Ok(code) => code,

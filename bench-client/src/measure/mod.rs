@@ -10,6 +10,7 @@ mod contamination;
 mod load;
 mod percentile;
 mod streaming;
+pub mod table;
 #[cfg(test)]
 mod tests;
 mod two_point;

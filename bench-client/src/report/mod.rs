@@ -11,6 +11,7 @@ pub mod load;
 pub mod server_metrics;
 pub mod sweep;
 pub mod turns;
+pub mod twin_table;
 
 pub use load::{merge_files, LoadSummary, Slo};
 pub use server_metrics::{MergedMetrics, MetricsDelta};

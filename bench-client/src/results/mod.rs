@@ -5,6 +5,7 @@
 mod compact;
 mod file;
 mod record;
+pub mod table;
 #[cfg(test)]
 mod tests;
 

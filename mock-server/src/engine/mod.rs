@@ -9,6 +9,7 @@
 mod admission;
 mod decode;
 pub mod events;
+mod jump;
 mod kv;
 mod output;
 mod prefill;

@@ -275,6 +275,29 @@ impl Simulator {
         out
     }
 
+    /// Runs as one the coming decode steps that send nothing and start no later than `limit_ns`
+    /// (the driver's next send, if any), to the nanosecond where step-by-step decoding puts them
+    /// (`engine/jump.rs`); false when none can be jumped. A closed loop calls it before
+    /// [`Simulator::step`]: only the token ids of the jumped steps are not drawn.
+    pub fn skip_decode(&mut self, limit_ns: Option<u64>) -> bool {
+        let Some(start) = self.chain else {
+            return false;
+        };
+        if self.down || self.engine.idle() {
+            return false;
+        }
+        self.engine.vnow = Some(start);
+        let limit = limit_ns.map(|l| self.at(l));
+        match self.engine.jump_decode(start, limit) {
+            Some(end) => {
+                self.chain = Some(end);
+                self.free_at = end;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The server died at `at`: streams cut, the engine replaced by an empty one that answers
     /// after `startup_s` (`restart_on_oom`), or nothing listens again.
     fn die(&mut self, at: Instant, reason: String) {

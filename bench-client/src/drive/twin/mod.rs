@@ -2,6 +2,8 @@
 //! cost model to them ([`crate::measure::calibrate`]) and make the preset that reproduces them.
 
 mod preset;
+pub mod table;
+pub mod table_preset;
 
 pub use preset::{base_preset, twin_preset, Source, TwinInputs};
 

@@ -1,0 +1,262 @@
+//! `calibrate --table` (a twin fitted to aggregate rows) and `predict` (a twin's closed-loop
+//! means for a table's rows or a grid of what-ifs).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+
+use super::common::Format;
+use super::exit::CliError;
+use crate::drive::twin::base_preset;
+use crate::drive::twin::table::{
+    fit_table, point_of, predict_rows, TableFitOptions, UNREACHED_COST,
+};
+use crate::drive::twin::table_preset::{table_preset, TableSource};
+use crate::measure::table::Point;
+use crate::report::twin_table::{self, mapes, RowView};
+use crate::results::table::{read_table, select_deployment, Measured, TableRow};
+
+/// Whose scheduler a table's server runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(super) enum Backend {
+    /// A prefill pass or a decode step, prefill first.
+    Sglang,
+    /// Prefill and decode in one pass under the token budget.
+    Vllm,
+}
+
+/// What `calibrate --table` is asked.
+#[derive(Debug)]
+pub(super) struct TableCalibration<'a> {
+    pub table: &'a Path,
+    pub deployment: Option<&'a str>,
+    pub backend: Option<Backend>,
+    pub chunked_prefill_size: Option<i64>,
+    pub base: &'a str,
+    pub out: &'a Path,
+}
+
+/// The scheduler: the flag, else the rows' `backend` column when they agree, else SGLang's.
+fn scheduler(rows: &[TableRow], flag: Option<Backend>) -> (bool, &'static str) {
+    if let Some(b) = flag {
+        return (b == Backend::Vllm, "--backend");
+    }
+    let first = rows.first().and_then(|r| r.backend.as_deref());
+    let agree = rows.iter().all(|r| r.backend.as_deref() == first);
+    match first {
+        Some(b) if agree && b.eq_ignore_ascii_case("vllm") => {
+            (true, "the table's backend column (vllm)")
+        }
+        Some(b) if agree && b.eq_ignore_ascii_case("sglang") => {
+            (false, "the table's backend column (sglang)")
+        }
+        _ => (
+            false,
+            "SGLang (no --backend, no single backend in the table)",
+        ),
+    }
+}
+
+/// `calibrate --table`: fit, print every row beside the model, write the preset.
+pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliError> {
+    let data = |e: anyhow::Error| CliError::Data(e);
+    let file = a.table.display().to_string();
+    let rows = read_table(a.table, Measured::Required).map_err(|e| data(e.into()))?;
+    let rows = select_deployment(&file, rows, a.deployment).map_err(|e| data(e.into()))?;
+    let points: Vec<Point> = rows.iter().map(point_of).collect();
+    let (mixed, scheduler_from) = scheduler(&rows, a.backend);
+    let chunk = match a.chunked_prefill_size {
+        Some(c) if c > 0 => c as usize,
+        Some(_) => usize::MAX / 4,
+        None => 8192,
+    };
+    let opts = TableFitOptions {
+        chunk,
+        mixed,
+        ..TableFitOptions::default()
+    };
+    let params = 7 + usize::from(crate::drive::twin::table::saturation_pool(&points).is_some());
+    if rows.len() < params {
+        return Err(data(anyhow::anyhow!(
+            "{file}: {} rows cannot fit the model's {params} parameters (prefill per pass, per token and per token pair; decode per step, per context token and per request; the way in and out{}): give at least {params}",
+            rows.len(),
+            if params > 7 { "; the KV pool, since the rows saturate" } else { "" }
+        )));
+    }
+    let base = base_preset(a.base).map_err(CliError::Usage)?;
+    eprintln!(
+        "fitting {} rows{} by simulation: scheduler {}, {} prefill tokens a pass",
+        rows.len(),
+        a.deployment.map_or(String::new(), |d| format!(" of {d}")),
+        if mixed { "vLLM's" } else { "SGLang's" },
+        chunk
+    );
+    let t0 = std::time::Instant::now();
+    let fit = fit_table(&base, &points, &opts).map_err(CliError::Other)?;
+    eprintln!(
+        "fitted in {:.1} s ({} evaluations of every row's closed loop); the objective went from {:.4} (first guess) to {:.4}",
+        t0.elapsed().as_secs_f64(),
+        fit.evals,
+        fit.guess_cost,
+        fit.cost
+    );
+    let views = predict_rows(&fit.config, &rows);
+    print!("{}", twin_table::model(&fit.model, chunk, mixed));
+    println!("every row, measured beside the twin (a closed loop of each row's concurrency):");
+    print!("{}", twin_table::table(&views));
+    let unreached: Vec<&RowView> = views.iter().filter(|v| v.note.is_some()).collect();
+    if !unreached.is_empty() {
+        println!(
+            "rows the model cannot reach ({}), kept in the fit and the MAPE:",
+            unreached.len()
+        );
+        for v in unreached {
+            println!(
+                "  line {}: isl {} osl {} concurrency {}: {}",
+                v.line.unwrap_or(0),
+                v.isl,
+                v.osl,
+                v.concurrency,
+                v.note.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if fit.cost >= UNREACHED_COST {
+        return Err(data(anyhow::anyhow!(
+            "{file}: the model runs none of the rows; no preset written"
+        )));
+    }
+    let text = table_preset(
+        &fit.config,
+        &TableSource {
+            source: &file,
+            deployment: a.deployment,
+            rows: rows.len(),
+            mape: mapes(&views),
+            pool_fitted: fit.pool_fitted,
+            scheduler_from,
+            chunk_from: if a.chunked_prefill_size.is_some() {
+                "--chunked-prefill-size"
+            } else {
+                "8192, SGLang's chunked_prefill_size and vLLM's max_num_batched_tokens on H100-class GPUs"
+            },
+            base_name: a.base,
+        },
+    )
+    .map_err(CliError::Other)?;
+    let tmp = a.out.with_extension("toml.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, a.out))
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    eprintln!(
+        "wrote {}: predict with `bench-client predict --preset-file {} --table ROWS.csv`",
+        a.out.display(),
+        a.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
+pub(super) struct PredictArgs {
+    /// The twin: a named preset.
+    #[arg(long, default_value = "small-cpu-demo")]
+    preset: String,
+    /// The twin: a preset file (one `calibrate` wrote).
+    #[arg(long, conflicts_with = "preset")]
+    preset_file: Option<PathBuf>,
+    /// Rows to predict: CSV with isl, osl, concurrency (and ttft_ms, tpot_ms where measured).
+    #[arg(long, conflicts_with_all = ["isl", "osl", "concurrency"])]
+    table: Option<PathBuf>,
+    /// The table's deployment, where it holds several.
+    #[arg(long, requires = "table")]
+    deployment: Option<String>,
+    /// A grid instead: input lengths (comma separated, k = 1,000 tokens).
+    #[arg(long, requires_all = ["osl", "concurrency"])]
+    isl: Option<String>,
+    /// The grid's output lengths.
+    #[arg(long, requires_all = ["isl", "concurrency"])]
+    osl: Option<String>,
+    /// The grid's concurrencies.
+    #[arg(long, requires_all = ["isl", "osl"])]
+    concurrency: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+/// `predict`: every row's closed loop on the twin, the means beside any measurement.
+pub(super) fn run_predict(a: PredictArgs) -> Result<ExitCode, CliError> {
+    let usage = |m: String| CliError::Usage(anyhow::anyhow!(m));
+    let cfg = match &a.preset_file {
+        Some(f) => mock_server::Config::preset_file(f).map_err(|e| CliError::Usage(e.into()))?,
+        None => {
+            mock_server::Config::preset(&a.preset).map_err(|e| usage(format!("--preset: {e}")))?
+        }
+    };
+    let rows: Vec<TableRow> = match (&a.table, &a.isl, &a.osl, &a.concurrency) {
+        (Some(t), ..) => {
+            let file = t.display().to_string();
+            let rows = read_table(t, Measured::Optional).map_err(|e| CliError::Data(e.into()))?;
+            select_deployment(&file, rows, a.deployment.as_deref())
+                .map_err(|e| CliError::Data(e.into()))?
+        }
+        (None, Some(i), Some(o), Some(c)) => {
+            let list = |flag: &str, s: &str| {
+                crate::plan::parse_contexts(s).map_err(|e| usage(format!("--{flag}: {e:#}")))
+            };
+            let (isl, osl) = (list("isl", i)?, list("osl", o)?);
+            let conc: Vec<u32> = c
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| match s.parse::<u32>() {
+                    Ok(v) if v >= 1 => Ok(v),
+                    _ => Err(usage(format!(
+                        "--concurrency: {s:?} is not a whole number of at least 1"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?;
+            let mut rows = Vec::new();
+            for &i in &isl {
+                for &o in &osl {
+                    for &c in &conc {
+                        rows.push(TableRow {
+                            line: 0,
+                            deployment: None,
+                            backend: None,
+                            isl: i,
+                            osl: o,
+                            concurrency: c,
+                            ttft_ms: None,
+                            tpot_ms: None,
+                        });
+                    }
+                }
+            }
+            rows
+        }
+        _ => {
+            return Err(usage(
+                "give --table ROWS.csv, or a grid: --isl, --osl and --concurrency".into(),
+            ))
+        }
+    };
+    let mut views = predict_rows(&cfg, &rows);
+    if a.table.is_none() {
+        for v in &mut views {
+            v.line = None;
+        }
+    }
+    match a.format {
+        Format::Table => print!("{}", twin_table::table(&views)),
+        Format::Csv => print!("{}", twin_table::csv(&views).map_err(CliError::Other)?),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&twin_table::json(&views))
+                .map_err(|e| CliError::Other(e.into()))?
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,339 @@
+//! A lean closed loop on the engine path for `calibrate --table` and `predict`: `concurrency`
+//! workers send fixed-length requests, and only the mean TTFT and TPOT come back, read from the
+//! [`SimEvent`]s directly (no traces, records or files). The loop is the one `load --simulate`
+//! runs: a warm-up of `concurrency` requests sent at once and waited out, then each worker sends
+//! its next request at the instant its last stream ended, until the measured count is sent.
+//!
+//! TPOT is (e2e - TTFT) / (output tokens - 1) per request, as AIPerf and bench_serving define it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use mock_server::engine::StreamEvent;
+use mock_server::{Config, Refusal, SimEvent, SimRequest, Simulator};
+
+/// One closed-loop point: every request `isl` tokens in and `osl` out, `concurrency` in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shape {
+    pub isl: u32,
+    pub osl: u32,
+    pub concurrency: u32,
+}
+
+/// The means over the measured requests of one closed loop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClosedMeans {
+    pub ttft_s: f64,
+    /// `None` with one output token (no gap to time).
+    pub tpot_s: Option<f64>,
+    pub requests: u64,
+    /// Model seconds from the first measured send to the last stream's end.
+    pub span_s: f64,
+}
+
+/// Why a closed loop gave no means.
+#[derive(Debug, thiserror::Error)]
+pub enum ClosedError {
+    #[error("the mock configuration is not valid: {0}")]
+    Config(String),
+    #[error("the server refused a request of {isl} + {osl} tokens: {why}")]
+    Refused { isl: u32, osl: u32, why: String },
+    #[error("the server died: {0}")]
+    Died(String),
+    #[error("a request failed: {0}")]
+    Failed(String),
+    #[error("concurrency and output tokens must be at least 1")]
+    Empty,
+}
+
+/// The measured requests of a point: at least max(10 x concurrency, 200), rounded up to whole
+/// waves of `concurrency` so that no wave is cut short.
+pub fn measured_requests(concurrency: u32) -> u64 {
+    let c = u64::from(concurrency.max(1));
+    (10 * c).max(200).div_ceil(c) * c
+}
+
+/// The measured requests of a point while a fit searches: two waves (at least 16 requests). A
+/// loop of fixed lengths settles within its first waves, so the search's objective moves as
+/// the full count's does at a fifth of the cost; the fit's result is then run at the full count.
+pub fn search_requests(concurrency: u32) -> u64 {
+    let c = u64::from(concurrency.max(1));
+    (2 * c).max(16).div_ceil(c) * c
+}
+
+/// What the loop knows of a request in flight.
+struct Flight {
+    sent_ns: u64,
+    first_ns: Option<u64>,
+    warm: bool,
+}
+
+/// Runs the closed loop of `shape` on a server of `config`: `concurrency` warm-up requests, then
+/// `measured` measured ones. The radix cache is off: the rows AIPerf and bench_serving measure
+/// send random prompts that share no prefix, where the cache changes no instant (admission evicts
+/// it as needed), so every request may send the same ids. With `output_per_request_s` 0 the
+/// stream sends its first and last events only (`stream_interval`), which moves no instant.
+pub fn run_closed(
+    config: &Config,
+    shape: Shape,
+    measured: u64,
+) -> Result<ClosedMeans, ClosedError> {
+    closed_loop(config, shape, measured, true)
+}
+
+/// The loop, with the engine's jump over quiet decode steps (`jump`) or step by step.
+fn closed_loop(
+    config: &Config,
+    shape: Shape,
+    measured: u64,
+    jump: bool,
+) -> Result<ClosedMeans, ClosedError> {
+    if shape.concurrency == 0 || shape.osl == 0 {
+        return Err(ClosedError::Empty);
+    }
+    let mut cfg = config.clone();
+    cfg.disable_radix_cache = true;
+    cfg.enable_metrics = false;
+    if cfg.output_per_request_s == 0.0 {
+        cfg.stream_interval = shape.osl as usize;
+    }
+    let sim = Simulator::new(cfg).map_err(|e| ClosedError::Config(e.to_string()))?;
+    let vocab = config.vocab_size.max(2);
+    let prompt: Vec<u32> = (0..shape.isl).map(|i| 1 + i % (vocab - 1)).collect();
+    let mut run = Loop {
+        sim,
+        shape,
+        prompt,
+        jump,
+        agenda: BinaryHeap::new(),
+        seq: 0,
+        flight: HashMap::new(),
+        next: 0,
+        to_send: 0,
+        clock_ns: 0,
+        sum_ttft_ns: 0,
+        sum_tpot_s: 0.0,
+        done: 0,
+        first_sent_ns: None,
+    };
+    for _ in 0..shape.concurrency {
+        run.send(0, true)?;
+    }
+    run.until_quiet()?;
+    let base = run.clock_ns;
+    run.to_send = measured;
+    for _ in 0..shape.concurrency {
+        run.next_measured(base)?;
+    }
+    run.until_quiet()?;
+    let n = run.done.max(1);
+    Ok(ClosedMeans {
+        ttft_s: run.sum_ttft_ns as f64 / 1e9 / n as f64,
+        tpot_s: (shape.osl > 1).then(|| run.sum_tpot_s / n as f64),
+        requests: run.done,
+        span_s: run
+            .clock_ns
+            .saturating_sub(run.first_sent_ns.unwrap_or(base)) as f64
+            / 1e9,
+    })
+}
+
+/// The loop's state: the engine, the client's pending stream events (by instant, then order of
+/// arrival), the requests in flight and the sums of the measured ones.
+struct Loop {
+    sim: Simulator,
+    shape: Shape,
+    prompt: Vec<u32>,
+    jump: bool,
+    agenda: BinaryHeap<Reverse<(u64, u64, u64, bool)>>,
+    seq: u64,
+    flight: HashMap<u64, Flight>,
+    next: u64,
+    to_send: u64,
+    clock_ns: u64,
+    sum_ttft_ns: u64,
+    sum_tpot_s: f64,
+    done: u64,
+    first_sent_ns: Option<u64>,
+}
+
+impl Loop {
+    fn send(&mut self, at_ns: u64, warm: bool) -> Result<(), ClosedError> {
+        let id = self.next;
+        self.next += 1;
+        let req = SimRequest {
+            rid: id.to_string(),
+            input_ids: self.prompt.clone(),
+            max_new_tokens: self.shape.osl as usize,
+            min_new_tokens: 0,
+            ignore_eos: true,
+            stop_token_ids: Vec::new(),
+        };
+        self.sim
+            .submit(at_ns, req)
+            .map_err(|r| ClosedError::Refused {
+                isl: self.shape.isl,
+                osl: self.shape.osl,
+                why: match r {
+                    Refusal::Length(m) => m,
+                    Refusal::Down => "the server is down".into(),
+                    Refusal::Starting { .. } => "the server is starting".into(),
+                    Refusal::DuplicateRid => "duplicate request id".into(),
+                },
+            })?;
+        if !warm {
+            self.first_sent_ns.get_or_insert(at_ns);
+        }
+        self.flight.insert(
+            id,
+            Flight {
+                sent_ns: at_ns,
+                first_ns: None,
+                warm,
+            },
+        );
+        Ok(())
+    }
+
+    fn next_measured(&mut self, at_ns: u64) -> Result<(), ClosedError> {
+        if self.to_send == 0 {
+            return Ok(());
+        }
+        self.to_send -= 1;
+        self.send(at_ns, false)
+    }
+
+    /// A stream event of request `id` at `at_ns` (`last`: its final one).
+    fn event(&mut self, at_ns: u64, id: u64, last: bool) -> Result<(), ClosedError> {
+        self.clock_ns = self.clock_ns.max(at_ns);
+        let Some(f) = self.flight.get_mut(&id) else {
+            return Ok(());
+        };
+        let first = *f.first_ns.get_or_insert(at_ns);
+        if !last {
+            return Ok(());
+        }
+        let Some(f) = self.flight.remove(&id) else {
+            return Ok(());
+        };
+        if f.warm {
+            return Ok(());
+        }
+        let ttft = first - f.sent_ns;
+        self.sum_ttft_ns += ttft;
+        if self.shape.osl > 1 {
+            self.sum_tpot_s += (at_ns - first) as f64 / 1e9 / f64::from(self.shape.osl - 1);
+        }
+        self.done += 1;
+        self.next_measured(at_ns)
+    }
+
+    /// Client events in order of their instants, and the engine's passes when due before the
+    /// client's next event (a send at the instant a pass begins waits for the next pass).
+    fn until_quiet(&mut self) -> Result<(), ClosedError> {
+        loop {
+            let engine = self.sim.next_step_ns();
+            let client = self.agenda.peek().map(|Reverse((t, ..))| *t);
+            let client_first = match (client, engine) {
+                (Some(c), Some(e)) => c < e,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return Ok(()),
+            };
+            if client_first {
+                if let Some(Reverse((at, _, id, last))) = self.agenda.pop() {
+                    self.event(at, id, last)?;
+                }
+                continue;
+            }
+            if self.jump && self.sim.skip_decode(client) {
+                continue;
+            }
+            for ev in self.sim.step() {
+                match ev {
+                    SimEvent::Stream { rid, at_ns, event } => {
+                        let id: u64 = rid
+                            .parse()
+                            .map_err(|_| ClosedError::Failed(format!("unknown request {rid}")))?;
+                        let last = match event {
+                            StreamEvent::Tokens { finish, .. } => finish.is_some(),
+                            StreamEvent::Error(m) | StreamEvent::Crash(m) => {
+                                return Err(ClosedError::Failed(m))
+                            }
+                        };
+                        self.seq += 1;
+                        self.agenda.push(Reverse((at_ns, self.seq, id, last)));
+                    }
+                    SimEvent::Died { reason, .. } => return Err(ClosedError::Died(reason)),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain() -> Config {
+        let mut c = Config::default();
+        c.speculative_algorithm = "none".into();
+        c.output_per_request_s = 0.0;
+        c.stream_latency_s = 0.003;
+        c.prefill_base_s = 0.01;
+        c.prefill_per_token_s = 1e-4;
+        c.prefill_per_token_pair_s = 1e-8;
+        c.decode_base_s = 0.002;
+        c.decode_per_context_token_s = 1e-6;
+        c.decode_per_request_s = 1e-4;
+        c
+    }
+
+    #[test]
+    fn a_lone_request_is_its_prefill_and_its_steps() {
+        let mut c = plain();
+        c.prefill_per_token_pair_s = 0.0;
+        let shape = Shape {
+            isl: 100,
+            osl: 5,
+            concurrency: 1,
+        };
+        let m = run_closed(&c, shape, 10).unwrap();
+        assert_eq!(m.requests, 10);
+        // way + one pass of 100 tokens
+        assert!(
+            (m.ttft_s - (0.003 + 0.01 + 100.0 * 1e-4)).abs() < 1e-8,
+            "{m:?}"
+        );
+        // four decode steps at contexts 100..=103 (the first token's KV is added by its step)
+        let step = 0.002 + 1e-4 + 1e-6 * 101.5;
+        assert!((m.tpot_s.unwrap() - step).abs() < 1e-8, "{m:?}");
+    }
+
+    #[test]
+    fn jumping_over_quiet_steps_moves_no_instant() {
+        for mixed in [false, true] {
+            let mut c = plain();
+            c.mixed_batches = mixed;
+            c.chunked_prefill_size = 700;
+            for (isl, osl, conc) in [(300, 40, 3), (1000, 64, 8), (50, 7, 5)] {
+                let shape = Shape {
+                    isl,
+                    osl,
+                    concurrency: conc,
+                };
+                let n = search_requests(conc) + 3;
+                let fast = closed_loop(&c, shape, n, true).unwrap();
+                let slow = closed_loop(&c, shape, n, false).unwrap();
+                assert_eq!(fast, slow, "mixed {mixed} {shape:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn measured_counts_are_whole_waves() {
+        assert_eq!(measured_requests(1), 200);
+        assert_eq!(measured_requests(16), 208);
+        assert_eq!(measured_requests(64), 640);
+    }
+}

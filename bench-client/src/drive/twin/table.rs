@@ -1,0 +1,358 @@
+//! Twins from aggregate tables (`calibrate --table`): the mock's cost model fitted by
+//! simulation. Each row's closed loop runs on the engine path ([`run_closed`]); Nelder-Mead
+//! (argmin) moves the costs, in log space, to minimise the squared log ratios of predicted to
+//! measured TTFT and TPOT over the rows, from the closed-form first guess
+//! ([`crate::measure::table::guess`]). Where rows saturate (TTFT growing far faster than the
+//! batch), the KV pool that makes requests queue is fitted too.
+
+use std::cell::{Cell, RefCell};
+
+use argmin::core::{CostFunction, Executor};
+use argmin::solver::neldermead::NelderMead;
+use mock_server::Config;
+
+use crate::drive::engine::closed::{
+    measured_requests, run_closed, search_requests, ClosedError, Shape,
+};
+use crate::measure::table::{guess, log_ratio_sq, Point, TableModel};
+use crate::report::twin_table::RowView;
+use crate::results::table::TableRow;
+
+/// Where the model cannot reach a row's measurement, and what the simulation said instead.
+pub const UNREACHED_COST: f64 = 25.0;
+
+/// How a table is fitted.
+#[derive(Clone, Debug)]
+pub struct TableFitOptions {
+    /// Prefill tokens per pass (SGLang's `chunked_prefill_size`, vLLM's `max_num_batched_tokens`).
+    pub chunk: usize,
+    /// vLLM's scheduler: prefill and decode in one pass.
+    pub mixed: bool,
+    /// Objective evaluations Nelder-Mead may spend (each runs every row's closed loop).
+    pub max_evals: u64,
+    /// Where the search starts instead of the closed-form guess (a round trip starts it off the
+    /// known costs, so that the search, not the guess, must find them).
+    pub start: Option<TableModel>,
+}
+
+impl Default for TableFitOptions {
+    fn default() -> Self {
+        TableFitOptions {
+            chunk: 8192,
+            mixed: false,
+            max_evals: 400,
+            start: None,
+        }
+    }
+}
+
+/// The KV pool of a base preset no table row fills: every row runs unqueued unless the fit
+/// says otherwise.
+pub const OPEN_POOL_TOKENS: f64 = 16_777_216.0;
+
+/// The base of a table twin: `base` with what a table cannot show set plainly, each a mark in
+/// the preset: no speculation (a table has no per-chunk counts), no output processing, no
+/// activation memory (a table shows no OOM), the scheduler and chunk of `opts`.
+pub fn table_base(base: &Config, opts: &TableFitOptions, context: usize) -> Config {
+    let mut c = base.clone();
+    c.speculative_algorithm = "none".into();
+    c.spec_accept_rates.clear();
+    c.spec_warmup_shares.clear();
+    c.spec_warmup_steps = 0;
+    c.spec_first_token_alone = false;
+    c.stream_interval = 1;
+    c.output_per_request_s = 0.0;
+    c.results_after_next_pass = false;
+    c.activation_bytes_per_extend_token = 0.0;
+    c.activation_bytes_per_context_token = 0.0;
+    c.fragmentation_bytes_per_context_token = 0.0;
+    c.mixed_batches = opts.mixed;
+    c.chunked_prefill_size = i64::try_from(opts.chunk).unwrap_or(i64::MAX);
+    c.max_running_requests = c.max_running_requests.max(1024);
+    c.context_length = context.max(2);
+    c.time_scale = 1.0;
+    set_pool(&mut c, OPEN_POOL_TOKENS);
+    c
+}
+
+/// Sets the KV pool to `tokens` through `weights_bytes` (and `gpu_total_bytes` where the static
+/// share is too small), as the server's reported pool is set in `calibrate`.
+pub fn set_pool(c: &mut Config, tokens: f64) {
+    let kv = (tokens.max(2.0).floor() + 0.5) * c.kv_bytes_per_token.max(1) as f64;
+    if c.static_bytes() < kv + 1.0 {
+        c.gpu_total_bytes = ((kv + 1.0) / c.mem_fraction_static).ceil() as u64;
+    }
+    c.weights_bytes = (c.static_bytes() - kv).floor().max(0.0) as u64;
+}
+
+/// `base` with the model's costs (and pool, where fitted).
+pub fn apply(base: &Config, m: &TableModel) -> Config {
+    let mut c = base.clone();
+    c.stream_latency_s = m.way_s;
+    c.prefill_base_s = m.prefill_base_s;
+    c.prefill_per_token_s = m.prefill_per_token_s;
+    c.prefill_per_token_pair_s = m.prefill_per_token_pair_s;
+    c.decode_base_s = m.decode_base_s;
+    c.decode_per_context_token_s = m.decode_per_context_token_s;
+    c.decode_per_request_s = m.decode_per_request_s;
+    if let Some(p) = m.kv_pool_tokens {
+        set_pool(&mut c, p);
+    }
+    c
+}
+
+/// A point's closed loop on `cfg`: the mean TTFT and TPOT (s), or why the model gave none.
+pub fn predict_point(cfg: &Config, p: &Point) -> Result<(f64, Option<f64>), ClosedError> {
+    loop_means(cfg, p, measured_requests(p.concurrency))
+}
+
+fn loop_means(cfg: &Config, p: &Point, measured: u64) -> Result<(f64, Option<f64>), ClosedError> {
+    let shape = Shape {
+        isl: p.isl,
+        osl: p.osl,
+        concurrency: p.concurrency,
+    };
+    let m = run_closed(cfg, shape, measured)?;
+    Ok((m.ttft_s, m.tpot_s))
+}
+
+/// The objective: every row's closed loop at a log vector of parameters.
+struct Objective<'a> {
+    base: &'a Config,
+    points: &'a [Point],
+    evals: &'a Cell<u64>,
+    /// Run each loop at the full measured count (else the search's shorter one).
+    full: bool,
+    /// The search's best point and its cost so far, and the evaluations it may spend: once
+    /// they are spent the search is stopped (Nelder-Mead's shrinks can spend n at once) and
+    /// its best point kept.
+    best: Option<&'a RefCell<(Vec<f64>, f64)>>,
+    budget: u64,
+}
+
+impl Objective<'_> {
+    fn cost_of(&self, m: &TableModel) -> f64 {
+        self.evals.set(self.evals.get() + 1);
+        let cfg = apply(self.base, m);
+        let mut sum = 0.0;
+        for p in self.points {
+            let n = if self.full {
+                measured_requests(p.concurrency)
+            } else {
+                search_requests(p.concurrency)
+            };
+            match loop_means(&cfg, p, n) {
+                Ok((ttft, tpot)) => {
+                    if let Some(t) = p.ttft_s {
+                        sum += log_ratio_sq(ttft, t);
+                    }
+                    if let (Some(t), Some(pred)) = (p.tpot_s, tpot) {
+                        sum += log_ratio_sq(pred, t);
+                    }
+                }
+                Err(_) => sum += UNREACHED_COST,
+            }
+        }
+        sum / self.points.len().max(1) as f64
+    }
+}
+
+impl CostFunction for Objective<'_> {
+    type Param = Vec<f64>;
+    type Output = f64;
+
+    fn cost(&self, x: &Self::Param) -> Result<f64, argmin::core::Error> {
+        if self.evals.get() >= self.budget {
+            return Err(anyhow::anyhow!("the evaluation budget is spent"));
+        }
+        let c = self.cost_of(&TableModel::from_log(x));
+        if let Some(b) = self.best {
+            let mut b = b.borrow_mut();
+            if c < b.1 {
+                *b = (x.clone(), c);
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// The KV pool's first guess where a series saturates: between the two rows where TTFT grows
+/// more than twice as fast as the concurrency, the geometric mean of their requests' full
+/// contexts; `None` where no series does.
+pub fn saturation_pool(points: &[Point]) -> Option<f64> {
+    let mut sorted: Vec<&Point> = points.iter().filter(|p| p.ttft_s.is_some()).collect();
+    sorted.sort_by_key(|p| (p.isl, p.osl, p.concurrency));
+    sorted
+        .windows(2)
+        .filter(|w| (w[0].isl, w[0].osl) == (w[1].isl, w[1].osl))
+        .filter_map(|w| {
+            let (a, b) = (w[0], w[1]);
+            let growth = b.ttft_s? / a.ttft_s?;
+            let batch = f64::from(b.concurrency) / f64::from(a.concurrency);
+            let ctx = f64::from(a.isl) + f64::from(a.osl);
+            (growth > 2.0 * batch)
+                .then(|| (f64::from(a.concurrency) * f64::from(b.concurrency)).sqrt() * ctx)
+        })
+        .min_by(f64::total_cmp)
+}
+
+/// Each cost the guess left at 0 starts where it adds 1% to the smallest measured time, so
+/// that Nelder-Mead's first steps can tell whether the rows want it.
+fn visible(mut m: TableModel, points: &[Point]) -> TableModel {
+    let min = |f: &dyn Fn(&Point) -> Option<f64>| {
+        points.iter().filter_map(f).fold(f64::INFINITY, f64::min)
+    };
+    let max = |f: &dyn Fn(&Point) -> f64| points.iter().map(f).fold(1.0, f64::max);
+    let ttft = 0.01 * min(&|p| p.ttft_s);
+    let tpot = 0.01 * min(&|p| p.tpot_s);
+    let isl = max(&|p| f64::from(p.isl));
+    let c = max(&|p| f64::from(p.concurrency));
+    let ctx = max(&|p| f64::from(p.concurrency) * (f64::from(p.isl) + f64::from(p.osl) / 2.0));
+    let fix = |x: &mut f64, v: f64| {
+        if (x.is_nan() || *x <= 0.0) && v.is_finite() && v > 0.0 {
+            *x = v;
+        }
+    };
+    fix(&mut m.way_s, ttft);
+    fix(&mut m.prefill_base_s, ttft);
+    fix(&mut m.prefill_per_token_s, ttft / isl);
+    fix(&mut m.prefill_per_token_pair_s, ttft / (isl * isl / 2.0));
+    fix(&mut m.decode_base_s, tpot);
+    fix(&mut m.decode_per_context_token_s, tpot / ctx);
+    fix(&mut m.decode_per_request_s, tpot / c);
+    m
+}
+
+/// A fitted table twin.
+#[derive(Clone, Debug)]
+pub struct TableFit {
+    pub guess: TableModel,
+    pub model: TableModel,
+    pub config: Config,
+    /// The objective at the guess and at the fit (mean squared log ratio per row).
+    pub guess_cost: f64,
+    pub cost: f64,
+    /// Objective evaluations spent (each runs every row's closed loop).
+    pub evals: u64,
+    /// Whether the rows saturate and the KV pool was fitted.
+    pub pool_fitted: bool,
+}
+
+/// Fits `points` (each with its measured TTFT and TPOT) on the table base made from `base`.
+pub fn fit_table(
+    base: &Config,
+    points: &[Point],
+    opts: &TableFitOptions,
+) -> anyhow::Result<TableFit> {
+    let context = points
+        .iter()
+        .map(|p| (p.isl + p.osl) as usize)
+        .max()
+        .unwrap_or(2);
+    let base = table_base(
+        base,
+        opts,
+        context.max(base.context_length.min(context * 2)),
+    );
+    let mut start = opts
+        .start
+        .unwrap_or_else(|| visible(guess::first_guess(points, opts.chunk), points));
+    let pool = saturation_pool(points);
+    start.kv_pool_tokens = pool;
+    let evals = Cell::new(0);
+    let obj = Objective {
+        base: &base,
+        points,
+        evals: &evals,
+        full: true,
+        best: None,
+        budget: u64::MAX,
+    };
+    let guess_cost = obj.cost_of(&start);
+    let x0 = start.to_log();
+    let n = x0.len();
+    // The first simplex: the guess, and each parameter doubled (the pool 1.5 times).
+    let mut simplex = vec![x0.clone()];
+    for i in 0..n {
+        let mut v = x0.clone();
+        v[i] += if i == 7 { 1.5f64.ln() } else { 2f64.ln() };
+        simplex.push(v);
+    }
+    let solver = NelderMead::new(simplex).with_sd_tolerance(1e-7)?;
+    let tracked = RefCell::new((x0, f64::INFINITY));
+    let budget = evals.get() + opts.max_evals;
+    // A spent budget ends the run with an error; the best point tracked is the result.
+    let _ = Executor::new(
+        Objective {
+            base: &base,
+            points,
+            evals: &evals,
+            full: false,
+            best: Some(&tracked),
+            budget,
+        },
+        solver,
+    )
+    .configure(|s| s.max_iters(opts.max_evals))
+    .run();
+    let best = tracked.into_inner().0;
+    let mut model = TableModel::from_log(&best).floored();
+    if pool.is_none() {
+        model.kv_pool_tokens = None;
+    }
+    let cost = obj.cost_of(&model);
+    Ok(TableFit {
+        guess: start,
+        model,
+        config: apply(&base, &model),
+        guess_cost,
+        cost,
+        evals: evals.get(),
+        pool_fitted: pool.is_some(),
+    })
+}
+
+/// A point of a table row (times in seconds).
+pub fn point_of(r: &TableRow) -> Point {
+    Point {
+        isl: r.isl,
+        osl: r.osl,
+        concurrency: r.concurrency,
+        ttft_s: r.ttft_ms.map(|v| v / 1e3),
+        tpot_s: r.tpot_ms.map(|v| v / 1e3),
+    }
+}
+
+/// The smallest TPOT the model can give a row: its lone request's decode step (batch of one at
+/// its prompt's context). A measured TPOT below it cannot be reached by any batch.
+pub fn lone_step_s(cfg: &Config, p: &Point) -> f64 {
+    cfg.decode_base_s + cfg.decode_per_context_token_s * f64::from(p.isl) + cfg.decode_per_request_s
+}
+
+/// Every row's closed loop on `cfg` at the full measured count, beside its measurement; a row
+/// the model cannot run or reach says so in its note.
+pub fn predict_rows(cfg: &Config, rows: &[TableRow]) -> Vec<RowView> {
+    rows.iter()
+        .map(|r| {
+            let p = point_of(r);
+            let (pred, mut note) = match predict_point(cfg, &p) {
+                Ok(v) => (Some(v), None),
+                Err(e) => (None, Some(format!("the model cannot run it: {e}"))),
+            };
+            let lone = lone_step_s(cfg, &p);
+            if p.tpot_s.is_some_and(|t| t < lone) && note.is_none() {
+                note = Some(format!(
+                    "unreachable: TPOT below the model's lone decode step {:.2} ms",
+                    lone * 1e3
+                ));
+            }
+            RowView::new(
+                Some(r.line),
+                (r.isl, r.osl, r.concurrency),
+                pred,
+                (r.ttft_ms, r.tpot_ms),
+                note,
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,180 @@
+//! Arithmetic for twins fitted from aggregate tables (`calibrate --table`, `predict`): the
+//! fitted model's parameters and their log-space vector, relative errors and MAPE, the
+//! closed-form first guess ([`guess`]), and the baselines and hold-out protocols that a fit must
+//! beat ([`baseline`]). Pure functions: the closed loops themselves run in `drive`.
+
+pub mod baseline;
+pub mod guess;
+
+use serde::Serialize;
+
+/// One point of a table as the fit sees it: its shape and, where measured, its means (s).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Point {
+    pub isl: u32,
+    pub osl: u32,
+    pub concurrency: u32,
+    pub ttft_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+}
+
+/// The parameters a table fit moves, in the mock's units (seconds, tokens).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TableModel {
+    /// The constant way in and out of TTFT (`stream_latency_s`).
+    pub way_s: f64,
+    pub prefill_base_s: f64,
+    pub prefill_per_token_s: f64,
+    pub prefill_per_token_pair_s: f64,
+    pub decode_base_s: f64,
+    pub decode_per_context_token_s: f64,
+    pub decode_per_request_s: f64,
+    /// The KV pool in tokens, fitted only where rows saturate (else `None`: the base's).
+    pub kv_pool_tokens: Option<f64>,
+}
+
+/// The smallest value each cost takes in the fit's log space (a cost the rows do not show
+/// sinks there and changes nothing): way, prefill base, per token, per pair, decode base, per
+/// context token, per request.
+const FLOORS: [f64; 7] = [1e-6, 1e-6, 1e-10, 1e-15, 1e-6, 1e-13, 1e-8];
+
+impl TableModel {
+    /// Parameters the fit moves: the seven costs, and the KV pool where fitted.
+    pub fn dimension(&self) -> usize {
+        7 + usize::from(self.kv_pool_tokens.is_some())
+    }
+
+    /// The natural logarithms of the parameters (each cost at least its floor).
+    pub fn to_log(&self) -> Vec<f64> {
+        let mut v: Vec<f64> = self
+            .costs()
+            .iter()
+            .zip(FLOORS)
+            .map(|(c, f)| c.max(f).ln())
+            .collect();
+        if let Some(p) = self.kv_pool_tokens {
+            v.push(p.max(1.0).ln());
+        }
+        v
+    }
+
+    /// The parameters of a log vector as [`TableModel::to_log`] makes it.
+    pub fn from_log(v: &[f64]) -> TableModel {
+        let e = |i: usize| v.get(i).map_or(0.0, |x| x.exp());
+        TableModel {
+            way_s: e(0),
+            prefill_base_s: e(1),
+            prefill_per_token_s: e(2),
+            prefill_per_token_pair_s: e(3),
+            decode_base_s: e(4),
+            decode_per_context_token_s: e(5),
+            decode_per_request_s: e(6),
+            kv_pool_tokens: v.get(7).map(|x| x.exp()),
+        }
+    }
+
+    fn costs(&self) -> [f64; 7] {
+        [
+            self.way_s,
+            self.prefill_base_s,
+            self.prefill_per_token_s,
+            self.prefill_per_token_pair_s,
+            self.decode_base_s,
+            self.decode_per_context_token_s,
+            self.decode_per_request_s,
+        ]
+    }
+
+    /// Each cost at a floor is 0: the rows did not show it.
+    pub fn floored(mut self) -> TableModel {
+        let f = |x: &mut f64, floor: f64| {
+            if *x <= floor * 1.000_001 {
+                *x = 0.0;
+            }
+        };
+        f(&mut self.way_s, FLOORS[0]);
+        f(&mut self.prefill_base_s, FLOORS[1]);
+        f(&mut self.prefill_per_token_s, FLOORS[2]);
+        f(&mut self.prefill_per_token_pair_s, FLOORS[3]);
+        f(&mut self.decode_base_s, FLOORS[4]);
+        f(&mut self.decode_per_context_token_s, FLOORS[5]);
+        f(&mut self.decode_per_request_s, FLOORS[6]);
+        self
+    }
+}
+
+/// A prediction beside the measurement: relative error in percent (`None` where not measured).
+pub fn error_pct(predicted: f64, measured: Option<f64>) -> Option<f64> {
+    measured
+        .filter(|m| *m > 0.0)
+        .map(|m| 100.0 * (predicted / m - 1.0))
+}
+
+/// Mean absolute percentage error of the errors given (`None` for none).
+pub fn mape(errors_pct: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (mut sum, mut n) = (0.0, 0usize);
+    for e in errors_pct {
+        sum += e.abs();
+        n += 1;
+    }
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// The median of `v` (mean of the middle two), `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    Some(if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    })
+}
+
+/// The fit's cost of one prediction against its measurement: the squared log ratio, so that
+/// 10% high and 10% low weigh alike and a row's scale does not.
+pub fn log_ratio_sq(predicted: f64, measured: f64) -> f64 {
+    if !(predicted > 0.0 && measured > 0.0) {
+        return 1e3;
+    }
+    (predicted / measured).ln().powi(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_vector_round_trips_and_floors_read_as_zero() {
+        let m = TableModel {
+            way_s: 0.01,
+            prefill_base_s: 0.002,
+            prefill_per_token_s: 3e-5,
+            prefill_per_token_pair_s: 0.0,
+            decode_base_s: 0.008,
+            decode_per_context_token_s: 2e-9,
+            decode_per_request_s: 1e-4,
+            kv_pool_tokens: Some(500_000.0),
+        };
+        let back = TableModel::from_log(&m.to_log()).floored();
+        assert_eq!(back.prefill_per_token_pair_s, 0.0);
+        assert!((back.prefill_per_token_s / 3e-5 - 1.0).abs() < 1e-12);
+        assert!((back.kv_pool_tokens.unwrap() / 5e5 - 1.0).abs() < 1e-12);
+        assert_eq!(m.dimension(), 8);
+    }
+
+    #[test]
+    fn errors_and_medians() {
+        assert_eq!(error_pct(110.0, Some(100.0)).map(|e| e.round()), Some(10.0));
+        assert_eq!(error_pct(1.0, None), None);
+        assert_eq!(mape([10.0, -20.0]), Some(15.0));
+        assert_eq!(mape([]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert!(log_ratio_sq(1.1, 1.0) > 0.0 && log_ratio_sq(1.0, 1.0) == 0.0);
+    }
+}

@@ -1,0 +1,278 @@
+//! Aggregate tables: one closed-loop point per CSV row (`isl`, `osl`, `concurrency`, and where
+//! measured the mean `ttft_ms` and `tpot_ms`), as AIPerf, bench_serving and vendor pages report
+//! them. Other columns are ignored except `deployment` (which server a row is) and `backend`
+//! (whose scheduler). Every error names the file, the line and the column.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// One row of a table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableRow {
+    /// The row's line in its file (the header is line 1).
+    pub line: u64,
+    pub deployment: Option<String>,
+    pub backend: Option<String>,
+    pub isl: u32,
+    pub osl: u32,
+    pub concurrency: u32,
+    /// Mean TTFT in ms, where measured.
+    pub ttft_ms: Option<f64>,
+    /// Mean TPOT in ms, where measured: (e2e - TTFT) / (output tokens - 1).
+    pub tpot_ms: Option<f64>,
+}
+
+/// Why a table cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("{file}: {message}")]
+    File { file: String, message: String },
+    #[error("{file}: line {line}, column {column}: {message}")]
+    Cell {
+        file: String,
+        line: u64,
+        column: String,
+        message: String,
+    },
+}
+
+/// Whether the measured columns must be there (`calibrate`) or may be (`predict`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measured {
+    Required,
+    Optional,
+}
+
+/// Reads a table file (see the module's rules).
+pub fn read_table(path: &Path, measured: Measured) -> Result<Vec<TableRow>, TableError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| TableError::File {
+        file: file.clone(),
+        message: e.to_string(),
+    })?;
+    parse_table(&file, &text, measured)
+}
+
+/// Parses a table's text; `file` names it in errors.
+pub fn parse_table(
+    file: &str,
+    text: &str,
+    measured: Measured,
+) -> Result<Vec<TableRow>, TableError> {
+    let whole = |message: String| TableError::File {
+        file: file.to_string(),
+        message,
+    };
+    let mut rd = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let headers = rd
+        .headers()
+        .map_err(|e| whole(format!("line 1: {e}")))?
+        .clone();
+    let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
+    let need = |name: &str| {
+        col(name).ok_or_else(|| {
+            whole(format!(
+                "line 1: no column {name} (the header has: {})",
+                headers.iter().collect::<Vec<_>>().join(", ")
+            ))
+        })
+    };
+    let (isl, osl, conc) = (need("isl")?, need("osl")?, need("concurrency")?);
+    let (ttft, tpot) = match measured {
+        Measured::Required => (Some(need("ttft_ms")?), Some(need("tpot_ms")?)),
+        Measured::Optional => (col("ttft_ms"), col("tpot_ms")),
+    };
+    let (dep, backend) = (col("deployment"), col("backend"));
+    let mut rows = Vec::new();
+    for rec in rd.records() {
+        let rec = rec.map_err(|e| {
+            let line = e.position().map_or(0, csv::Position::line);
+            whole(format!("line {line}: {e}"))
+        })?;
+        let line = rec.position().map_or(0, csv::Position::line);
+        let cell = |i: usize| rec.get(i).unwrap_or("");
+        let bad = |i: usize, message: String| TableError::Cell {
+            file: file.to_string(),
+            line,
+            column: headers.get(i).unwrap_or("?").to_string(),
+            message,
+        };
+        let count = |i: usize| -> Result<u32, TableError> {
+            let s = cell(i);
+            match s.parse::<u32>() {
+                Ok(v) if v >= 1 => Ok(v),
+                Ok(_) => Err(bad(i, format!("{s:?}: must be at least 1"))),
+                Err(_) => Err(bad(
+                    i,
+                    format!("{s:?} is not a whole number of tokens or requests"),
+                )),
+            }
+        };
+        let time = |i: Option<usize>| -> Result<Option<f64>, TableError> {
+            let Some(i) = i else { return Ok(None) };
+            let s = cell(i);
+            if s.is_empty() && measured == Measured::Optional {
+                return Ok(None);
+            }
+            match s.parse::<f64>() {
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
+                Ok(_) => Err(bad(i, format!("{s:?}: a time must be positive (ms)"))),
+                Err(_) => Err(bad(i, format!("{s:?} is not a number"))),
+            }
+        };
+        let text = |i: Option<usize>| i.map(|i| cell(i).to_string()).filter(|s| !s.is_empty());
+        let row = TableRow {
+            line,
+            deployment: text(dep),
+            backend: text(backend),
+            isl: count(isl)?,
+            osl: count(osl)?,
+            concurrency: count(conc)?,
+            ttft_ms: time(ttft)?,
+            tpot_ms: time(tpot)?,
+        };
+        if row.osl < 2 && row.tpot_ms.is_some() {
+            return Err(bad(osl, "TPOT needs at least 2 output tokens".into()));
+        }
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return Err(whole("no rows after the header".into()));
+    }
+    Ok(rows)
+}
+
+/// The rows of one deployment: `name`'s, or all of them when the table holds one. A table
+/// that mixes deployments is refused without a name, since one server's fit cannot be another's.
+pub fn select_deployment(
+    file: &str,
+    rows: Vec<TableRow>,
+    name: Option<&str>,
+) -> Result<Vec<TableRow>, TableError> {
+    let names: BTreeSet<&str> = rows
+        .iter()
+        .filter_map(|r| r.deployment.as_deref())
+        .collect();
+    let whole = |message: String| TableError::File {
+        file: file.to_string(),
+        message,
+    };
+    let list = |names: &BTreeSet<&str>| {
+        let shown: Vec<&str> = names.iter().take(5).copied().collect();
+        let more = names.len().saturating_sub(shown.len());
+        format!(
+            "{}{}",
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    };
+    match name {
+        None if names.len() > 1 => Err(whole(format!(
+            "rows of {} deployments ({}): choose one with --deployment",
+            names.len(),
+            list(&names)
+        ))),
+        None => Ok(rows),
+        Some(n) => {
+            if !names.contains(n) {
+                return Err(whole(if names.is_empty() {
+                    format!("--deployment {n}: the table has no deployment column")
+                } else {
+                    format!("no deployment {n:?} (the table has {})", list(&names))
+                }));
+            }
+            Ok(rows
+                .into_iter()
+                .filter(|r| r.deployment.as_deref() == Some(n))
+                .collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = "deployment,backend,isl,osl,concurrency,ttft_ms,tpot_ms\n\
+        a,sglang,1024,128,4,50.5,10\n\
+        a,sglang,1024,128,8,60,11.5\n\
+        b,vllm,2048,128,4,80,12\n";
+
+    fn err(text: &str, measured: Measured) -> String {
+        parse_table("t.csv", text, measured)
+            .map(|r| format!("parsed {} rows", r.len()))
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn rows_are_read_with_their_lines() {
+        let rows = parse_table("t.csv", OK, Measured::Required).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[1].line, 3);
+        assert_eq!(rows[1].ttft_ms, Some(60.0));
+        assert_eq!(rows[2].backend.as_deref(), Some("vllm"));
+    }
+
+    #[test]
+    fn bad_cells_name_file_line_and_column() {
+        let e = err(&OK.replace("60,11.5", "sixty,11.5"), Measured::Required);
+        assert_eq!(
+            e,
+            "t.csv: line 3, column ttft_ms: \"sixty\" is not a number"
+        );
+        let e = err(&OK.replace("60,11.5", "60,0"), Measured::Required);
+        assert!(
+            e.starts_with("t.csv: line 3, column tpot_ms:") && e.contains("positive"),
+            "{e}"
+        );
+        let e = err(&OK.replace("60,11.5", "-3,11.5"), Measured::Required);
+        assert!(
+            e.contains("line 3, column ttft_ms") && e.contains("positive"),
+            "{e}"
+        );
+        let e = err(&OK.replace("1024,128,8", "1024,128,0"), Measured::Required);
+        assert!(e.contains("line 3, column concurrency"), "{e}");
+        let e = err(&OK.replace("2048,128,4", "2k,128,4"), Measured::Required);
+        assert!(e.contains("line 4, column isl"), "{e}");
+    }
+
+    #[test]
+    fn missing_columns_are_named() {
+        let e = err(&OK.replace("tpot_ms", "itl_ms"), Measured::Required);
+        assert!(e.starts_with("t.csv: line 1: no column tpot_ms"), "{e}");
+        // predict takes a table without measurements
+        assert_eq!(
+            err("isl,osl,concurrency\n1024,128,4\n", Measured::Optional),
+            "parsed 1 rows"
+        );
+        let e = err("isl,osl\n1024,128\n", Measured::Optional);
+        assert!(e.contains("no column concurrency"), "{e}");
+        assert!(
+            err("isl,osl,concurrency,ttft_ms,tpot_ms\n", Measured::Required).contains("no rows")
+        );
+    }
+
+    #[test]
+    fn mixed_deployments_need_a_name() {
+        let rows = parse_table("t.csv", OK, Measured::Required).unwrap();
+        let e = select_deployment("t.csv", rows.clone(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2 deployments (a, b)") && e.contains("--deployment"),
+            "{e}"
+        );
+        let a = select_deployment("t.csv", rows.clone(), Some("a")).unwrap();
+        assert_eq!(a.len(), 2);
+        let e = select_deployment("t.csv", rows, Some("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no deployment \"c\""), "{e}");
+    }
+}

@@ -1,0 +1,317 @@
+//! Twins from aggregate tables as a user meets them: bad tables get one clear error naming the
+//! file, line and column, exit 65 and no preset; rows the mock made from a known preset calibrate
+//! back to its parameters; `predict` answers a grid and a table.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use bench_client::drive::twin::table::{
+    apply, fit_table, predict_point, predict_rows, table_base, TableFitOptions,
+};
+use bench_client::measure::table::{Point, TableModel};
+use bench_client::results::table::TableRow;
+
+mod bin_util;
+use bin_util::{run, stderr};
+
+const HEAD: &str = "deployment,backend,isl,osl,concurrency,ttft_ms,tpot_ms\n";
+
+/// Eight good rows of one deployment.
+fn good_rows() -> String {
+    let mut s = String::from(HEAD);
+    for (i, c) in [
+        (1024, 1),
+        (1024, 4),
+        (1024, 16),
+        (2048, 1),
+        (2048, 4),
+        (2048, 16),
+        (4096, 1),
+        (4096, 4),
+    ] {
+        s.push_str(&format!(
+            "a,sglang,{i},128,{c},{},{}\n",
+            40 + c * 10,
+            10 + c
+        ));
+    }
+    s
+}
+
+/// `calibrate --table` on `text` refused as bad data (65) with `want` in its error line, and no
+/// preset written.
+fn refused(dir: &Path, text: &str, extra: &[&str], want: &str) {
+    let table = dir.join("rows.csv");
+    std::fs::write(&table, text).unwrap();
+    let preset = dir.join("twin.toml");
+    let mut args = vec![
+        "calibrate",
+        "--table",
+        table.to_str().unwrap(),
+        "--out",
+        preset.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or("");
+    assert!(line.contains(want), "wanted {want:?} in: {err}");
+    assert!(!preset.exists(), "a preset was written: {err}");
+}
+
+#[test]
+fn bad_tables_are_refused_with_the_place_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let rows = d.join("rows.csv");
+    let file = rows.to_str().unwrap().to_string();
+    let good = good_rows();
+    refused(
+        d,
+        &good.replace("tpot_ms", "itl_ms"),
+        &[],
+        &format!("{file}: line 1: no column tpot_ms"),
+    );
+    refused(
+        d,
+        &good.replace("a,sglang,1024,128,4,80,", "a,sglang,1024,128,4,eighty,"),
+        &[],
+        &format!("{file}: line 3, column ttft_ms: \"eighty\" is not a number"),
+    );
+    refused(
+        d,
+        &good.replace("a,sglang,2048,128,1,50,11", "a,sglang,2048,128,1,50,0"),
+        &[],
+        &format!("{file}: line 5, column tpot_ms: \"0\": a time must be positive"),
+    );
+    refused(
+        d,
+        &good.replace("a,sglang,2048,128,1,50,11", "a,sglang,2048,128,1,-50,11"),
+        &[],
+        &format!("{file}: line 5, column ttft_ms"),
+    );
+    let mixed = format!("{good}b,vllm,1024,128,4,90,12\n");
+    refused(
+        d,
+        &mixed,
+        &[],
+        "rows of 2 deployments (a, b): choose one with --deployment",
+    );
+    refused(d, &mixed, &["--deployment", "c"], "no deployment \"c\"");
+    let few: String = good.lines().take(4).map(|l| format!("{l}\n")).collect();
+    refused(d, &few, &[], "3 rows cannot fit the model's 7 parameters");
+}
+
+/// The known twin the round trip starts from: SGLang's scheduler, passes of 1,024 tokens.
+fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
+    let opts = TableFitOptions {
+        chunk: 1024,
+        mixed: false,
+        max_evals: 3000,
+        start: None,
+    };
+    let truth = TableModel {
+        way_s: 0.005,
+        prefill_base_s: 0.008,
+        prefill_per_token_s: 2e-5,
+        prefill_per_token_pair_s: 5e-9,
+        decode_base_s: 0.01,
+        decode_per_context_token_s: 2e-7,
+        decode_per_request_s: 5e-4,
+        kv_pool_tokens: None,
+    };
+    let base = table_base(&mock_server::Config::default(), &opts, 8192);
+    (apply(&base, &truth), truth, opts)
+}
+
+#[test]
+fn rows_made_by_a_known_twin_calibrate_back_to_it() {
+    let (cfg, truth, opts) = known();
+    let mut points = Vec::new();
+    for (isl, osl) in [(256, 16), (1024, 32), (2048, 24)] {
+        for c in [1, 3, 8] {
+            let mut p = Point {
+                isl,
+                osl,
+                concurrency: c,
+                ttft_s: None,
+                tpot_s: None,
+            };
+            let (ttft, tpot) = predict_point(&cfg, &p).unwrap();
+            p.ttft_s = Some(ttft);
+            p.tpot_s = tpot;
+            points.push(p);
+        }
+    }
+    // The search starts 30% off every known cost, alternately high and low.
+    let off = |v: f64, up: bool| v * if up { 1.3 } else { 0.7 };
+    let start = TableModel {
+        way_s: off(truth.way_s, true),
+        prefill_base_s: off(truth.prefill_base_s, false),
+        prefill_per_token_s: off(truth.prefill_per_token_s, true),
+        prefill_per_token_pair_s: off(truth.prefill_per_token_pair_s, false),
+        decode_base_s: off(truth.decode_base_s, true),
+        decode_per_context_token_s: off(truth.decode_per_context_token_s, false),
+        decode_per_request_s: off(truth.decode_per_request_s, true),
+        kv_pool_tokens: None,
+    };
+    let opts = TableFitOptions {
+        start: Some(start),
+        ..opts
+    };
+    let fit = fit_table(&mock_server::Config::default(), &points, &opts).unwrap();
+    let m = fit.model;
+    for (what, got, want) in [
+        ("way", m.way_s, truth.way_s),
+        ("prefill base", m.prefill_base_s, truth.prefill_base_s),
+        (
+            "per token",
+            m.prefill_per_token_s,
+            truth.prefill_per_token_s,
+        ),
+        (
+            "per pair",
+            m.prefill_per_token_pair_s,
+            truth.prefill_per_token_pair_s,
+        ),
+        ("decode base", m.decode_base_s, truth.decode_base_s),
+        (
+            "per context token",
+            m.decode_per_context_token_s,
+            truth.decode_per_context_token_s,
+        ),
+        (
+            "per request",
+            m.decode_per_request_s,
+            truth.decode_per_request_s,
+        ),
+    ] {
+        assert!(
+            (got / want - 1.0).abs() < 0.02,
+            "{what}: fitted {got:e}, known {want:e} ({} evaluations, cost {:e})",
+            fit.evals,
+            fit.cost
+        );
+    }
+    // Predictions of other rows within 1%.
+    for (isl, osl, c) in [(512, 20, 2), (1536, 28, 5)] {
+        let p = Point {
+            isl,
+            osl,
+            concurrency: c,
+            ttft_s: None,
+            tpot_s: None,
+        };
+        let (a, b) = predict_point(&cfg, &p).unwrap();
+        let (x, y) = predict_point(&fit.config, &p).unwrap();
+        assert!((x / a - 1.0).abs() < 0.01, "TTFT {x} against {a}");
+        assert!(
+            (y.unwrap() / b.unwrap() - 1.0).abs() < 0.01,
+            "TPOT {y:?} against {b:?}"
+        );
+    }
+}
+
+#[test]
+fn a_row_no_batch_can_reach_is_reported_beside_the_fit() {
+    let (cfg, _, _) = known();
+    let row = |line, tpot_ms| TableRow {
+        line,
+        deployment: None,
+        backend: None,
+        isl: 1024,
+        osl: 32,
+        concurrency: 2,
+        ttft_ms: Some(100.0),
+        tpot_ms: Some(tpot_ms),
+    };
+    // The lone decode step is 10 ms + 1024 x 0.2 us + 0.5 ms = 10.7 ms.
+    let v = predict_rows(&cfg, &[row(2, 12.0), row(3, 2.0)]);
+    assert_eq!(v[0].note, None);
+    let note = v[1].note.as_deref().unwrap_or("");
+    assert!(
+        note.contains("unreachable") && note.contains("10.70 ms"),
+        "{note}"
+    );
+    assert!(v[1].err_tpot_pct.unwrap() > 100.0);
+}
+
+#[test]
+fn predict_answers_a_grid_and_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&[
+        "predict",
+        "--isl",
+        "1k,2k",
+        "--osl",
+        "16",
+        "--concurrency",
+        "1,4",
+        "--format",
+        "csv",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "isl,osl,concurrency,pred_ttft_ms,pred_tpot_ms");
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(lines[1].starts_with("1000,16,1,"), "{out}");
+    let table = dir.path().join("rows.csv");
+    std::fs::write(
+        &table,
+        "isl,osl,concurrency,ttft_ms,tpot_ms\n1000,16,1,5,2\n1000,16,4,,\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "predict",
+        "--table",
+        table.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["rows"].as_array().unwrap().len(), 2);
+    assert!(j["rows"][0]["err_ttft_pct"].is_number(), "{j}");
+    assert!(j["rows"][1].get("err_ttft_pct").is_none(), "{j}");
+    assert!(j["mape_ttft_pct"].is_number(), "{j}");
+    let bad = run(&[
+        "predict",
+        "--isl",
+        "1k",
+        "--osl",
+        "16",
+        "--concurrency",
+        "0",
+    ]);
+    assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
+}
+
+#[test]
+fn the_shipped_sglang_twin_still_meets_its_rows() {
+    let table = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/tables/silicon-sample.csv"
+    );
+    let o = run(&[
+        "predict",
+        "--preset",
+        "qwen3-32b-h100-tp2-sglang",
+        "--table",
+        table,
+        "--deployment",
+        "qwen3-32b-h100-sxm-sglang0.5.1.post1-bf16-tp2-ep1-qwen-qwen3-32b",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["rows"].as_array().unwrap().len(), 24);
+    // As fitted (docs/twin.md): TTFT 8.6%, TPOT 4.0%.
+    let (a, b) = (
+        j["mape_ttft_pct"].as_f64().unwrap(),
+        j["mape_tpot_pct"].as_f64().unwrap(),
+    );
+    assert!(a < 9.0 && b < 4.5, "MAPE TTFT {a:.1}%, TPOT {b:.1}%");
+}

@@ -1,0 +1,245 @@
+//! The table twin's check on public data: protocols P1 (interpolation: in each (isl, osl) series
+//! sorted by concurrency, the 2nd, 4th, ... rows held out, never the first or the last) and P2
+//! (leave one shape out, where a deployment has three or more) on every deployment of a table,
+//! the twin's MAPE beside two baselines (log-log interpolation between neighbours, P1 only; a
+//! linear least-squares model), per deployment and the median over deployments.
+//!
+//! Run: `cargo run --release -p conformance --bin twin-table -- ../shared/data/gpu-tables/silicon-train.csv`
+//! (`--only SUBSTRING` for some deployments, `--protocol p1|p2`, `--max-evals N`; with
+//! `TWIN_TABLE_ROWS=1` every row is printed beside each fit).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use bench_client::drive::twin::table::{fit_table, predict_point, TableFitOptions};
+use bench_client::measure::table::baseline::{loglog_neighbours, p1_held_out, p2_folds, Linear};
+use bench_client::measure::table::{error_pct, mape, median, Point};
+use bench_client::results::table::{read_table, Measured, TableRow};
+
+/// Errors (percent) of one method on one deployment's held-out rows.
+#[derive(Default)]
+struct Errors {
+    ttft: Vec<f64>,
+    tpot: Vec<f64>,
+}
+
+impl Errors {
+    fn add(&mut self, p: &Point, ttft: f64, tpot: Option<f64>) {
+        self.ttft.extend(error_pct(ttft, p.ttft_s));
+        if let Some(t) = tpot {
+            self.tpot.extend(error_pct(t, p.tpot_s));
+        }
+    }
+    fn mape(&self) -> (f64, f64) {
+        (
+            mape(self.ttft.iter().copied()).unwrap_or(f64::NAN),
+            mape(self.tpot.iter().copied()).unwrap_or(f64::NAN),
+        )
+    }
+}
+
+/// One protocol's figures for one deployment: twin, log-log, linear.
+struct Outcome {
+    name: String,
+    rows: usize,
+    twin: Errors,
+    loglog: Errors,
+    linear: Errors,
+    fit_s: Vec<f64>,
+}
+
+fn point(r: &TableRow) -> Point {
+    Point {
+        isl: r.isl,
+        osl: r.osl,
+        concurrency: r.concurrency,
+        ttft_s: r.ttft_ms.map(|v| v / 1e3),
+        tpot_s: r.tpot_ms.map(|v| v / 1e3),
+    }
+}
+
+/// Fits on `train`, predicts `test`: the twin and the linear baseline (and log-log for P1).
+fn fold(
+    pts: &[Point],
+    train: &[usize],
+    test: &[usize],
+    opts: &TableFitOptions,
+    loglog: bool,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let base = mock_server::Config::preset("small-cpu-demo")?;
+    let tp: Vec<Point> = train.iter().map(|&i| pts[i]).collect();
+    let t0 = Instant::now();
+    let fit = fit_table(&base, &tp, opts)?;
+    out.fit_s.push(t0.elapsed().as_secs_f64());
+    if std::env::var_os("TWIN_TABLE_ROWS").is_some() {
+        println!(
+            "  guess {:?} cost {:.4}\n  fit   {:?} cost {:.4} evals {}",
+            fit.guess, fit.guess_cost, fit.model, fit.cost, fit.evals
+        );
+        for (k, p) in pts.iter().enumerate() {
+            let (t, d) = predict_point(&fit.config, p).unwrap_or((f64::NAN, None));
+            println!(
+                "  {} {:>5} {:>5} c={:>3}  ttft {:>9.1} ms pred {:>9.1}  tpot {:>7.2} pred {:>7.2}",
+                if test.contains(&k) { "held" } else { "    " },
+                p.isl,
+                p.osl,
+                p.concurrency,
+                p.ttft_s.unwrap_or(0.0) * 1e3,
+                t * 1e3,
+                p.tpot_s.unwrap_or(0.0) * 1e3,
+                d.unwrap_or(f64::NAN) * 1e3
+            );
+        }
+    }
+    let lin = Linear::fit(pts, train);
+    for &i in test {
+        let p = &pts[i];
+        match predict_point(&fit.config, p) {
+            Ok((ttft, tpot)) => out.twin.add(p, ttft, tpot),
+            // A row the model cannot reach counts as 100% off.
+            Err(_) => out
+                .twin
+                .add(p, 2.0 * p.ttft_s.unwrap_or(1.0), p.tpot_s.map(|t| 2.0 * t)),
+        }
+        let (a, b) = lin.predict(p);
+        out.linear.add(p, a, Some(b));
+        if loglog {
+            if let Some((a, b)) = loglog_neighbours(pts, train, i) {
+                out.loglog.add(p, a, Some(b));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let mut file = None;
+    let (mut only, mut protocol, mut max_evals) = (None, "both".to_string(), None);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--only" => only = args.next(),
+            "--protocol" => protocol = args.next().unwrap_or_default(),
+            "--max-evals" => max_evals = args.next().map(|v| v.parse()).transpose()?,
+            _ => file = Some(PathBuf::from(a)),
+        }
+    }
+    let file = file.context(
+        "usage: twin-table TABLE.csv [--only SUBSTRING] [--protocol p1|p2] [--max-evals N]",
+    )?;
+    let rows = read_table(&file, Measured::Required)?;
+    let mut deps: BTreeMap<String, Vec<TableRow>> = BTreeMap::new();
+    for r in rows {
+        let name = r.deployment.clone().unwrap_or_else(|| "table".into());
+        if only.as_deref().is_none_or(|o| name.contains(o)) {
+            deps.entry(name).or_default().push(r);
+        }
+    }
+    let mut p1s = Vec::new();
+    let mut p2s = Vec::new();
+    let started = Instant::now();
+    for (name, rows) in &deps {
+        let pts: Vec<Point> = rows.iter().map(point).collect();
+        let mut opts = TableFitOptions {
+            mixed: rows[0].backend.as_deref() == Some("vllm"),
+            ..TableFitOptions::default()
+        };
+        if let Some(m) = max_evals {
+            opts.max_evals = m;
+        }
+        let new = |rows| Outcome {
+            name: name.clone(),
+            rows,
+            twin: Errors::default(),
+            loglog: Errors::default(),
+            linear: Errors::default(),
+            fit_s: Vec::new(),
+        };
+        if protocol != "p2" {
+            let held = p1_held_out(&pts);
+            if !held.is_empty() {
+                let train: Vec<usize> = (0..pts.len()).filter(|i| !held.contains(i)).collect();
+                let mut o = new(train.len());
+                fold(&pts, &train, &held, &opts, true, &mut o)?;
+                report("P1", &o, true);
+                p1s.push(o);
+            }
+        }
+        if protocol != "p1" {
+            let folds = p2_folds(&pts);
+            if !folds.is_empty() {
+                let mut o = new(pts.len());
+                for test in &folds {
+                    let train: Vec<usize> = (0..pts.len()).filter(|i| !test.contains(i)).collect();
+                    fold(&pts, &train, test, &opts, false, &mut o)?;
+                }
+                report("P2", &o, false);
+                p2s.push(o);
+            }
+        }
+    }
+    println!();
+    if protocol != "p2" {
+        summary("P1", &p1s, true);
+    }
+    if protocol != "p1" {
+        summary("P2", &p2s, false);
+    }
+    println!(
+        "{} deployments in {:.0} s",
+        deps.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn report(what: &str, o: &Outcome, loglog: bool) {
+    let (a, b) = o.twin.mape();
+    let (c, d) = o.linear.mape();
+    let fit = o.fit_s.iter().sum::<f64>() / o.fit_s.len().max(1) as f64;
+    let ll = if loglog {
+        let (e, f) = o.loglog.mape();
+        format!("  log-log {e:6.1}% {f:6.1}%")
+    } else {
+        String::new()
+    };
+    println!(
+        "{what} {:<90} rows {:>2}  twin {a:6.1}% {b:6.1}%{ll}  linear {c:6.1}% {d:6.1}%  fit {fit:5.1} s",
+        o.name, o.rows
+    );
+}
+
+fn summary(what: &str, os: &[Outcome], loglog: bool) {
+    let med = |f: &dyn Fn(&Outcome) -> f64| {
+        median(&os.iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
+    };
+    println!(
+        "{what} median over {} deployments (MAPE TTFT / TPOT): twin {:.1}% / {:.1}%{}  linear {:.1}% / {:.1}%",
+        os.len(),
+        med(&|o| o.twin.mape().0),
+        med(&|o| o.twin.mape().1),
+        if loglog {
+            format!(
+                "  log-log {:.1}% / {:.1}%",
+                med(&|o| o.loglog.mape().0),
+                med(&|o| o.loglog.mape().1)
+            )
+        } else {
+            String::new()
+        },
+        med(&|o| o.linear.mape().0),
+        med(&|o| o.linear.mape().1),
+    );
+    let mut worst: Vec<&Outcome> = os.iter().collect();
+    worst.sort_by(|a, b| {
+        let s = |o: &Outcome| o.twin.mape().0 + o.twin.mape().1;
+        s(b).total_cmp(&s(a))
+    });
+    for o in worst.iter().take(5) {
+        let (a, b) = o.twin.mape();
+        println!("  worst: {} ({a:.1}% / {b:.1}%)", o.name);
+    }
+}
