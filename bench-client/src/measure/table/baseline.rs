@@ -163,7 +163,10 @@ mod tests {
         ];
         // c = 8 is a third of the way from 4 to 32 in log c: 1 x 8^(1/3) = 2
         let (a, b) = loglog_neighbours(&pts, &[0, 2], 1).unwrap();
-        assert!((a - 2.0).abs() < 1e-12 && (b - 20.0).abs() < 1e-9, "{a} {b}");
+        assert!(
+            (a - 2.0).abs() < 1e-12 && (b - 20.0).abs() < 1e-9,
+            "{a} {b}"
+        );
         assert!(loglog_neighbours(&pts, &[0], 1).is_none());
     }
 
