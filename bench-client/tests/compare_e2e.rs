@@ -418,9 +418,18 @@ fn the_prefix_cache_is_in_every_view_of_a_load_run() {
             "{m}"
         );
     }
-    // merge: the responses' and the counters' ratio, in the JSON.
-    let o = run(&["merge", new.to_str().unwrap(), "--format", "json"]);
+    // merge: the responses' and the counters' ratio, in the JSON; the manifest a shell glob
+    // (`merge new*.jsonl`) adds beside its results file is read as the manifest, not as results.
+    let manifest = format!("{}.manifest.jsonl", new.display());
+    let o = run(&[
+        "merge",
+        new.to_str().unwrap(),
+        &manifest,
+        "--format",
+        "json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("skipped 1 manifest"), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["prefix_cache"]["hit_ratio"], want_new);
     assert_eq!(v["server_metrics"]["prefix_cache"]["hit_ratio"], want_new);

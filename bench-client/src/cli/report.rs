@@ -135,7 +135,21 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
             "--format csv: load summaries are printed as table or json"
         )));
     }
-    let (summary, ignored) = load::merge_files(&a.files, slo).map_err(CliError::Data)?;
+    // `merge shard-*.jsonl` also matches each shard's manifest (`shard-0.jsonl.manifest.jsonl`):
+    // a manifest given beside its own results file is read from there, not as results.
+    let files: Vec<std::path::PathBuf> = a
+        .files
+        .iter()
+        .filter(|f| !is_manifest_of_a_given_file(f, &a.files))
+        .cloned()
+        .collect();
+    if files.len() < a.files.len() {
+        eprintln!(
+            "skipped {} manifest files given beside their results files (read with them)",
+            a.files.len() - files.len()
+        );
+    }
+    let (summary, ignored) = load::merge_files(&files, slo).map_err(CliError::Data)?;
     if ignored > 0 {
         eprintln!("ignored {ignored} records that are not from load runs");
     }
@@ -145,7 +159,7 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
         )));
     }
     // The shards' /metrics scrapes, from the manifests beside the results files.
-    let server = server_metrics::merge_files(&a.files).map_err(CliError::Data)?;
+    let server = server_metrics::merge_files(&files).map_err(CliError::Data)?;
     match a.format {
         Format::Json => {
             let mut v = export::json::load(&summary);
@@ -164,4 +178,10 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `f` is the manifest of a results file that is also in `all`.
+fn is_manifest_of_a_given_file(f: &std::path::Path, all: &[std::path::PathBuf]) -> bool {
+    all.iter()
+        .any(|r| r.as_path() != f && crate::results::manifest_path(r) == f)
 }
