@@ -6,9 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{
-    connect, default_out, parse_duration, redact_args, Format, IdRange, ServerArgs,
-};
+use super::common::{default_out, parse_duration, redact_args, Format, IdRange, ServerArgs};
 use super::exit::{self, CliError};
 use crate::drive::{self, CapacityConfig, LoadConfig};
 use crate::measure::capacity::{geometric, CapacityPlan};
@@ -237,17 +235,14 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
 pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> {
     let mut cfg = capacity_config(&a).map_err(CliError::Usage)?;
     let timeouts = cfg.load.timeouts.clone();
-    let mock = if a.server.simulate {
-        super::common::engine_path(&a.server, &mut cfg.load.target, &mut cfg.load.engine)
-            .map_err(CliError::Usage)?;
-        None
-    } else {
-        let (target, mock) = connect(&a.server, &timeouts)
-            .await
-            .map_err(CliError::Usage)?;
-        cfg.load.target = target;
-        mock
-    };
+    let mock = super::common::target_or_engine(
+        &a.server,
+        &timeouts,
+        &mut cfg.load.target,
+        &mut cfg.load.engine,
+    )
+    .await
+    .map_err(CliError::Usage)?;
     eprintln!(
         "capacity search against {} ({}), SLO {} for {:.0}% of requests, step results beside {}",
         cfg.load.target.base_url,

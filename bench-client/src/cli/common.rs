@@ -244,10 +244,27 @@ pub(super) async fn start_mock(_s: &ServerArgs) -> anyhow::Result<(String, Optio
     anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
 }
 
+/// Resolves where a run goes: the engine path with `--simulate` (nothing started, `engine` set),
+/// else [`connect`] (a server, or the embedded mock started here and returned).
+pub(super) async fn target_or_engine(
+    s: &ServerArgs,
+    timeouts: &Timeouts,
+    target: &mut Target,
+    engine: &mut Option<crate::drive::MockConfig>,
+) -> anyhow::Result<Option<Mock>> {
+    if s.simulate {
+        engine_path(s, target, engine)?;
+        return Ok(None);
+    }
+    let (t, mock) = connect(s, timeouts).await?;
+    *target = t;
+    Ok(mock)
+}
+
 /// Sets a run up on the engine path (`--simulate`): the engine's target and the mock's
 /// configuration, checked; nothing is started.
 #[cfg(feature = "embedded-mock")]
-pub(super) fn engine_path(
+fn engine_path(
     s: &ServerArgs,
     target: &mut Target,
     engine: &mut Option<crate::drive::MockConfig>,
@@ -262,7 +279,7 @@ pub(super) fn engine_path(
 }
 
 #[cfg(not(feature = "embedded-mock"))]
-pub(super) fn engine_path(
+fn engine_path(
     _s: &ServerArgs,
     _t: &mut Target,
     _e: &mut Option<crate::drive::MockConfig>,

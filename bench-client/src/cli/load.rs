@@ -9,9 +9,7 @@ use clap::Args;
 
 use super::exit::{self, CliError};
 
-use super::common::{
-    connect, default_out, parse_duration, redact_args, secs, Format, IdRange, ServerArgs,
-};
+use super::common::{default_out, parse_duration, redact_args, secs, Format, IdRange, ServerArgs};
 use crate::drive::{self, LoadConfig, SessionsConfig};
 use crate::plan::{Sessions, Timeouts, Trace};
 
@@ -238,17 +236,10 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     // A trace that cannot be used is a data error (65); the flags around it are usage errors (64).
     let trace = a.trace.read(a.prefix_len)?;
     let (mut cfg, sessions) = load_config(&a, trace).map_err(CliError::Usage)?;
-    let mock = if a.server.simulate {
-        super::common::engine_path(&a.server, &mut cfg.target, &mut cfg.engine)
-            .map_err(CliError::Usage)?;
-        None
-    } else {
-        let (target, mock) = connect(&a.server, &cfg.timeouts)
+    let mock =
+        super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
             .await
             .map_err(CliError::Usage)?;
-        cfg.target = target;
-        mock
-    };
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",

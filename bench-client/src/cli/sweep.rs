@@ -10,7 +10,7 @@ use clap::Args;
 use super::exit::{self, CliError};
 
 use super::common::Output;
-use super::common::{connect, default_out, redact_args, secs, simulated_note, IdRange, ServerArgs};
+use super::common::{default_out, redact_args, secs, simulated_note, IdRange, ServerArgs};
 use super::report::emit;
 use crate::drive::sweep::{self, OnCrash, SweepConfig};
 use crate::plan::{self, Timeouts};
@@ -149,17 +149,10 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
 
 pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
     let (mut cfg, prompt_source) = sweep_config(&a).map_err(CliError::Usage)?;
-    let mock = if a.server.simulate {
-        super::common::engine_path(&a.server, &mut cfg.target, &mut cfg.engine)
-            .map_err(CliError::Usage)?;
-        None
-    } else {
-        let (target, mock) = connect(&a.server, &cfg.timeouts)
+    let mock =
+        super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
             .await
             .map_err(CliError::Usage)?;
-        cfg.target = target;
-        mock
-    };
     let out = cfg.out.clone();
     eprintln!(
         "sweeping {} context lengths against {} ({}), results in {}",
