@@ -9,6 +9,12 @@
 //! add up. Different servers add up. Every request of every shard lies inside its own shard's window,
 //! so the result counts the run's traffic exactly once, plus any other traffic the server saw in
 //! those windows (as for a single run).
+//!
+//! Counters and gauges: only counters are differenced and summed. A sample is a counter when its
+//! metric's name ends in `_total` (Prometheus' rule for counters, which SGLang and vLLM follow), or
+//! in `_sum` / `_count` (a histogram's or summary's running totals); every other sample is a gauge
+//! (`sglang:spec_accept_length`, `sglang:num_running_reqs`, `sglang:cache_hit_rate`): reported as read
+//! after the run, per server, never differenced or added across servers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +24,24 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::cache::{is_rate_gauge, rate_gauges, ServerCache};
+
+/// Whether the sample `key` (`name` or `name{labels}`) is a counter (see the module doc).
+pub fn is_counter(key: &str) -> bool {
+    let name = key.split('{').next().unwrap_or(key);
+    ["_total", "_sum", "_count"]
+        .iter()
+        .any(|suffix| name.ends_with(suffix))
+}
+
+/// The gauges among `samples` other than the cache hit-rate ones (those are shown beside the
+/// server's prefix cache).
+pub fn gauges(samples: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    samples
+        .iter()
+        .filter(|(k, _)| !is_counter(k) && !is_rate_gauge(k) && !k.contains("_bucket"))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
 pub use crate::results::manifest_path;
 
 /// Manifest line kind of a stored scrape pair.
@@ -42,12 +66,12 @@ pub struct MetricsDelta {
 pub const CACHE_HIT_RATE: &str = "run_cache_hit_rate (cached/prompt delta)";
 
 impl MetricsDelta {
-    /// after - before for samples present in both (histogram buckets and the cache hit-rate
-    /// gauges left out: a rate's difference means nothing).
+    /// after - before for the counters present in both (gauges and histogram buckets left out: a
+    /// gauge's difference means nothing).
     pub fn raw_deltas(&self) -> BTreeMap<String, f64> {
         self.after
             .iter()
-            .filter(|(k, _)| !k.contains("_bucket") && !is_rate_gauge(k))
+            .filter(|(k, _)| !k.contains("_bucket") && is_counter(k))
             .filter_map(|(k, a)| self.before.get(k).map(|b| (k.clone(), a - b)))
             .filter(|(_, v)| v.is_finite())
             .collect()
@@ -63,23 +87,26 @@ impl MetricsDelta {
         ServerCache::from_deltas(&self.raw_deltas())
     }
 
-    /// The deltas as text lines, the cache, speculative and retraction ones first, then the
-    /// server's prefix cache and its hit-rate gauges as read after the run.
+    /// The counters' deltas as text lines, the cache, speculative and retraction ones first, the
+    /// server's prefix cache and its hit-rate gauges, then the other gauges as read after the run.
     pub fn render(&self) -> String {
-        let mut o = render_deltas("server /metrics, after - before:", &self.deltas());
+        let mut o = render_deltas("server /metrics counters, after - before:", &self.deltas());
         o.push_str(&render_cache(
             self.cache().as_ref(),
             &rate_gauges(&self.after),
         ));
+        o.push_str(&render_gauges(&gauges(&self.after)));
         o
     }
 
-    /// The deltas, the server's prefix cache and its hit-rate gauges, as JSON.
+    /// The counters' deltas, the server's prefix cache, its hit-rate gauges and the other gauges
+    /// as read after the run, as JSON.
     pub fn to_json(&self) -> Value {
         json!({
             "deltas": self.deltas(),
             "prefix_cache": self.cache().map(|c| c.to_json()),
             "rate_gauges_after": rate_gauges(&self.after),
+            "gauges_after": gauges(&self.after),
         })
     }
 }
@@ -94,6 +121,18 @@ fn render_cache(cache: Option<&ServerCache>, gauges: &BTreeMap<String, f64>) -> 
         o.push_str(&format!(
             "  {k} {v:.6} (a gauge, as read after the run; not the run's ratio)\n"
         ));
+    }
+    o
+}
+
+/// The gauges as read after the run (empty when there are none).
+fn render_gauges(gauges: &BTreeMap<String, f64>) -> String {
+    if gauges.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("server /metrics gauges, as read after the run (not differenced):\n");
+    for (k, v) in gauges {
+        o.push_str(&format!("  {k:<60} {v:.6}\n"));
     }
     o
 }
@@ -311,10 +350,23 @@ impl MergedMetrics {
 
     /// The hit-rate gauges of each server as read at the end of its last window.
     pub fn rate_gauges(&self) -> BTreeMap<String, f64> {
+        self.gauges_by(rate_gauges)
+    }
+
+    /// The other gauges of each server as read at the end of its last window; with several
+    /// servers each key names its server (gauges are never added across servers).
+    pub fn gauges(&self) -> BTreeMap<String, f64> {
+        self.gauges_by(gauges)
+    }
+
+    fn gauges_by(
+        &self,
+        pick: fn(&BTreeMap<String, f64>) -> BTreeMap<String, f64>,
+    ) -> BTreeMap<String, f64> {
         let mut g = BTreeMap::new();
         for s in &self.servers {
             if let Some(w) = s.windows.last() {
-                for (k, v) in rate_gauges(&w.delta.after) {
+                for (k, v) in pick(&w.delta.after) {
                     let key = if self.servers.len() > 1 {
                         format!("{k} at {}", s.url)
                     } else {
@@ -342,12 +394,13 @@ impl MergedMetrics {
         let pairs = self.per_shard.len();
         let mut o = render_deltas(
             &format!(
-                "server /metrics over {} server(s), {windows} window(s) joined from {pairs} shard scrape pair(s):\n  (overlapping scrape windows of one server are joined: latest after - earliest before, so\n   traffic is counted once, not once per shard; servers and disjoint windows add up)",
+                "server /metrics counters over {} server(s), {windows} window(s) joined from {pairs} shard scrape pair(s):\n  (overlapping scrape windows of one server are joined: latest after - earliest before, so\n   traffic is counted once, not once per shard; servers and disjoint windows add up)",
                 self.servers.len()
             ),
             &self.deltas(),
         );
         o.push_str(&render_cache(self.cache().as_ref(), &self.rate_gauges()));
+        o.push_str(&render_gauges(&self.gauges()));
         let resets = self.reset_counters();
         if !resets.is_empty() {
             o.push_str(&format!(
@@ -377,6 +430,7 @@ impl MergedMetrics {
             "deltas": self.deltas(),
             "prefix_cache": self.cache().map(|c| c.to_json()),
             "rate_gauges_after": self.rate_gauges(),
+            "gauges_after": self.gauges(),
             "servers": self.servers.iter().map(|s| json!({
                 "url": s.url,
                 "windows": s.windows.iter().map(|w| json!({
@@ -462,6 +516,75 @@ mod tests {
             j["rate_gauges_after"]["sglang:cache_hit_rate{tp_rank=\"0\"}"],
             0.75
         );
+    }
+
+    #[test]
+    fn gauges_are_read_after_the_run_never_differenced_or_added_across_servers() {
+        // A warm server: the acceptance length moved 2.503 -> 2.500 over the run, the running
+        // requests 3 -> 0; only the counters have a run's change.
+        let scrape = |accept: f64, running: f64, requests: f64| {
+            parse_prometheus(&format!(
+                "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{{tp_rank=\"0\"}} {accept}\nsglang:num_running_reqs {running}\nsglang:num_requests_total {requests}\nsglang:e2e_request_latency_seconds_sum 12.5\nsglang:e2e_request_latency_seconds_count {requests}\n"
+            ))
+        };
+        let d = MetricsDelta {
+            before: scrape(2.503, 3.0, 100.0),
+            after: scrape(2.5, 0.0, 150.0),
+            ..MetricsDelta::default()
+        };
+        let deltas = d.deltas();
+        assert_eq!(by_name(&deltas, "sglang:spec_accept_length"), None);
+        assert_eq!(by_name(&deltas, "sglang:num_running_reqs"), None);
+        assert_eq!(by_name(&deltas, "sglang:num_requests_total"), Some(50.0));
+        assert_eq!(
+            by_name(&deltas, "sglang:e2e_request_latency_seconds_count"),
+            Some(50.0)
+        );
+        let g = gauges(&d.after);
+        assert_eq!(
+            g.get("sglang:spec_accept_length{tp_rank=\"0\"}"),
+            Some(&2.5)
+        );
+        assert_eq!(g.get("sglang:num_running_reqs"), Some(&0.0));
+        let text = d.render();
+        assert!(!text.contains("-0.003"), "{text}");
+        assert!(text.contains("gauges, as read after the run"), "{text}");
+        assert_eq!(
+            d.to_json()["gauges_after"]["sglang:spec_accept_length{tp_rank=\"0\"}"],
+            2.5
+        );
+
+        // Two servers, each with its own gauge: kept apart, not summed.
+        let shard = |url: &str, accept: f64| ShardMetrics {
+            kind: MANIFEST_KIND.into(),
+            url: url.into(),
+            shard: "1/1".into(),
+            seed: 1,
+            start_unix_ms: 0,
+            delta: MetricsDelta {
+                before: scrape(accept, 0.0, 0.0),
+                after: scrape(accept, 0.0, 10.0),
+                before_unix_ms: 0,
+                after_unix_ms: 10,
+            },
+        };
+        let merged = merge(&[
+            (PathBuf::from("a.jsonl"), vec![shard("http://a", 2.49)]),
+            (PathBuf::from("b.jsonl"), vec![shard("http://b", 2.5)]),
+        ]);
+        let md = merged.deltas();
+        assert_eq!(by_name(&md, "sglang:spec_accept_length"), None);
+        assert_eq!(by_name(&md, "sglang:num_requests_total"), Some(20.0));
+        let mg = merged.gauges();
+        assert_eq!(
+            mg.get("sglang:spec_accept_length{tp_rank=\"0\"} at http://a"),
+            Some(&2.49)
+        );
+        assert_eq!(
+            mg.get("sglang:spec_accept_length{tp_rank=\"0\"} at http://b"),
+            Some(&2.5)
+        );
+        assert!(!merged.render().contains("4.99"), "{}", merged.render());
     }
 
     fn pair(shard: &str, url: &str, b: (u64, f64), a: (u64, f64)) -> ShardMetrics {
