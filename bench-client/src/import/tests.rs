@@ -83,14 +83,14 @@ fn without_start_times_the_closed_loop_is_rebuilt_in_the_file_s_order() {
 fn a_failed_request_is_a_failed_record_and_secrets_stay_out_of_the_manifest() {
     let (i, recs) = import_one(&bench_serving_line("sglang").to_string()).unwrap();
     let e = recs[2].error.as_ref().unwrap();
-    assert_eq!(e.kind, "imported-failure");
+    assert_eq!(e.kind.as_str(), "imported-failure");
     assert!(e.message.contains("Internal Server Error"), "{}", e.message);
     let s = LoadSummary::from_records(&recs, Slo::default());
     assert_eq!(
         (s.succeeded, s.failures.get("imported-failure")),
         (2, Some(&1))
     );
-    let m = manifest(&i, &i.runs[0], 0, "import");
+    let m = manifest(&i, &i.runs[0], 0, "import").to_value();
     assert_eq!(m["server_info"]["api_key"], "<removed>");
     assert_eq!(m["server_info"]["chunked_prefill_size"], 8192);
     assert_eq!(m["imported"]["settings"]["request_rate"], "Infinity");

@@ -11,7 +11,7 @@ use crate::report::cache::ServerCache;
 use crate::report::compare::CompareReport;
 use crate::report::load::LoadSummary;
 use crate::report::sweep::Report;
-use crate::results::Record;
+use crate::results::{Manifest, Record};
 
 /// What the page shows.
 #[derive(Debug)]
@@ -19,7 +19,7 @@ pub struct Page<'a> {
     /// The results files, as given.
     pub files: Vec<String>,
     /// The first manifest line of each file (the run's own description), by file.
-    pub manifests: Vec<(String, Value)>,
+    pub manifests: Vec<(String, Manifest)>,
     /// The sweep records' report, when there are sweep records.
     pub sweep: Option<&'a Report>,
     /// The load records' summary, when there are load records.
@@ -157,13 +157,14 @@ fn prefix_cache(o: &mut String, s: &LoadSummary, server: Option<&ServerCache>) {
 }
 
 /// One table of what each run's manifest says: command, client, server, model, settings.
-fn manifests(o: &mut String, ms: &[(String, Value)]) {
+fn manifests(o: &mut String, ms: &[(String, Manifest)]) {
     if ms.is_empty() {
         o.push_str("<p>No manifest beside the results files (FILE.manifest.jsonl).</p>\n");
         return;
     }
+    let ms: Vec<(&String, Value)> = ms.iter().map(|(f, m)| (f, m.to_value())).collect();
     o.push_str("<h2>Runs</h2>\n<table id=\"manifest\"><tr><th class=\"l\">file</th><th class=\"l\">command</th><th class=\"l\">client</th><th class=\"l\">server</th><th class=\"l\">dialect</th><th class=\"l\">model</th></tr>\n");
-    for (f, m) in ms {
+    for (f, m) in &ms {
         let _ = writeln!(
             o,
             "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
@@ -176,7 +177,7 @@ fn manifests(o: &mut String, ms: &[(String, Value)]) {
         );
     }
     o.push_str("</table>\n");
-    for (f, m) in ms {
+    for (f, m) in &ms {
         for key in ["settings", "server_info"] {
             if !m[key].is_null() {
                 let pretty = serde_json::to_string_pretty(&m[key]).unwrap_or_default();
@@ -261,7 +262,10 @@ mod tests {
             files: vec!["<b>.jsonl".into()],
             manifests: vec![(
                 "<b>.jsonl".into(),
-                serde_json::json!({"command": "sweep --url <x>"}),
+                Manifest {
+                    command: "sweep --url <x>".into(),
+                    ..Manifest::default()
+                },
             )],
             sweep: None,
             load: None,
