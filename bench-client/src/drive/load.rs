@@ -355,7 +355,9 @@ pub(crate) fn resumed(cfg: &LoadConfig) -> anyhow::Result<Resumed> {
                 .into());
             }
             if let Some(t) = &r.trace {
-                let end = crate::report::load::Instants::of(l, t).end.div_ceil(1_000_000);
+                let end = crate::report::load::Instants::of(l, t)
+                    .end
+                    .div_ceil(1_000_000);
                 found.last_end_unix_ms = Some(found.last_end_unix_ms.map_or(end, |e| e.max(end)));
             }
         }
@@ -416,10 +418,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
     };
 
     let (start_unix_ms, base) = run_start(cfg.start_at_unix_ms);
-    crate::results::append_manifest(
-        &cfg.out,
-        &manifest(cfg, server_info, start_unix_ms, run_id),
-    )?;
+    crate::results::append_manifest(&cfg.out, &manifest(cfg, server_info, start_unix_ms, run_id))?;
 
     let ctx = Arc::new(LoadRun {
         http: http.clone(),

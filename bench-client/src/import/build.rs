@@ -7,7 +7,6 @@ use crate::plan::Shard;
 use crate::results::{load_record, ErrorKind, LoadInfo, Record, RecordError};
 use crate::trace::{Chunk, RequestTrace, Stamps, StreamEnd, Usage};
 
-
 fn ns(s: f64) -> u64 {
     if s.is_finite() && s > 0.0 {
         (s * 1e9).round() as u64

@@ -413,8 +413,7 @@ pub fn run_load_engine(
     } else {
         None
     };
-    let mut manifest =
-        crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms, run_id);
+    let mut manifest = crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms, run_id);
     if let Some(sc) = sessions {
         let slots = run.sessions.as_ref().map_or(1, |s| s.slots());
         manifest = crate::drive::sessions::sessions_manifest(

@@ -347,10 +347,7 @@ impl Runner<'_> {
 }
 
 fn is_down(rec: &Record) -> bool {
-    let kind = rec
-        .error
-        .as_ref()
-        .and_then(|e| e.kind.request());
+    let kind = rec.error.as_ref().and_then(|e| e.kind.request());
     let tp_kind = rec
         .two_point
         .as_ref()
