@@ -281,14 +281,13 @@ pub(crate) fn schedule_text(cfg: &LoadConfig) -> String {
         .collect()
 }
 
-/// What makes a load run one run: its seed, arrivals, stop and workload (or sessions). Its shards
-/// and resumed pieces share it (neither the shard nor the start is part of it); another seed,
-/// rate or workload gives another.
+/// What makes a load run one run: its seed, arrivals and workload (or sessions). Its shards and
+/// resumed pieces share it (neither the shard, the start nor the stop is part of it: a resumed run
+/// may go on past its first stop); another seed, rate or workload gives another.
 pub(crate) fn run_identity(cfg: &LoadConfig, sessions: Option<&crate::plan::Sessions>) -> String {
     manifest::run_id(&[
         &cfg.seed.to_string(),
         &format!("{:?}", cfg.schedule.arrivals),
-        &format!("{:?}", cfg.schedule.stop),
         &match sessions {
             Some(s) => format!("{s:?}"),
             None => format!("{:?}", cfg.workload),

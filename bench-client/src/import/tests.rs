@@ -83,7 +83,7 @@ fn without_start_times_the_closed_loop_is_rebuilt_in_the_file_s_order() {
 fn a_failed_request_is_a_failed_record_and_secrets_stay_out_of_the_manifest() {
     let (i, recs) = import_one(&bench_serving_line("sglang").to_string()).unwrap();
     let e = recs[2].error.as_ref().unwrap();
-    assert_eq!(e.kind.as_str(), "imported-failure");
+    assert_eq!(e.kind, "imported-failure");
     assert!(e.message.contains("Internal Server Error"), "{}", e.message);
     let s = LoadSummary::from_records(&recs, Slo::default());
     assert_eq!(

@@ -143,6 +143,13 @@ impl From<ErrorKind> for String {
     }
 }
 
+/// A kind equals its name (`kind == "stream-cut"`).
+impl PartialEq<&str> for ErrorKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
