@@ -146,7 +146,7 @@ fn restore(
         {
             return Err(crate::results::NotOneRun::Twice {
                 file: cfg.run.out.clone(),
-                index: index,
+                index,
             }
             .into());
         }

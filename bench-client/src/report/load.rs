@@ -565,4 +565,11 @@ mod tests {
             assert!(Slo::parse(bad).is_err(), "{bad}");
         }
     }
+
+    #[test]
+    fn overlapping_pieces_count_once_and_gaps_not_at_all() {
+        assert_eq!(union_ns(Vec::new()), 0);
+        assert_eq!(union_ns(vec![(10, 20), (15, 30)]), 20);
+        assert_eq!(union_ns(vec![(100, 130), (10, 20), (12, 18)]), 40);
+    }
 }

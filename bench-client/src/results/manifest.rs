@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use super::Method;
@@ -85,7 +85,11 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simulated: Option<bool>,
     /// The goodput objective (load runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "sorted"
+    )]
     pub slo: Option<Slo>,
     /// Where stream times were stamped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,6 +122,13 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
+}
+
+/// `v` with its keys in order, as every other object of the line.
+fn sorted<S: Serializer, T: Serialize>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(v)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
 }
 
 /// Where stream times were stamped: by this client (how), or by another tool (`"imported"`).
@@ -244,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_line_reads_back_to_the_same_bytes_and_keeps_unknown_keys() {
-        let line = r#"{"client_version":"0.1.0","command":"bench-client load","dialect":"sglang","kind":"load","max_concurrency":null,"model":null,"new_key":[1,2],"resume":false,"schedule":"Closed","seed":7,"server_info":null,"shard":"0/1","simulated":false,"slo":{"ttft_ms":null,"tpot_ms":null},"stamping":"kernel","start_unix_ms":5,"stop":"Requests(4)","url":"http://x","warmup":0,"workload":"w"}"#;
+        let line = r#"{"client_version":"0.1.0","command":"bench-client load","dialect":"sglang","kind":"load","max_concurrency":null,"model":null,"new_key":[1,2],"resume":false,"schedule":"Closed","seed":7,"server_info":null,"shard":"0/1","simulated":false,"slo":{"tpot_ms":null,"ttft_ms":null},"stamping":"kernel","start_unix_ms":5,"stop":"Requests(4)","url":"http://x","warmup":0,"workload":"w"}"#;
         let m: Manifest = serde_json::from_str(line).unwrap();
         assert_eq!(m.max_concurrency, Some(None));
         assert_eq!(m.extra["new_key"], serde_json::json!([1, 2]));
