@@ -24,7 +24,7 @@ fn imported(name: &str) -> Value {
     let file = import::read(&path, None).unwrap();
     let recs = import::all_records(std::slice::from_ref(&file));
     let run = &file.runs[0];
-    let mut manifest = import::manifest(&file, run, 0, "bench-client import");
+    let mut manifest = import::manifest(&file, run, 0, "bench-client import").to_value();
     manifest["imported"]["file"] = json!(name);
     let mut first = serde_json::to_value(&recs[0]).unwrap();
     if run.rebuilt_schedule.is_some() {

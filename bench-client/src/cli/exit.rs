@@ -5,8 +5,8 @@
 //! | 0 | every request succeeded (or, for `report`, `merge` and `compare`, the files were read) |
 //! | 1 | the run finished, but some requests failed (their records say why); for `compare`, a row is `worse` and `--fail-on-regression` was given; for `capacity`, no rate meets the SLO or a step stopped the search by failing requests |
 //! | 2 | the server went away or never answered; the records so far are kept |
-//! | 64 | bad usage: a flag or its value, refused before anything started |
-//! | 65 | bad input data: a results or trace file that cannot be read or holds nothing usable |
+//! | 64 | bad usage: a flag or its value, or a results file another bench-client is writing, refused before anything started |
+//! | 65 | bad input data: a results or trace file that cannot be read or holds nothing usable; results of another run, or a request twice (`merge`, `--resume`) |
 //! | 70 | any other error (an I/O error writing results, say) |
 //! | 130 | interrupted (Ctrl-C); rerun with `--resume` to continue |
 
@@ -59,7 +59,18 @@ impl CliError {
 }
 
 impl From<anyhow::Error> for CliError {
+    /// Another writer holding the results file is a usage error (choose another `--out`); a
+    /// results file of another run, or holding a request twice, is a data error; the rest are
+    /// other errors.
     fn from(e: anyhow::Error) -> Self {
-        CliError::Other(e)
+        use crate::results::{ForeignRun, NotOneRun, ResultsBusy};
+        let is = |f: &dyn Fn(&(dyn std::error::Error + 'static)) -> bool| e.chain().any(f);
+        if is(&|c| c.is::<ResultsBusy>()) {
+            CliError::Usage(e)
+        } else if is(&|c| c.is::<ForeignRun>() || c.is::<NotOneRun>()) {
+            CliError::Data(e)
+        } else {
+            CliError::Other(e)
+        }
     }
 }

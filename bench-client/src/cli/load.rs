@@ -334,9 +334,11 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let failed = s.requests.saturating_sub(s.succeeded);
     if failed > 0 {
         let server_gone = s.succeeded == 0
-            && s.failures
-                .keys()
-                .all(|k| crate::results::failure_kind(k).is_some_and(|k| k.server_may_be_down()));
+            && s.failures.keys().all(|k| {
+                crate::results::ErrorKind::parse(k)
+                    .request()
+                    .is_some_and(|k| k.server_may_be_down())
+            });
         eprintln!(
             "{failed} of {} requests failed ({}); their errors are in {}",
             s.requests,

@@ -15,7 +15,7 @@ use super::report::emit;
 use crate::drive::sweep::{self, OnCrash, SweepConfig};
 use crate::plan::{self, Timeouts};
 use crate::report::Report;
-use crate::results::{failure_kind, read_records, Method};
+use crate::results::{read_records, Method};
 
 #[derive(Args, Debug)]
 pub(super) struct SweepArgs {
@@ -204,7 +204,7 @@ pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
         .filter(|r| {
             r.error
                 .as_ref()
-                .is_some_and(|e| r.method == Method::Streaming || failure_kind(&e.kind).is_some())
+                .is_some_and(|e| r.method == Method::Streaming || e.kind.request().is_some())
         })
         .count();
     if failed > 0 {

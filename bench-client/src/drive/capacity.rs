@@ -128,15 +128,9 @@ fn records_in(path: &Path) -> anyhow::Result<Vec<crate::results::Record>> {
 /// A step file being resumed must be of the step's schedule: the same rate and arrivals (a search
 /// resumed with other flags would otherwise read steps of another search as its own).
 fn check_step_file(step: &LoadConfig) -> anyhow::Result<()> {
-    let want: String = format!("{:?}", step.schedule.arrivals)
-        .chars()
-        .take(400)
-        .collect();
+    let want = super::load::schedule_text(step);
     let manifest = crate::results::read_manifest(&step.out)?;
-    let got = manifest
-        .as_ref()
-        .and_then(|m| m.get("schedule"))
-        .and_then(serde_json::Value::as_str);
+    let got = manifest.as_ref().and_then(|m| m.schedule.as_deref());
     if got != Some(want.as_str()) {
         anyhow::bail!(
             "--resume: {} holds a step of another search (schedule {}, this step is {want}): resume with the flags of the search that wrote it, or choose another --out",

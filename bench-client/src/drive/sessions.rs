@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -124,17 +123,33 @@ fn restore(
     let mut found = 0u64;
     for r in records {
         let Some(l) = &r.load else { continue };
+        let foreign = |why: String| crate::results::ForeignRun {
+            file: cfg.run.out.clone(),
+            why,
+        };
         if l.seed != cfg.run.seed || l.shard != cfg.run.shard {
-            anyhow::bail!(
-                "{out} holds records of seed {} shard {}, this run is seed {} shard {}: --resume needs the same --seed and --shard",
+            return Err(foreign(format!(
+                "holds records of seed {} shard {}, this run is seed {} shard {}: --resume needs the same --seed and --shard",
                 l.seed, l.shard, cfg.run.seed, cfg.run.shard
-            );
+            )).into());
         }
         let Some(st) = l.session else {
-            anyhow::bail!("{out} holds load records without sessions: --resume continues a run with the same flags (no --sessions here)");
+            return Err(foreign("holds load records without sessions: --resume continues a run with the same flags (no --sessions here)".into()).into());
         };
         found += 1;
-        by_session.entry(st.id).or_default().insert(st.turn, r);
+        let index = l.index;
+        if by_session
+            .entry(st.id)
+            .or_default()
+            .insert(st.turn, r)
+            .is_some()
+        {
+            return Err(crate::results::NotOneRun::Twice {
+                file: cfg.run.out.clone(),
+                index,
+            }
+            .into());
+        }
     }
     let mut restored = HashMap::new();
     for (session, turns) in by_session {
@@ -265,6 +280,8 @@ async fn warm_up(ctx: Arc<LoadRun>, plan: Arc<SessionPlan>, k: u64) {
 /// Run a multi-turn load test, appending each turn's record to `cfg.run.out` as it finishes.
 pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
     let (planner, plan) = cfg.checked()?;
+    // One writer per results file, taken before the file is read and anything is sent.
+    let _lock = crate::results::lock_results(&cfg.run.out)?;
     #[cfg(feature = "embedded-mock")]
     if let Some(mock) = &cfg.run.engine {
         let (mut outcome, model) =
@@ -279,6 +296,7 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
         } else {
             (HashMap::new(), 0)
         };
+    let run_id = super::load::piece_run_id(run, Some(&cfg.sessions))?;
     let http =
         net::http_client_with(&run.timeouts, run.stamping).context("building the HTTP client")?;
     let writer = RecordWriter::open(&run.out)?;
@@ -319,13 +337,12 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
     let fresh = Arc::new(plan.clone().salted(cfg.salt(start_unix_ms)));
     let concurrency = cfg.concurrency();
     // A load run's manifest, saying what the sessions send and where their output ids come from.
-    let mut manifest = super::load::manifest(run, server_info, start_unix_ms);
-    manifest["schedule"] = json!(format!(
-        "closed loop of sessions, {concurrency} in flight in this shard"
-    ));
-    manifest["workload"] = json!("multi-turn sessions");
-    manifest["sessions"] = json!(cfg.sessions);
-    manifest["output_ids"] = json!(output_ids_source(run.target.dialect));
+    let manifest = sessions_manifest(
+        super::load::manifest(run, server_info, start_unix_ms, run_id),
+        concurrency,
+        &cfg.sessions,
+        output_ids_source(run.target.dialect),
+    );
     crate::results::append_manifest(&run.out, &manifest)?;
 
     // Sessions in order; a resumed one continues from its last recorded turn.
@@ -383,4 +400,23 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
         out: run.out.clone(),
         model_time: None,
     })
+}
+
+/// A load manifest made a multi-turn run's: what the sessions send, `in_flight` of them in this
+/// shard, and where their earlier outputs' token ids come from.
+pub(crate) fn sessions_manifest(
+    load: crate::results::Manifest,
+    in_flight: u32,
+    sessions: &Sessions,
+    output_ids: &str,
+) -> crate::results::Manifest {
+    crate::results::Manifest {
+        schedule: Some(format!(
+            "closed loop of sessions, {in_flight} in flight in this shard"
+        )),
+        workload: Some("multi-turn sessions".to_string()),
+        sessions: serde_json::to_value(sessions).ok(),
+        output_ids: Some(output_ids.to_string()),
+        ..load
+    }
 }

@@ -4,11 +4,8 @@
 
 use super::{Request, Run, TpotDef};
 use crate::plan::Shard;
-use crate::results::{load_record, LoadInfo, Record, RecordError};
+use crate::results::{load_record, ErrorKind, LoadInfo, Record, RecordError};
 use crate::trace::{Chunk, RequestTrace, Stamps, StreamEnd, Usage};
-
-/// The error kind of a request the tool reported as failed.
-pub const FAILED: &str = "imported-failure";
 
 fn ns(s: f64) -> u64 {
     if s.is_finite() && s > 0.0 {
@@ -134,7 +131,7 @@ pub fn records(run: &Run, run_index: usize) -> Vec<Record> {
             let mut rec = load_record(trace, r.input_len.unwrap_or(0), info);
             if let Some(e) = &r.error {
                 rec.error = Some(RecordError {
-                    kind: FAILED.into(),
+                    kind: ErrorKind::Imported,
                     message: format!("{} reported: {}", run.source.as_str(), e.trim()),
                 });
             } else if !run.attribution.counts_known() {

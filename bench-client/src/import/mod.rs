@@ -226,29 +226,38 @@ pub fn read(path: &Path, from: Option<Source>) -> Result<Imported, ImportError> 
 
 /// The manifest line of an imported run: where it came from, and what the file says of the tool's
 /// settings and the server.
-pub fn manifest(imported: &Imported, run: &Run, index: usize, command: &str) -> serde_json::Value {
-    serde_json::json!({
-        "command": command,
-        "client_version": env!("CARGO_PKG_VERSION"),
-        "kind": "load",
-        "imported": {
-            "tool": run.source.as_str(),
-            "version": run.version,
-            "file": imported.file,
-            "run": index,
-            "start_from": run.start_from,
-            "token_attribution": run.attribution.as_str(),
-            "tpot_definition": run.tpot.describe(),
-            "rebuilt_schedule": run.rebuilt_schedule,
-            "settings": run.settings,
-        },
-        "url": run.url,
-        "dialect": run.dialect,
-        "model": run.model,
-        "server_info": run.server_info,
-        "start_unix_ms": run.start_unix_ms,
-        "stamping": "imported",
-    })
+pub fn manifest(
+    imported: &Imported,
+    run: &Run,
+    index: usize,
+    command: &str,
+) -> crate::results::Manifest {
+    use crate::results::manifest::{self, Manifest, StampSource};
+    Manifest {
+        command: command.to_string(),
+        client_version: env!("CARGO_PKG_VERSION").to_string(),
+        kind: Some(manifest::KIND_LOAD.to_string()),
+        imported: Some(manifest::Imported {
+            tool: run.source.as_str().to_string(),
+            version: run.version.clone(),
+            file: imported.file.clone(),
+            run: index,
+            start_from: run.start_from.to_string(),
+            token_attribution: run.attribution.as_str().to_string(),
+            tpot_definition: run.tpot.describe().to_string(),
+            rebuilt_schedule: run
+                .rebuilt_schedule
+                .and_then(|r| serde_json::to_value(r).ok()),
+            settings: run.settings.clone(),
+        }),
+        url: run.url.clone(),
+        dialect: Some(run.dialect),
+        model: run.model.clone(),
+        server_info: run.server_info.clone(),
+        start_unix_ms: Some(run.start_unix_ms),
+        stamping: Some(StampSource::Other("imported".to_string())),
+        ..Manifest::default()
+    }
 }
 
 /// Keys whose values are secrets wherever they appear (SGLang's `/server_info` carries its

@@ -90,7 +90,7 @@ fn a_failed_request_is_a_failed_record_and_secrets_stay_out_of_the_manifest() {
         (s.succeeded, s.failures.get("imported-failure")),
         (2, Some(&1))
     );
-    let m = manifest(&i, &i.runs[0], 0, "import");
+    let m = manifest(&i, &i.runs[0], 0, "import").to_value();
     assert_eq!(m["server_info"]["api_key"], "<removed>");
     assert_eq!(m["server_info"]["chunked_prefill_size"], 8192);
     assert_eq!(m["imported"]["settings"]["request_rate"], "Infinity");

@@ -176,6 +176,9 @@ pub struct LoadSummary {
     pub last_sent_ns: Option<u64>,
     /// Latest end, unix ns.
     pub last_end_ns: Option<u64>,
+    /// Each run piece's instants, by the piece's start (unix ms): a run resumed after a kill is
+    /// several pieces, and the time between them is no part of its span.
+    pub pieces: BTreeMap<u64, Piece>,
     /// Sum over requests of send-to-end time, ns.
     pub busy_ns: u128,
     /// Latency metrics by name (see [`METRICS`]).
@@ -188,6 +191,58 @@ pub struct LoadSummary {
     pub shards: BTreeSet<String>,
     /// Multi-turn runs: TTFT and cache hits by turn number.
     pub turns: super::turns::Turns,
+}
+
+/// The instants of one run piece (the requests sent by one process from one start), unix ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Earliest scheduled start.
+    pub first_scheduled: u64,
+    /// Earliest send.
+    pub first_sent: u64,
+    /// Latest send.
+    pub last_sent: u64,
+    /// Latest end.
+    pub last_end: u64,
+}
+
+impl Piece {
+    fn of(i: Instants) -> Self {
+        Self {
+            first_scheduled: i.scheduled,
+            first_sent: i.sent,
+            last_sent: i.sent,
+            last_end: i.end,
+        }
+    }
+
+    fn join(self, o: Self) -> Self {
+        Self {
+            first_scheduled: self.first_scheduled.min(o.first_scheduled),
+            first_sent: self.first_sent.min(o.first_sent),
+            last_sent: self.last_sent.max(o.last_sent),
+            last_end: self.last_end.max(o.last_end),
+        }
+    }
+}
+
+/// Total length of the union of the intervals `[a, b]`, ns: pieces that overlap (the shards of
+/// one run) count once, the gaps between pieces (a resumed run's down time) not at all.
+fn union_ns(mut spans: Vec<(u64, u64)>) -> u64 {
+    spans.sort_unstable();
+    let mut total = 0;
+    let mut cur: Option<(u64, u64)> = None;
+    for (a, b) in spans {
+        cur = match cur {
+            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
+            Some((ca, cb)) => {
+                total += cb - ca;
+                Some((a, b))
+            }
+            None => Some((a, b)),
+        };
+    }
+    total + cur.map_or(0, |(a, b)| b - a)
 }
 
 /// A load request's scheduled start, send and stream end, unix ns.
@@ -254,11 +309,17 @@ impl LoadSummary {
         let (Some(load), Some(trace)) = (&rec.load, &rec.trace) else {
             return;
         };
+        let instants = Instants::of(load, trace);
         let Instants {
             scheduled,
             sent,
             end,
-        } = Instants::of(load, trace);
+        } = instants;
+        let piece = Piece::of(instants);
+        self.pieces
+            .entry(load.start_unix_ms)
+            .and_modify(|p| *p = p.join(piece))
+            .or_insert(piece);
         self.requests += 1;
         self.turns.add(rec);
         self.shards.insert(load.shard.to_string());
@@ -367,6 +428,12 @@ impl LoadSummary {
         self.first_sent_ns = min(self.first_sent_ns, o.first_sent_ns);
         self.last_sent_ns = max(self.last_sent_ns, o.last_sent_ns);
         self.last_end_ns = max(self.last_end_ns, o.last_end_ns);
+        for (k, p) in &o.pieces {
+            self.pieces
+                .entry(*k)
+                .and_modify(|q| *q = q.join(*p))
+                .or_insert(*p);
+        }
         self.busy_ns += o.busy_ns;
         for (k, m) in &o.metrics {
             self.metrics.entry(k).or_default().merge(m);
@@ -384,22 +451,32 @@ impl LoadSummary {
         self
     }
 
-    /// First scheduled start to last end, seconds (`None` when empty or zero).
+    /// The run's span, seconds (`None` when empty or zero): first scheduled start to last end of
+    /// each piece, the pieces' union (a resumed run's is the sum of its pieces, without the time
+    /// it was down; the shards of one run overlap and count once).
     pub fn duration_s(&self) -> Option<f64> {
-        let (a, b) = (self.first_scheduled_ns?, self.last_end_ns?);
-        (b > a).then(|| (b - a) as f64 / 1e9)
+        let ns = union_ns(
+            self.pieces
+                .values()
+                .map(|p| (p.first_scheduled, p.last_end))
+                .collect(),
+        );
+        (ns > 0).then(|| ns as f64 / 1e9)
     }
 
     /// Rates and ratios derived from the counters; `None` where undefined.
     pub fn derived(&self) -> Derived {
         let d = self.duration_s();
         let per_s = |n: u64| d.map(|d| n as f64 / d);
-        let arrival = match (self.first_sent_ns, self.last_sent_ns) {
-            (Some(a), Some(b)) if b > a && self.requests >= 2 => {
-                Some((self.requests - 1) as f64 / ((b - a) as f64 / 1e9))
-            }
-            _ => None,
-        };
+        // Sends over the pieces' send spans: a resumed run's down time is no gap in its arrivals.
+        let sending = union_ns(
+            self.pieces
+                .values()
+                .map(|p| (p.first_sent, p.last_sent))
+                .collect(),
+        );
+        let arrival = (sending > 0 && self.requests >= 2)
+            .then(|| (self.requests - 1) as f64 / (sending as f64 / 1e9));
         Derived {
             duration_s: d,
             request_throughput: per_s(self.succeeded),
@@ -442,14 +519,31 @@ pub struct Derived {
     pub tokens_per_chunk_mean: Option<f64>,
 }
 
-/// Read load records from several results files and summarise them as one run.
+/// Read load records from several results files and summarise them as one run: the files must
+/// be pieces of one run, each request once ([`crate::results::check_one_run`]).
 pub fn merge_files(files: &[std::path::PathBuf], slo: Slo) -> anyhow::Result<(LoadSummary, usize)> {
-    let mut summary = LoadSummary::new(slo);
-    let mut ignored = 0usize;
+    let mut read = Vec::with_capacity(files.len());
     for f in files {
         let recs = crate::results::read_records(f)?;
+        let run_id = crate::results::read_manifests(f)?
+            .into_iter()
+            .find_map(|m| m.run_id);
+        read.push((f, run_id, recs));
+    }
+    let pieces: Vec<crate::results::Piece<'_>> = read
+        .iter()
+        .map(|(f, id, recs)| crate::results::Piece {
+            file: f.as_path(),
+            run_id: id.as_deref(),
+            records: recs,
+        })
+        .collect();
+    crate::results::check_one_run(&pieces)?;
+    let mut summary = LoadSummary::new(slo);
+    let mut ignored = 0usize;
+    for (_, _, recs) in &read {
         ignored += recs.iter().filter(|r| r.load.is_none()).count();
-        summary = summary.merge(&LoadSummary::from_records(&recs, slo));
+        summary = summary.merge(&LoadSummary::from_records(recs, slo));
     }
     Ok((summary, ignored))
 }
@@ -470,5 +564,12 @@ mod tests {
         for bad in ["", "ttft", "ttft=-1", "ttft=abc", "itl=3", "tpot=inf"] {
             assert!(Slo::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn overlapping_pieces_count_once_and_gaps_not_at_all() {
+        assert_eq!(union_ns(Vec::new()), 0);
+        assert_eq!(union_ns(vec![(10, 20), (15, 30)]), 20);
+        assert_eq!(union_ns(vec![(100, 130), (10, 20), (12, 18)]), 40);
     }
 }

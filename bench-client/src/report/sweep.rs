@@ -151,7 +151,7 @@ impl Report {
                     p.contaminated += 1;
                 }
                 if let Some(e) = &rec.error {
-                    *p.failures.entry(e.kind.clone()).or_default() += 1;
+                    *p.failures.entry(e.kind.to_string()).or_default() += 1;
                     return;
                 }
                 *p.attribution
@@ -179,7 +179,7 @@ impl Report {
             Method::TwoPoint => {
                 p.two_point_pairs += 1;
                 if let Some(e) = &rec.error {
-                    *p.two_point_errors.entry(e.kind.clone()).or_default() += 1;
+                    *p.two_point_errors.entry(e.kind.to_string()).or_default() += 1;
                     return;
                 }
                 push(&mut p.two_point_prefill_tok_s, rec.prefill_tok_s);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use super::Record;
+use super::{Manifest, Record};
 
 /// Whether `path` already holds results. With records there and no `resume`, an error that says how to
 /// go on (`hint` names what must match, e.g. the seed): a new run never mixes into an old file.
@@ -94,19 +94,26 @@ pub fn manifest_path(out: &Path) -> PathBuf {
     PathBuf::from(format!("{}.manifest.jsonl", out.display()))
 }
 
-/// The run's own description: the first line of the manifest beside `out` that is not a
-/// `/metrics` scrape; `None` when there is no manifest (torn lines are skipped).
-pub fn read_manifest(out: &Path) -> anyhow::Result<Option<serde_json::Value>> {
+/// The run's own description: the first line of the manifest beside `out` that is a run's (not a
+/// `/metrics` scrape); `None` when there is no manifest (torn or foreign lines are skipped).
+pub fn read_manifest(out: &Path) -> anyhow::Result<Option<Manifest>> {
+    Ok(read_manifests(out)?.into_iter().next())
+}
+
+/// Every run line of the manifest beside `out`, in order (one per run piece, or per imported
+/// run); empty when there is no manifest. Torn or foreign lines are skipped.
+pub fn read_manifests(out: &Path) -> anyhow::Result<Vec<Manifest>> {
     let path = manifest_path(out);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     Ok(text
         .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v.get("kind").and_then(serde_json::Value::as_str) != Some("load-metrics")))
+        .filter_map(|l| serde_json::from_str::<Manifest>(l).ok())
+        .filter(Manifest::is_run)
+        .collect())
 }
 
 /// Appends one JSON line to the manifest of the results file `out`, synced to disk.

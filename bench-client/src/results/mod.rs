@@ -4,16 +4,22 @@
 
 mod compact;
 mod file;
+mod identity;
+mod lock;
+pub mod manifest;
 mod record;
 pub mod table;
 #[cfg(test)]
 mod tests;
 
 pub use file::{
-    append_manifest, existing_results, manifest_path, read_manifest, read_records,
+    append_manifest, existing_results, manifest_path, read_manifest, read_manifests, read_records,
     read_records_strict, write_records, RecordWriter, SYNC_INTERVAL,
 };
+pub use identity::{check_one_run, ForeignRun, NotOneRun, Piece, RequestKey};
+pub use lock::{lock_results, ResultsBusy, ResultsLock};
+pub use manifest::Manifest;
 pub use record::{
-    failure_kind, load_record, LoadInfo, Method, Record, RecordError, SessionTurn, TwoPointDetail,
+    load_record, ErrorKind, LoadInfo, Method, Record, RecordError, SessionTurn, TwoPointDetail,
     SCHEMA,
 };

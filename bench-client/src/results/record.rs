@@ -45,10 +45,115 @@ impl Method {
 /// A failure in a record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordError {
-    /// Kind name (`connect-refused`, `stream-cut`, `cache-hit`, ...).
-    pub kind: String,
+    /// What kind of failure.
+    pub kind: ErrorKind,
     /// What happened.
     pub message: String,
+}
+
+/// The kind of a record's failure, written as its kebab-case name (`connect-refused`,
+/// `stream-cut`, `cache-hit`, ...). A name this build does not know (from another version or an
+/// imported file) reads as [`ErrorKind::Other`] and is written back unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum ErrorKind {
+    /// The request failed ([`FailureKind`]).
+    Request(FailureKind),
+    /// The stream succeeded but carried no output chunk.
+    NoOutput,
+    /// A two-point pair's request failed.
+    RequestFailed,
+    /// Request b of a two-point pair hit the prefix cache.
+    CacheHit,
+    /// A two-point pair's wall times did not increase with its output lengths.
+    TimeNotIncreasing,
+    /// A two-point pair's output tokens did not increase.
+    TokensNotIncreasing,
+    /// A two-point pair solved to a rate that is not positive and finite.
+    InvalidRate,
+    /// A request another tool recorded as failed (`bench-client import`).
+    Imported,
+    /// Any other name.
+    Other(String),
+}
+
+const REQUEST_KINDS: [FailureKind; 9] = [
+    FailureKind::ConnectRefused,
+    FailureKind::Connect,
+    FailureKind::HttpStatus,
+    FailureKind::InBandError,
+    FailureKind::StreamCut,
+    FailureKind::Timeout,
+    FailureKind::ShortOutput,
+    FailureKind::Invalid,
+    FailureKind::FlushRefused,
+];
+
+impl ErrorKind {
+    /// The name records and reports use.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Request(k) => k.as_str(),
+            Self::NoOutput => "no-output",
+            Self::RequestFailed => "request-failed",
+            Self::CacheHit => "cache-hit",
+            Self::TimeNotIncreasing => "time-not-increasing",
+            Self::TokensNotIncreasing => "tokens-not-increasing",
+            Self::InvalidRate => "invalid-rate",
+            Self::Imported => "imported-failure",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// The kind of a name (the inverse of [`ErrorKind::as_str`]).
+    pub fn parse(name: &str) -> Self {
+        if let Some(k) = REQUEST_KINDS.iter().find(|k| k.as_str() == name) {
+            return Self::Request(*k);
+        }
+        match name {
+            "no-output" => Self::NoOutput,
+            "request-failed" => Self::RequestFailed,
+            "cache-hit" => Self::CacheHit,
+            "time-not-increasing" => Self::TimeNotIncreasing,
+            "tokens-not-increasing" => Self::TokensNotIncreasing,
+            "invalid-rate" => Self::InvalidRate,
+            "imported-failure" => Self::Imported,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    /// The request failure kind, when it is one.
+    pub fn request(&self) -> Option<FailureKind> {
+        match self {
+            Self::Request(k) => Some(*k),
+            _ => None,
+        }
+    }
+}
+
+impl From<String> for ErrorKind {
+    fn from(s: String) -> Self {
+        Self::parse(&s)
+    }
+}
+
+impl From<ErrorKind> for String {
+    fn from(k: ErrorKind) -> Self {
+        k.as_str().to_string()
+    }
+}
+
+/// A kind equals its name (`kind == "stream-cut"`).
+impl PartialEq<&str> for ErrorKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Details of a two-point pair.
@@ -154,32 +259,17 @@ impl Record {
         let contamination = contamination(&trace, context_tokens);
         let b = basics(&trace);
         let base = Self {
-            schema: SCHEMA,
-            method: Method::Streaming,
-            context_tokens,
-            run,
             rid: trace.rid.clone(),
             output_tokens: trace.max_tokens,
             prompt_tokens: b.prompt_tokens,
             cached_tokens: b.cached_tokens,
             completion_tokens: b.completion_tokens,
             ttfb_ms: b.ttfb_ms,
-            ttft_ms: None,
             e2e_ms: Some(b.e2e_ms),
-            prefill_tok_s: None,
-            decode_tok_s: None,
-            decode_unavailable: None,
-            naive_decode_tok_s: None,
-            tpot_ms: None,
-            ttft_split: None,
-            tokens_per_chunk: Vec::new(),
             token_attribution: trace.attribution,
             contaminated: !contamination.is_empty(),
             contamination,
-            error: None,
-            two_point: None,
-            trace: None,
-            load: None,
+            ..Self::empty(Method::Streaming, context_tokens, run)
         };
         let rec = match measure(&trace) {
             Ok(m) => Self {
@@ -196,14 +286,14 @@ impl Record {
             },
             Err(MeasureError::Failed(f)) => Self {
                 error: Some(RecordError {
-                    kind: f.kind.as_str().to_string(),
+                    kind: ErrorKind::Request(f.kind),
                     message: f.message,
                 }),
                 ..base
             },
             Err(e @ MeasureError::NoOutput) => Self {
                 error: Some(RecordError {
-                    kind: "no-output".into(),
+                    kind: ErrorKind::NoOutput,
                     message: e.to_string(),
                 }),
                 ..base
@@ -233,36 +323,57 @@ impl Record {
                 None,
                 None,
                 Some(RecordError {
-                    kind: e.kind().to_string(),
+                    kind: ErrorKind::parse(e.kind()),
                     message: e.to_string(),
                 }),
             ),
         };
         Self {
-            schema: SCHEMA,
-            method: Method::TwoPoint,
-            context_tokens,
-            run,
             rid: b.map(|t| t.rid.clone()).unwrap_or_default(),
             output_tokens: detail.b_tokens,
             prompt_tokens: b.and_then(|t| basics(t).prompt_tokens),
             cached_tokens: detail.cached_tokens_b,
             completion_tokens: b.and_then(RequestTrace::completion_tokens),
-            ttfb_ms: None,
-            ttft_ms: None,
             e2e_ms: detail.t_b_ms,
             prefill_tok_s: prefill,
             decode_tok_s: decode,
-            decode_unavailable: None,
-            naive_decode_tok_s: None,
-            tpot_ms: None,
-            ttft_split: None,
-            tokens_per_chunk: Vec::new(),
             token_attribution: b.map_or(TokenAttribution::Unknown, |t| t.attribution),
             contaminated: !contamination.is_empty(),
             contamination,
             error,
             two_point: Some(detail),
+            ..Self::empty(Method::TwoPoint, context_tokens, run)
+        }
+    }
+
+    /// A record of `method` at a point with nothing measured: every field once, for the
+    /// constructors to fill in.
+    pub fn empty(method: Method, context_tokens: u32, run: u32) -> Self {
+        Self {
+            schema: SCHEMA,
+            method,
+            context_tokens,
+            run,
+            rid: String::new(),
+            output_tokens: 0,
+            prompt_tokens: None,
+            cached_tokens: None,
+            completion_tokens: None,
+            ttfb_ms: None,
+            ttft_ms: None,
+            e2e_ms: None,
+            prefill_tok_s: None,
+            decode_tok_s: None,
+            decode_unavailable: None,
+            naive_decode_tok_s: None,
+            tpot_ms: None,
+            ttft_split: None,
+            tokens_per_chunk: Vec::new(),
+            token_attribution: TokenAttribution::Unknown,
+            contaminated: false,
+            contamination: Vec::new(),
+            error: None,
+            two_point: None,
             trace: None,
             load: None,
         }
@@ -277,11 +388,6 @@ impl Record {
     pub fn point_key(&self) -> (Method, u32, u32) {
         (self.method, self.context_tokens, self.run)
     }
-}
-
-/// Failure kind of a record as a typed kind, when it is one of the request failure kinds.
-pub fn failure_kind(name: &str) -> Option<FailureKind> {
-    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
 }
 
 /// Build the record of one finished request: TTFT from its scheduled start is the client's queue

@@ -285,3 +285,30 @@ fn the_record_writer_feeds_every_record_and_syncs_at_the_end() {
     t.join().unwrap().unwrap();
     assert_eq!(read_records(&path).unwrap().len(), 5);
 }
+
+#[test]
+fn failure_kinds_read_and_write_their_names_and_keep_unknown_ones() {
+    for name in [
+        "connect-refused",
+        "stream-cut",
+        "flush-refused",
+        "no-output",
+        "cache-hit",
+        "invalid-rate",
+        "imported-failure",
+        "a-kind-of-a-newer-version",
+    ] {
+        let k: ErrorKind = serde_json::from_value(serde_json::json!(name)).unwrap();
+        assert_eq!(k, name);
+        assert_eq!(serde_json::to_value(&k).unwrap(), serde_json::json!(name));
+    }
+    assert_eq!(
+        ErrorKind::parse("stream-cut").request(),
+        Some(crate::trace::FailureKind::StreamCut)
+    );
+    assert_eq!(ErrorKind::parse("cache-hit").request(), None);
+    assert_eq!(
+        ErrorKind::parse("a-kind-of-a-newer-version"),
+        ErrorKind::Other("a-kind-of-a-newer-version".into())
+    );
+}

@@ -341,11 +341,18 @@ pub fn run_load_engine(
             .or(cfg.start_at_unix_ms)
             .unwrap_or_else(rand::random),
     );
-    let done = crate::drive::load::done_indices(cfg)?;
+    let resumed = crate::drive::load::resumed(cfg)?;
+    let run_id = crate::drive::load::piece_run_id(cfg, sessions.map(|s| &s.sessions))?;
+    let done = resumed.done;
     let sim = Simulator::new(mock).map_err(|e| anyhow::anyhow!("embedded mock: {e}"))?;
-    let start_unix_ms = cfg
-        .start_at_unix_ms
-        .unwrap_or_else(crate::net::scrape::unix_ms_now);
+    // Virtual time runs ahead of the wall clock: a resumed piece starts after the last request
+    // the file holds ended, so that the pieces of a run never overlap.
+    let start_unix_ms = cfg.start_at_unix_ms.unwrap_or_else(|| {
+        let now = crate::net::scrape::unix_ms_now();
+        resumed
+            .last_end_unix_ms
+            .map_or(now, |end| now.max(end.saturating_add(1)))
+    });
     let closed = !cfg.schedule.is_open();
     let writer = RecordWriter::open(&cfg.out)?;
     let mut run = Run {
@@ -406,15 +413,15 @@ pub fn run_load_engine(
     } else {
         None
     };
-    let mut manifest = crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms);
+    let mut manifest = crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms, run_id);
     if let Some(sc) = sessions {
         let slots = run.sessions.as_ref().map_or(1, |s| s.slots());
-        manifest["schedule"] = serde_json::json!(format!(
-            "closed loop of sessions, {slots} in flight in this shard"
-        ));
-        manifest["workload"] = serde_json::json!("multi-turn sessions");
-        manifest["sessions"] = serde_json::json!(sc.sessions);
-        manifest["output_ids"] = serde_json::json!("engine: output ids");
+        manifest = crate::drive::sessions::sessions_manifest(
+            manifest,
+            u32::try_from(slots).unwrap_or(u32::MAX),
+            &sc.sessions,
+            "engine: output ids",
+        );
     }
     crate::results::append_manifest(&cfg.out, &manifest)?;
 

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
-use serde_json::json;
 
 use crate::measure::{basics, two_point, TwoPointError};
 use crate::net::stamped::Stamping;
 use crate::net::{self, Target};
 use crate::plan::prompt::{Prompt, PromptGen};
 use crate::plan::{RequestSpec, Timeouts};
+use crate::results::manifest::{Manifest, PromptSettings, SweepSettings, TimeoutsS};
 use crate::results::{read_records, Method, Record, RecordWriter, TwoPointDetail};
 use crate::trace::Dialect;
 use crate::trace::FailureKind;
@@ -347,10 +347,7 @@ impl Runner<'_> {
 }
 
 fn is_down(rec: &Record) -> bool {
-    let kind = rec
-        .error
-        .as_ref()
-        .and_then(|e| crate::results::failure_kind(&e.kind));
+    let kind = rec.error.as_ref().and_then(|e| e.kind.request());
     let tp_kind = rec
         .two_point
         .as_ref()
@@ -372,6 +369,8 @@ pub async fn run_sweep_with(
     source: PromptSource,
 ) -> anyhow::Result<SweepOutcome> {
     let prompts = cfg.validate()?;
+    // One writer per results file, taken before the file is read and anything is sent.
+    let _lock = crate::results::lock_results(&cfg.out)?;
     let mut done: HashSet<(Method, u32, u32)> = HashSet::new();
     if crate::results::existing_results(&cfg.out, cfg.resume, "")? {
         for r in read_records(&cfg.out)? {
@@ -399,33 +398,49 @@ pub async fn run_sweep_with(
     };
     #[cfg(not(feature = "embedded-mock"))]
     let server_info = net::server_info(&http, &cfg.target.base_url, key).await;
-    let manifest = json!({
-        "command": cfg.command,
-        "simulated": cfg.simulated,
-        "client_version": env!("CARGO_PKG_VERSION"),
-        "started_unix_s": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-        "url": cfg.target.base_url,
-        "dialect": cfg.target.dialect,
-        "model": cfg.target.model,
-        "server_info": server_info,
-        "seed": cfg.seed,
-        "invocation": nonce,
-        "settings": {
-            "contexts": cfg.contexts, "output_tokens": cfg.output_tokens, "runs": cfg.runs,
-            "warmup": cfg.warmup, "interleave": cfg.interleave, "method": cfg.method, "flush_cache": cfg.flush_cache,
-            "two_point_tokens": [cfg.two_point_tokens.0, cfg.two_point_tokens.1], "token_id_range": [cfg.token_id_range.0, cfg.token_id_range.1],
-            "prompt": { "kind": source.kind(cfg.target.dialect), "tokenizer": source.tokenizer_path() },
-            "resume": cfg.resume, "on_crash": format!("{:?}", cfg.on_crash).to_lowercase(),
-            "stamping": cfg.stamping,
-            "timeouts_s": {
-                "connect": cfg.timeouts.connect.as_secs_f64(),
-                "first_token_base": cfg.timeouts.first_token_base.as_secs_f64(),
-                "first_token_per_1k": cfg.timeouts.first_token_per_1k.as_secs_f64(),
-                "idle": cfg.timeouts.idle.as_secs_f64(),
-                "total": cfg.timeouts.total.as_secs_f64(),
-            }
-        }
-    });
+    let manifest = Manifest {
+        command: cfg.command.clone(),
+        simulated: Some(cfg.simulated),
+        client_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_unix_s: Some(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        ),
+        url: Some(cfg.target.base_url.clone()),
+        dialect: Some(cfg.target.dialect),
+        model: cfg.target.model.clone(),
+        server_info,
+        seed: Some(cfg.seed),
+        invocation: Some(nonce),
+        settings: Some(SweepSettings {
+            contexts: cfg.contexts.clone(),
+            output_tokens: cfg.output_tokens,
+            runs: cfg.runs,
+            warmup: cfg.warmup,
+            interleave: cfg.interleave,
+            method: Some(cfg.method),
+            flush_cache: cfg.flush_cache,
+            two_point_tokens: [cfg.two_point_tokens.0, cfg.two_point_tokens.1],
+            token_id_range: [cfg.token_id_range.0, cfg.token_id_range.1],
+            prompt: PromptSettings {
+                kind: source.kind(cfg.target.dialect).to_string(),
+                tokenizer: source.tokenizer_path(),
+            },
+            resume: cfg.resume,
+            on_crash: format!("{:?}", cfg.on_crash).to_lowercase(),
+            stamping: Some(cfg.stamping),
+            timeouts_s: TimeoutsS {
+                connect: cfg.timeouts.connect.as_secs_f64(),
+                first_token_base: cfg.timeouts.first_token_base.as_secs_f64(),
+                first_token_per_1k: cfg.timeouts.first_token_per_1k.as_secs_f64(),
+                idle: cfg.timeouts.idle.as_secs_f64(),
+                total: cfg.timeouts.total.as_secs_f64(),
+            },
+        }),
+        ..Manifest::default()
+    };
     // The results file (and its folder) first: the manifest lives beside it.
     let mut writer = RecordWriter::open(&cfg.out)?;
     crate::results::append_manifest(&cfg.out, &manifest)?;

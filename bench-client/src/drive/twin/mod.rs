@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::measure::calibrate::{calibrate, Calibration, Observed, ServerFacts};
 use crate::report::calibrate::observed;
-use crate::results::{read_manifest, read_records_strict};
+use crate::results::{read_manifest, read_records_strict, Manifest};
 
 /// What `calibrate` is asked.
 #[derive(Clone, Debug)]
@@ -58,16 +58,19 @@ pub struct Twin {
 
 /// The server's identity in a manifest, to refuse mixing servers: `/server_info`'s model path,
 /// else the manifest's model, with the dialect.
-fn identity(m: &Value) -> Option<String> {
+fn identity(m: &Manifest) -> Option<String> {
     let model = m
-        .get("server_info")
+        .server_info
+        .as_ref()
         .and_then(|i| i.get("model_path"))
-        .or_else(|| m.get("model").filter(|v| !v.is_null()))
-        .map(Value::to_string)?;
-    Some(format!(
-        "{model} ({})",
-        m.get("dialect").map(Value::to_string).unwrap_or_default()
-    ))
+        .map(Value::to_string)
+        .or_else(|| m.model.as_deref().map(|s| Value::from(s).to_string()))?;
+    let dialect = m
+        .dialect
+        .and_then(|d| serde_json::to_value(d).ok())
+        .map(|d| d.to_string())
+        .unwrap_or_else(|| "null".to_string());
+    Some(format!("{model} ({dialect})"))
 }
 
 /// An integer of `/server_info`: at its top level, else in SGLang's `internal_states` (where
@@ -165,8 +168,8 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
                 }
                 servers.push((id, f.display().to_string()));
             }
-            if let Some(i) = m.get("server_info").filter(|v| v.is_object()) {
-                infos.push(i.clone());
+            if let Some(i) = m.server_info.filter(Value::is_object) {
+                infos.push(i);
             }
         }
         held_whole += held.len();

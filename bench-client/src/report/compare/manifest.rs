@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::Difference;
 use crate::report::load::Slo;
-use crate::results::manifest_path;
+use crate::results::{manifest_path, Manifest};
 
 /// Manifest keys that differ between every two runs and say nothing about the setup.
 const VOLATILE: [&str; 5] = [
@@ -60,12 +60,13 @@ fn manifest_settings(
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            // A torn or foreign line is no setting; the results themselves are what counts.
-            let Ok(v) = serde_json::from_str::<Value>(line) else {
+            // A torn or foreign line is no setting; the results themselves are what counts. A
+            // run's line has a command (a `/metrics` scrape's has none).
+            let Ok(m) = serde_json::from_str::<Manifest>(line) else {
                 continue;
             };
-            if v.get("command").is_some() {
-                flatten("", &v, &mut out);
+            if !m.command.is_empty() {
+                flatten("", &m.to_value(), &mut out);
             }
         }
     }
@@ -110,15 +111,11 @@ pub fn manifest_differences(
 pub fn manifest_slo(files: &[PathBuf]) -> Option<Slo> {
     let mut seen: Option<Slo> = None;
     for f in files {
-        let text = std::fs::read_to_string(manifest_path(Path::new(f))).ok()?;
-        for line in text.lines() {
-            let Ok(v) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            let Some(s) = v
-                .get("slo")
-                .and_then(|s| serde_json::from_value::<Slo>(s.clone()).ok())
-            else {
+        // A missing manifest file gives no SLO; a torn or foreign line is skipped.
+        std::fs::metadata(manifest_path(Path::new(f))).ok()?;
+        let manifests = crate::results::read_manifests(Path::new(f)).ok()?;
+        for m in manifests {
+            let Some(s) = m.slo else {
                 continue;
             };
             if !s.is_set() {

@@ -11,7 +11,7 @@ use crate::report::cache::ServerCache;
 use crate::report::compare::CompareReport;
 use crate::report::load::LoadSummary;
 use crate::report::sweep::Report;
-use crate::results::Record;
+use crate::results::{Manifest, Record};
 
 /// What the page shows.
 #[derive(Debug)]
@@ -19,7 +19,7 @@ pub struct Page<'a> {
     /// The results files, as given.
     pub files: Vec<String>,
     /// The first manifest line of each file (the run's own description), by file.
-    pub manifests: Vec<(String, Value)>,
+    pub manifests: Vec<(String, Manifest)>,
     /// The sweep records' report, when there are sweep records.
     pub sweep: Option<&'a Report>,
     /// The load records' summary, when there are load records.
@@ -156,30 +156,43 @@ fn prefix_cache(o: &mut String, s: &LoadSummary, server: Option<&ServerCache>) {
     o.push_str("</table>\n");
 }
 
+/// A manifest's text field as a cell: `-` when the manifest does not say.
+fn text_cell(v: Option<&str>) -> String {
+    v.filter(|s| !s.is_empty()).map_or_else(|| "-".into(), esc)
+}
+
 /// One table of what each run's manifest says: command, client, server, model, settings.
-fn manifests(o: &mut String, ms: &[(String, Value)]) {
+fn manifests(o: &mut String, ms: &[(String, Manifest)]) {
     if ms.is_empty() {
         o.push_str("<p>No manifest beside the results files (FILE.manifest.jsonl).</p>\n");
         return;
     }
     o.push_str("<h2>Runs</h2>\n<table id=\"manifest\"><tr><th class=\"l\">file</th><th class=\"l\">command</th><th class=\"l\">client</th><th class=\"l\">server</th><th class=\"l\">dialect</th><th class=\"l\">model</th></tr>\n");
     for (f, m) in ms {
+        let dialect = m.dialect.and_then(|d| serde_json::to_value(d).ok());
         let _ = writeln!(
             o,
             "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
             esc(f),
-            json_cell(&m["command"]),
-            json_cell(&m["client_version"]),
-            json_cell(&m["url"]),
-            json_cell(&m["dialect"]),
-            json_cell(&m["model"]),
+            text_cell(Some(&m.command)),
+            text_cell(Some(&m.client_version)),
+            text_cell(m.url.as_deref()),
+            json_cell(dialect.as_ref().unwrap_or(&Value::Null)),
+            text_cell(m.model.as_deref()),
         );
     }
     o.push_str("</table>\n");
     for (f, m) in ms {
-        for key in ["settings", "server_info"] {
-            if !m[key].is_null() {
-                let pretty = serde_json::to_string_pretty(&m[key]).unwrap_or_default();
+        let settings = m
+            .settings
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok());
+        for (key, v) in [
+            ("settings", settings.as_ref()),
+            ("server_info", m.server_info.as_ref()),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_null()) {
+                let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
                 let _ = writeln!(
                     o,
                     "<details><summary>{} of {}</summary><pre>{}</pre></details>",
@@ -261,7 +274,10 @@ mod tests {
             files: vec!["<b>.jsonl".into()],
             manifests: vec![(
                 "<b>.jsonl".into(),
-                serde_json::json!({"command": "sweep --url <x>"}),
+                Manifest {
+                    command: "sweep --url <x>".into(),
+                    ..Manifest::default()
+                },
             )],
             sweep: None,
             load: None,

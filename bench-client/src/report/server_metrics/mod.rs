@@ -45,7 +45,7 @@ pub fn gauges(samples: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
 pub use crate::results::manifest_path;
 
 /// Manifest line kind of a stored scrape pair.
-pub const MANIFEST_KIND: &str = "load-metrics";
+pub const MANIFEST_KIND: &str = crate::results::manifest::KIND_LOAD_METRICS;
 
 /// Counter and gauge samples of the server's Prometheus metrics before and after a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
