@@ -1,4 +1,4 @@
-//! Every `bench-client ...` and `mock-server ...` command in README.md and docs/*.md parses as
+//! Every `bench-client ...` and `mock-server ...` command in README.md, BENCHMARKS.md and docs/*.md parses as
 //! pasted: the command lines of the shell blocks (```sh, ```bash, ```shell) are read the way a
 //! shell reads them and handed to the binaries' own clap types, so a flag that no longer exists
 //! fails here, naming the file and line.
@@ -33,7 +33,7 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// README.md and every docs/*.md, in a fixed order.
+/// README.md, BENCHMARKS.md and every docs/*.md, in a fixed order.
 fn documents() -> Vec<PathBuf> {
     let root = root();
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
@@ -42,6 +42,7 @@ fn documents() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|x| x == "md"))
         .collect();
     docs.sort();
+    docs.insert(0, root.join("BENCHMARKS.md"));
     docs.insert(0, root.join("README.md"));
     docs
 }
