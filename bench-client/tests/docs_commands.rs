@@ -88,7 +88,6 @@ fn shell_blocks(text: &str) -> Vec<Vec<(usize, String)>> {
         if let Some(pos) = line.find("<<") {
             let word = line[pos + 2..]
                 .trim_start_matches('-')
-                .trim_start()
                 .split_whitespace()
                 .next()
                 .unwrap_or("")
