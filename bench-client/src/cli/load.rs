@@ -198,6 +198,7 @@ fn load_config(
         first_token_per_1k: Duration::ZERO,
         idle: secs("idle-timeout-s", a.idle_timeout_s)?,
         total: secs("total-timeout-s", a.total_timeout_s)?,
+        caps: a.server.stream_caps()?,
     };
     let out = a.out.clone().unwrap_or_else(|| default_out("load"));
     let cfg = LoadConfig {
@@ -243,7 +244,7 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
-        cfg.target.base_url,
+        cfg.target.shown_url(),
         cfg.target.dialect.as_str(),
         cfg.shard,
         out.display()

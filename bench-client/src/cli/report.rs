@@ -57,6 +57,14 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
 }
 
 pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
+    super::paths::refuse_overwrites(
+        &super::paths::results_and_manifests("the results file", &a.files),
+        &super::paths::written(&[
+            ("--plot", a.output.plot.as_ref()),
+            ("--html", a.html.as_ref()),
+        ]),
+    )
+    .map_err(CliError::Usage)?;
     let mut records = Vec::new();
     let mut manifests = Vec::new();
     for f in &a.files {

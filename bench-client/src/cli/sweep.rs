@@ -117,10 +117,15 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
         },
         idle: secs("idle-timeout-s", a.idle_timeout_s)?,
         total: secs("total-timeout-s", a.total_timeout_s)?,
+        caps: a.server.stream_caps()?,
     };
     let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
     let prompt_source = prompt_source(a.tokenizer.as_deref(), a.seed)?;
     let out = a.out.clone().unwrap_or_else(|| default_out("sweep"));
+    super::paths::refuse_overwrites(
+        &super::paths::results_and_manifests("the results file", [&out]),
+        &super::paths::written(&[("--plot", a.output.plot.as_ref())]),
+    )?;
     let cfg = SweepConfig {
         stamping: a.server.stamping(),
         simulated: a.server.paused(),
@@ -157,7 +162,7 @@ pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
     eprintln!(
         "sweeping {} context lengths against {} ({}), results in {}",
         cfg.contexts.len(),
-        cfg.target.base_url,
+        cfg.target.shown_url(),
         cfg.target.dialect.as_str(),
         out.display()
     );

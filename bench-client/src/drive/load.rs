@@ -247,7 +247,7 @@ pub(crate) fn manifest(
         "simulated": cfg.simulated,
         "client_version": env!("CARGO_PKG_VERSION"),
         "kind": "load",
-        "url": cfg.target.base_url,
+        "url": cfg.target.shown_url(),
         "dialect": cfg.target.dialect,
         "model": cfg.target.model,
         "server_info": server_info,

@@ -39,24 +39,42 @@ pub async fn first_model(http: &reqwest::Client, base: &str, key: Option<&str>) 
     if !r.status().is_success() {
         return None;
     }
-    let v: Value = r.json().await.ok()?;
+    let v = json_capped(r).await?;
     v.pointer("/data/0/id")
         .and_then(Value::as_str)
         .map(str::to_string)
 }
 
-/// Server description for the run manifest: `/server_info`, else `/v1/models`.
+/// Server description for the run manifest: `/server_info`, else `/v1/models`; its secrets (the
+/// server's API keys, passwords, the client's own key) redacted here, before it is stored
+/// anywhere ([`super::redact`]).
 pub async fn server_info(http: &reqwest::Client, base: &str, key: Option<&str>) -> Option<Value> {
     for path in ["/server_info", "/get_server_info", "/v1/models"] {
         if let Ok(r) = get(http, base, path, key).send().await {
             if r.status().is_success() {
-                if let Ok(v) = r.json::<Value>().await {
+                if let Some(mut v) = json_capped(r).await {
+                    super::redact::redact_json(&mut v, key);
                     return Some(v);
                 }
             }
         }
     }
     None
+}
+
+/// The most bytes of a probe's answer read: a server description is a few kB.
+const PROBE_BODY_CAP: usize = 4 << 20;
+
+/// A probe's JSON answer, `None` when it is not JSON or longer than [`PROBE_BODY_CAP`].
+async fn json_capped(mut r: reqwest::Response) -> Option<Value> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = r.chunk().await {
+        if body.len() + chunk.len() > PROBE_BODY_CAP {
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).ok()
 }
 
 /// `GET /health` answered with a success status.

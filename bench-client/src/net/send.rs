@@ -9,7 +9,7 @@ use tokio::time::{timeout_at, Instant};
 use super::errors::{body_error, classify, classify_wire, error_chain};
 use super::stamped::{ConnLog, Exchange, ResponseStamps};
 use super::{Http, Target};
-use crate::plan::{RequestSpec, Timeouts};
+use crate::plan::{RequestSpec, StreamCaps, Timeouts};
 use crate::stream::assemble::{StreamAssembler, TraceHead};
 use crate::trace::{RequestTrace, Stamps, StreamEnd, TimeoutPhase};
 
@@ -306,6 +306,7 @@ pub async fn send_traced(
         asm = asm.keeping_output_ids(target.dialect);
     }
     let mut last_read = t0;
+    let mut size = SizeGuard::new(timeouts.caps);
     let end = loop {
         let (deadline, phase) = if asm.first_output_seen() {
             let (d, p) = earliest(last_read + timeouts.idle, total_deadline);
@@ -327,6 +328,10 @@ pub async fn send_traced(
             Ok(Some(Ok(f))) => {
                 last_read = Instant::now();
                 tally.add(f.source);
+                // Checked before the decoder sees the frame: nothing past a cap is buffered.
+                if let Err(end) = size.admit(&f.bytes) {
+                    break end;
+                }
                 if asm.push(&f.bytes, ns_between(origin, f.at)) {
                     break StreamEnd::Done;
                 }
@@ -349,6 +354,61 @@ pub async fn send_traced(
     };
     let tr = head.finish(Some(status), headers_ns, Some(asm), end, end_ns);
     (stamped(tr, &tally), origin)
+}
+
+/// Counts a body's bytes against the [`StreamCaps`]: the whole body, and the bytes since the last
+/// line end (an SSE line the decoder would have to hold).
+struct SizeGuard {
+    caps: StreamCaps,
+    body: u64,
+    line: u64,
+}
+
+impl SizeGuard {
+    fn new(caps: StreamCaps) -> Self {
+        Self {
+            caps,
+            body: 0,
+            line: 0,
+        }
+    }
+
+    /// Counts one frame; the end of the stream when it passes a cap.
+    fn admit(&mut self, bytes: &[u8]) -> Result<(), StreamEnd> {
+        let len = bytes.len() as u64;
+        self.body += len;
+        // The longest line this frame holds or continues: the open line up to the frame's first
+        // line end, then whatever follows its last one.
+        let longest = match memchr::memchr2(b'\n', b'\r', bytes) {
+            Some(first) => {
+                let last = memchr::memrchr2(b'\n', b'\r', bytes).unwrap_or(first);
+                let open = self.line + first as u64;
+                self.line = len - last as u64 - 1;
+                open.max(self.line)
+            }
+            None => {
+                self.line += len;
+                self.line
+            }
+        };
+        if longest > self.caps.line {
+            return Err(StreamEnd::TooLarge {
+                message: format!(
+                    "a line of the stream passed {} bytes (--max-stream-bytes) after {} bytes of body; the rest was not read",
+                    self.caps.line, self.body
+                ),
+            });
+        }
+        if self.body > self.caps.body {
+            return Err(StreamEnd::TooLarge {
+                message: format!(
+                    "the body passed {} bytes (--max-stream-bytes) after {} bytes; the rest was not read",
+                    self.caps.body, self.body
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The earlier deadline; `FirstToken` names the first, `Total` the second.

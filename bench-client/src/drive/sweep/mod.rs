@@ -404,7 +404,7 @@ pub async fn run_sweep_with(
         "simulated": cfg.simulated,
         "client_version": env!("CARGO_PKG_VERSION"),
         "started_unix_s": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-        "url": cfg.target.base_url,
+        "url": cfg.target.shown_url(),
         "dialect": cfg.target.dialect,
         "model": cfg.target.model,
         "server_info": server_info,
