@@ -247,7 +247,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
         &mut cfg.load.engine,
     )
     .await
-    .map_err(CliError::Usage)?;
+    .map_err(CliError::connecting)?;
     eprintln!(
         "capacity search against {} ({}), SLO {} for {:.0}% of requests, step results beside {}",
         cfg.load.target.shown_url(),

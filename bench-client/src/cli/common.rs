@@ -233,9 +233,14 @@ pub(super) async fn connect(
         None => start_mock(s).await?,
     };
     let http = net::http_client(timeouts)?;
+    let wait = s.wait_ready()?;
+    if !wait.is_zero() {
+        eprintln!("waiting up to {wait:?} for the server to be ready (GET /health)");
+        net::wait_ready(&http, &base_url, api_key.as_deref(), wait).await?;
+    }
     let dialect = match s.api {
         Some(d) => d,
-        None => net::probe_dialect(&http, &base_url, api_key.as_deref()).await,
+        None => net::probe_dialect_checked(&http, &base_url, api_key.as_deref()).await?,
     };
     let model = match &s.model {
         Some(m) => Some(m.clone()),

@@ -36,6 +36,8 @@ pub enum CliError {
     Usage(anyhow::Error),
     /// An input file that cannot be read or holds nothing usable.
     Data(anyhow::Error),
+    /// The server went away, never answered, or is not ready.
+    ServerGone(anyhow::Error),
     /// Anything else.
     Other(anyhow::Error),
 }
@@ -46,15 +48,28 @@ impl CliError {
         match self {
             CliError::Usage(_) => USAGE,
             CliError::Data(_) => DATA,
+            CliError::ServerGone(_) => SERVER_GONE,
             CliError::Other(_) => OTHER,
         }
     }
 
     /// Print the error's chain on one line and give its exit code.
     pub fn report(&self) -> ExitCode {
-        let (CliError::Usage(e) | CliError::Data(e) | CliError::Other(e)) = self;
+        let (CliError::Usage(e) | CliError::Data(e) | CliError::ServerGone(e) | CliError::Other(e)) =
+            self;
         eprintln!("error: {e:#}");
         ExitCode::from(self.code())
+    }
+}
+
+impl CliError {
+    /// An error of finding the server: one not ready or not reachable went away (2); one that
+    /// needs a key, and every other, is a usage error (64).
+    pub fn connecting(e: anyhow::Error) -> Self {
+        match e.downcast_ref::<crate::net::NotUsable>() {
+            Some(crate::net::NotUsable::NeedsKey { .. }) | None => CliError::Usage(e),
+            Some(_) => CliError::ServerGone(e),
+        }
     }
 }
 

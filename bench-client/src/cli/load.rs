@@ -240,7 +240,7 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let mock =
         super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
             .await
-            .map_err(CliError::Usage)?;
+            .map_err(CliError::connecting)?;
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
@@ -333,11 +333,15 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     }
     let s = &outcome.summary;
     let failed = s.requests.saturating_sub(s.succeeded);
+    if let Some(why) = &outcome.server_gone {
+        eprintln!("{why}");
+    }
     if failed > 0 {
-        let server_gone = s.succeeded == 0
-            && s.failures
-                .keys()
-                .all(|k| crate::results::failure_kind(k).is_some_and(|k| k.server_may_be_down()));
+        let server_gone = outcome.server_gone.is_some()
+            || s.succeeded == 0
+                && s.failures.keys().all(|k| {
+                    crate::results::failure_kind(k).is_some_and(|k| k.server_may_be_down())
+                });
         eprintln!(
             "{failed} of {} requests failed ({}); their errors are in {}",
             s.requests,

@@ -11,9 +11,12 @@ pub mod stamped;
 
 use std::time::Duration;
 
-pub use probe::{first_model, flush_cache, health, probe_dialect, server_info};
+pub use probe::{
+    first_model, flush_cache, health, probe_dialect, probe_dialect_checked, server_info,
+    wait_ready, NotUsable,
+};
 use proxy::ProxyEnv;
-pub use send::{send, send_traced};
+pub use send::{send, send_full, send_traced, Sent};
 use stamped::{StampedConnector, Stamping};
 
 use crate::plan::Timeouts;

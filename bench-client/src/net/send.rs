@@ -130,6 +130,8 @@ impl Frames {
 /// A response whose headers have arrived.
 struct Opened {
     status: u16,
+    /// The `Retry-After` header, in its delay-seconds form.
+    retry_after: Option<Duration>,
     /// When the headers arrived, as the request's task saw it.
     headers_at: Instant,
     /// The request's exchange, as its connection stamped it.
@@ -183,6 +185,7 @@ async fn open(
         let log = stamps.map(|r| r.log.clone());
         return Ok(Opened {
             status: resp.status().as_u16(),
+            retry_after: retry_after(resp.headers()),
             headers_at: Instant::now(),
             exchange,
             frames: Frames::Wire {
@@ -203,6 +206,7 @@ async fn open(
     let resp = req.send().await.map_err(|e| classify(&e))?;
     Ok(Opened {
         status: resp.status().as_u16(),
+        retry_after: retry_after(resp.headers()),
         headers_at: Instant::now(),
         exchange: None,
         frames: Frames::Reqwest(resp.bytes_stream().boxed()),
@@ -223,12 +227,60 @@ pub async fn send(
     send_traced(http, target, spec, timeouts).await.0
 }
 
+/// The `Retry-After` of a response in its delay-seconds form (the HTTP-date form is not read).
+fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
+    h.get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
 /// [`send`], also returning the instant the trace's times count from (its "send").
 pub async fn send_traced(
     http: &Http,
     target: &Target,
     spec: &RequestSpec,
     timeouts: &Timeouts,
+) -> (RequestTrace, Instant) {
+    let s = send_full(http, target, spec, timeouts).await;
+    (s.trace, s.origin)
+}
+
+/// What [`send_full`] gives.
+pub struct Sent {
+    /// Everything the request produced.
+    pub trace: RequestTrace,
+    /// The instant the trace's times count from (its "send").
+    pub origin: Instant,
+    /// The server's `Retry-After`, when it sent one (seconds form).
+    pub retry_after: Option<Duration>,
+}
+
+/// [`send_traced`], also returning the server's `Retry-After`.
+pub async fn send_full(
+    http: &Http,
+    target: &Target,
+    spec: &RequestSpec,
+    timeouts: &Timeouts,
+) -> Sent {
+    let mut retry = None;
+    let (trace, origin) = send_inner(http, target, spec, timeouts, &mut retry).await;
+    Sent {
+        trace,
+        origin,
+        retry_after: retry,
+    }
+}
+
+async fn send_inner(
+    http: &Http,
+    target: &Target,
+    spec: &RequestSpec,
+    timeouts: &Timeouts,
+    retry: &mut Option<Duration>,
 ) -> (RequestTrace, Instant) {
     let head = TraceHead::of(spec, target.dialect);
     let invalid = |head: TraceHead, message| {
@@ -256,6 +308,7 @@ pub async fn send_traced(
     };
     let Opened {
         status,
+        retry_after,
         headers_at,
         exchange,
         mut frames,
@@ -286,6 +339,7 @@ pub async fn send_traced(
         tr
     };
     let headers_ns = Some(ns_between(origin, headers_at));
+    *retry = retry_after;
     if !(200..300).contains(&status) {
         let body = match timeout_at(
             pre_deadline.max(Instant::now() + timeouts.idle),

@@ -1,0 +1,514 @@
+//! Bad input, faults and secrets, as a user meets them: secrets never written, no output over an
+//! input, a hostile stream capped, a gone or refusing server backed off, and a server that is not
+//! ready or needs a key reported as such. Test servers are axum apps or raw TCP listeners here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bin_util;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use bench_client::drive::backoff::GONE_AFTER;
+use bench_client::drive::{run_load, LoadConfig};
+use bench_client::net::stamped::Stamping;
+use bench_client::plan::{
+    Arrivals, LenDist, RequestSpec, Schedule, Stop, StreamCaps, Timeouts, Workload,
+};
+use bench_client::results::read_records;
+use bench_client::trace::FailureKind;
+use bench_client::{Dialect, Prompt, Target};
+use bin_util::{run, stderr};
+
+/// A two-token SGLang stream: a success for `--output-len 2`.
+const STREAM: &str = "data: {\"text\":\"ab\",\"output_ids\":[5,6],\"meta_info\":{\"id\":\"x\",\"prompt_tokens\":8,\"completion_tokens\":2,\"cached_tokens\":0,\"finish_reason\":{\"type\":\"length\",\"length\":2}}}\n\ndata: [DONE]\n\n";
+
+fn respond(status: StatusCode, body: impl Into<Body>) -> Response {
+    Response::builder()
+        .status(status)
+        .body(body.into())
+        .unwrap()
+}
+
+/// Serves `app` on a runtime of its own thread; returns its base URL.
+fn serve(app: Router) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    format!("http://{}", rx.recv().unwrap())
+}
+
+/// The recorded SGLang `/server_info`, with secrets set as a server started with
+/// `--api-key --admin-api-key --ssl-keyfile-password` reports them, and one more field holding
+/// the client's own key.
+fn server_info_with_keys() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/streams/real/sglang_info_server_info.json"
+    );
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut info: serde_json::Value =
+        serde_json::from_str(rec["reads"][0]["data"].as_str().unwrap()).unwrap();
+    assert!(info.get("api_key").is_some() && info.get("ssl_keyfile_password").is_some());
+    info["api_key"] = "sk-server-secret-123".into();
+    info["admin_api_key"] = "adm-secret-456".into();
+    info["ssl_keyfile_password"] = "sslpw-789".into();
+    info["served_for"] = "sk-client-own-000".into();
+    info.to_string()
+}
+
+fn sglang_app(info: String) -> Router {
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/get_model_info", get(|| async { "{}" }))
+        .route(
+            "/server_info",
+            get(move || {
+                let info = info.clone();
+                async move { info }
+            }),
+        )
+        .route("/generate", post(|| async { STREAM }))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+#[test]
+fn secrets_never_reach_results_manifest_report_or_stderr() {
+    let url = serve(sglang_app(server_info_with_keys()));
+    let with_user = url.replace("http://", "http://alice:hunter2pw@");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let html = dir.path().join("r.html");
+    let o = run(&[
+        "load",
+        "--url",
+        &with_user,
+        "--api-key",
+        "sk-client-own-000",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "2",
+        "--input-len",
+        "8",
+        "--output-len",
+        "2",
+        "--no-metrics",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let r = run(&[
+        "report",
+        out.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let manifest = read(&out.with_file_name("r.jsonl.manifest.jsonl"));
+    // The server's description is there, redacted, not left out.
+    assert!(
+        manifest.contains("\"api_key\":\"<redacted>\"") && manifest.contains("\"model_path\""),
+        "{manifest}"
+    );
+    let all = [
+        read(&out),
+        manifest,
+        read(&html),
+        stderr(&o),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    ]
+    .concat();
+    for secret in [
+        "sk-server-secret-123",
+        "adm-secret-456",
+        "sslpw-789",
+        "sk-client-own-000",
+        "hunter2pw",
+    ] {
+        assert!(!all.contains(secret), "{secret} was written");
+    }
+}
+
+/// Bytes of a file, or `None` when absent.
+fn bytes(p: &Path) -> Option<Vec<u8>> {
+    std::fs::read(p).ok()
+}
+
+#[test]
+fn outputs_that_name_an_input_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("r.jsonl");
+    let man = dir.path().join("r.jsonl.manifest.jsonl");
+    std::fs::write(&res, "{\"measurements\": 1}\n").unwrap();
+    std::fs::write(&man, "{\"kind\": \"load\"}\n").unwrap();
+    let other = dir.path().join("o.jsonl");
+    std::fs::write(&other, "{\"other\": 1}\n").unwrap();
+    let (r, m, o) = (
+        res.to_str().unwrap(),
+        man.to_str().unwrap(),
+        other.to_str().unwrap(),
+    );
+    // The same file under another spelling.
+    let dotted = format!("{}/./r.jsonl", dir.path().display());
+    let before = (bytes(&res), bytes(&man), bytes(&other));
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["report", r, "--html", r],
+        vec!["report", r, "--plot", m],
+        vec!["report", r, "--html", &dotted],
+        vec!["compare", r, o, "--html", o],
+        vec!["compare", r, o, "--plot", m],
+        vec!["import", r, "--out", r],
+        vec![
+            "sweep",
+            "--simulate",
+            "--contexts",
+            "1k",
+            "--out",
+            o,
+            "--resume",
+            "--plot",
+            o,
+        ],
+    ];
+    for args in cases {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("would overwrite"), "{args:?}");
+        assert_eq!(
+            (bytes(&res), bytes(&man), bytes(&other)),
+            before,
+            "{args:?}"
+        );
+    }
+}
+
+/// A raw server that answers every connection with a 200 SSE head and then one line that never
+/// ends; returns its URL and the bytes it managed to write.
+fn endless_line_server() -> (String, Arc<AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let written = Arc::new(AtomicUsize::new(0));
+    let w = written.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { return };
+            let w = w.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                let _ = s.read(&mut buf);
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 100000000000\r\n\r\ndata: ";
+                if s.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let chunk = vec![b'x'; 16 * 1024];
+                while s.write_all(&chunk).is_ok() {
+                    w.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (url, written)
+}
+
+#[tokio::test]
+async fn an_endless_line_fails_at_the_cap_without_buffering_past_it() {
+    let (url, _) = endless_line_server();
+    let target = Target {
+        base_url: url,
+        dialect: Dialect::Sglang,
+        model: None,
+        api_key: None,
+    };
+    let cap = 1 << 20;
+    let timeouts = Timeouts {
+        caps: StreamCaps {
+            line: cap,
+            body: 64 << 20,
+        },
+        ..Timeouts::default()
+    };
+    let http = bench_client::net::http_client(&timeouts).unwrap();
+    let spec = RequestSpec::new("r", Prompt::TokenIds(vec![1, 2, 3]), 4);
+    let trace = bench_client::net::send(&http, &target, &spec, &timeouts).await;
+    let f = trace.failure().expect("the request fails");
+    assert_eq!(f.kind, FailureKind::StreamTooLarge, "{}", f.message);
+    // The body bytes read when the cap was hit: past the cap by less than one read.
+    let read: u64 = f
+        .message
+        .split("after ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect(&f.message);
+    assert!(read > cap && read <= cap + 512 * 1024, "{read}");
+    assert!(trace.chunks.is_empty());
+}
+
+#[test]
+fn a_load_run_records_stream_too_large_and_goes_on() {
+    let (url, _) = endless_line_server();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = run(&[
+        "load",
+        "--url",
+        &url,
+        "--api",
+        "sglang",
+        "--max-stream-bytes",
+        "2MiB",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "3",
+        "--no-metrics",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let recs = read_records(&out).unwrap();
+    assert_eq!(recs.len(), 3);
+    for r in &recs {
+        assert_eq!(r.error.as_ref().unwrap().kind, "stream-too-large");
+    }
+}
+
+#[test]
+fn a_server_that_refuses_every_connection_stops_the_run_with_exit_2() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let concurrency = 4;
+    let o = run(&[
+        "load",
+        "--url",
+        &format!("http://127.0.0.1:{port}"),
+        "--api",
+        "sglang",
+        "--concurrency",
+        &concurrency.to_string(),
+        "--duration",
+        "20s",
+        "--no-metrics",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("went away"), "{}", stderr(&o));
+    // The rule: the run stops at GONE_AFTER refusals in a row; the requests already in flight
+    // then (at most concurrency − 1) are recorded too.
+    let n = read_records(&out).unwrap().len() as u32;
+    assert!(
+        (GONE_AFTER..GONE_AFTER + concurrency).contains(&n),
+        "{n} records"
+    );
+}
+
+/// A raw server on the test's runtime that answers every request `429` with `Retry-After: 1`,
+/// logging the instant (tokio's clock) of each.
+async fn too_many_requests_server() -> (String, Arc<Mutex<Vec<tokio::time::Instant>>>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let lg = log.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            let lg = lg.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut got = Vec::new();
+                // One request per connection: read to the end of its body.
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got);
+                    if let Some(h) = text.find("\r\n\r\n") {
+                        let len = text[..h]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if got.len() >= h + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                if got.starts_with(b"POST /generate") {
+                    lg.lock().unwrap().push(tokio::time::Instant::now());
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbusy")
+                    .await;
+            });
+        }
+    });
+    (url, log)
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_holds_a_closed_loop_back() {
+    let (url, log) = too_many_requests_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let target = Target {
+        base_url: url,
+        dialect: Dialect::Sglang,
+        model: None,
+        api_key: None,
+    };
+    let schedule =
+        Schedule::new(Arrivals::Closed { concurrency: 2 }, Stop::Requests(12), 1).unwrap();
+    let workload = Workload::Random {
+        input: LenDist::parse("8").unwrap(),
+        output: LenDist::parse("2").unwrap(),
+    };
+    let cfg = LoadConfig {
+        stamping: Stamping::Socket,
+        scrape_metrics: false,
+        ..LoadConfig::new(target, schedule, workload, dir.path().join("r.jsonl"))
+    };
+    let outcome = run_load(&cfg).await.unwrap();
+    assert_eq!(outcome.written, 12);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.len(), 12);
+    // Two workers, each 429 asking for one second: six rounds a second apart on tokio's clock
+    // (without the wait, all twelve arrive at the same instant).
+    let span = *log.last().unwrap() - log[0];
+    assert!(
+        span >= Duration::from_millis(4900) && span < Duration::from_secs(8),
+        "{span:?}"
+    );
+    for w in log.windows(3) {
+        assert!(w[2] - w[0] >= Duration::from_millis(900), "{log:?}");
+    }
+    // Every request failed as refused: the server counts as gone (exit 2).
+    assert!(outcome.server_gone.is_some());
+}
+
+/// A server whose `/health` (and SGLang's probe) answer `503` for the first `starting` calls.
+fn starting_server(starting: usize) -> (String, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let ready = move || {
+        let c = c.clone();
+        async move {
+            if c.fetch_add(1, Ordering::SeqCst) < starting {
+                respond(StatusCode::SERVICE_UNAVAILABLE, "starting")
+            } else {
+                respond(StatusCode::OK, "ok")
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/health", get(ready.clone()))
+        .route(
+            "/get_model_info",
+            get(move || {
+                let r = ready.clone();
+                async move { r().await }
+            }),
+        )
+        .route("/server_info", get(|| async { "{}" }))
+        .route("/generate", post(|| async { STREAM }));
+    (serve(app), calls)
+}
+
+fn load_args<'a>(url: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "load",
+        "--url",
+        url,
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "2",
+        "--input-len",
+        "8",
+        "--output-len",
+        "2",
+        "--no-metrics",
+        "--out",
+        out,
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn wait_ready_waits_out_a_starting_server_then_probes_it() {
+    let (url, calls) = starting_server(3);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = run(&load_args(
+        &url,
+        out.to_str().unwrap(),
+        &["--wait-ready", "30s"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(calls.load(Ordering::SeqCst) >= 4);
+    let manifest = read(&dir.path().join("r.jsonl.manifest.jsonl"));
+    assert!(manifest.contains("\"dialect\":\"sglang\""), "{manifest}");
+}
+
+#[test]
+fn a_starting_server_is_not_ready_not_an_openai_server() {
+    let (url, _) = starting_server(usize::MAX);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = run(&load_args(&url, out.to_str().unwrap(), &[]));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("server not ready"), "{}", stderr(&o));
+    assert!(!out.exists(), "nothing was run");
+}
+
+#[test]
+fn a_server_that_needs_a_key_says_so() {
+    let app = Router::new().fallback(|| async {
+        Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{\"error\":\"unauthorized\"}"))
+            .unwrap()
+    });
+    let url = serve(app);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    for extra in [&[][..], &["--wait-ready", "30s"][..]] {
+        let o = run(&load_args(&url, out.to_str().unwrap(), extra));
+        assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("server needs an API key (--api-key"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!out.exists());
+    }
+}
