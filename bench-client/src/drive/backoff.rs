@@ -180,12 +180,12 @@ mod tests {
         g.observe(&busy, Some(Duration::from_secs(3)));
         assert!(g.pass().await);
         assert_eq!(Instant::now() - t0, Duration::from_secs(3));
-        // Without Retry-After, doubling from 100 ms.
+        // Without Retry-After, doubling from 100 ms: the third busy answer in a row waits 400 ms.
         g.observe(&busy, None);
         g.observe(&busy, None);
         let t1 = Instant::now();
         assert!(g.pass().await);
-        assert_eq!(Instant::now() - t1, Duration::from_millis(300));
+        assert_eq!(Instant::now() - t1, Duration::from_millis(400));
     }
 
     #[tokio::test(start_paused = true)]

@@ -473,3 +473,34 @@ fn earliest(first: Instant, total: Instant) -> (Instant, TimeoutPhase) {
         (total, TimeoutPhase::Total)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(line: u64, body: u64) -> SizeGuard {
+        SizeGuard::new(StreamCaps { line, body })
+    }
+
+    #[test]
+    fn a_line_is_counted_across_frames_and_ends_at_a_line_end() {
+        let mut g = guard(10, 1000);
+        assert!(g.admit(b"data: 1234").is_ok());
+        // The open line reaches 11 bytes before its end: past the cap.
+        assert!(matches!(g.admit(b"5\n"), Err(StreamEnd::TooLarge { .. })));
+        let mut g = guard(10, 1000);
+        assert!(g.admit(b"data: 12\n\ndata: 1").is_ok());
+        assert!(g.admit(b"2\r\n\r\n").is_ok());
+        assert!(g.admit(b"0123456789\n").is_ok());
+    }
+
+    #[test]
+    fn the_body_is_capped_whatever_its_lines() {
+        let mut g = guard(10, 30);
+        for _ in 0..3 {
+            assert!(g.admit(b"data: 1\n\n").is_ok());
+        }
+        let e = g.admit(b"data: 1\n\n").unwrap_err();
+        assert!(matches!(e, StreamEnd::TooLarge { message } if message.contains("after 36 bytes")));
+    }
+}
