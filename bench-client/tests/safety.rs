@@ -324,6 +324,85 @@ fn a_server_that_refuses_every_connection_stops_the_run_with_exit_2() {
     );
 }
 
+#[test]
+fn an_open_loop_stops_too_when_the_server_is_gone() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = run(&[
+        "load",
+        "--url",
+        &format!("http://127.0.0.1:{port}"),
+        "--api",
+        "sglang",
+        "--request-rate",
+        "200",
+        "--duration",
+        "20s",
+        "--no-metrics",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("went away"), "{}", stderr(&o));
+    // Slots that arrive while the gate holds the run back wait there, and are dropped once it
+    // stops: far fewer records than the 4,000 slots of the schedule.
+    let n = read_records(&out).unwrap().len() as u32;
+    assert!((GONE_AFTER..GONE_AFTER + 32).contains(&n), "{n} records");
+}
+
+#[test]
+fn load_and_sweep_agree_that_a_server_refusing_all_work_is_gone() {
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route(
+            "/generate",
+            post(|| async { respond(StatusCode::SERVICE_UNAVAILABLE, "overloaded") }),
+        );
+    let url = serve(app);
+    let dir = tempfile::tempdir().unwrap();
+    let (l, s) = (dir.path().join("l.jsonl"), dir.path().join("s.jsonl"));
+    let load = run(&[
+        "load",
+        "--url",
+        &url,
+        "--api",
+        "sglang",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "3",
+        "--input-len",
+        "8",
+        "--no-metrics",
+        "--out",
+        l.to_str().unwrap(),
+    ]);
+    let sweep = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--api",
+        "sglang",
+        "--contexts",
+        "1k",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--no-progress",
+        "--out",
+        s.to_str().unwrap(),
+    ]);
+    assert_eq!(load.status.code(), Some(2), "{}", stderr(&load));
+    assert_eq!(sweep.status.code(), Some(2), "{}", stderr(&sweep));
+    assert_eq!(read_records(&l).unwrap().len(), 3);
+    assert_eq!(read_records(&s).unwrap().len(), 2);
+}
+
 /// A raw server on the test's runtime that answers every request `429` with `Retry-After: 1`,
 /// logging the instant (tokio's clock) of each.
 async fn too_many_requests_server() -> (String, Arc<Mutex<Vec<tokio::time::Instant>>>) {
