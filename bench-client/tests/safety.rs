@@ -146,6 +146,58 @@ fn secrets_never_reach_results_manifest_report_or_stderr() {
     }
 }
 
+#[test]
+fn secrets_in_manifests_written_before_redaction_are_not_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (name, secret) in [("a.jsonl", "old-secret-aaa"), ("b.jsonl", "old-secret-bbb")] {
+        let out = dir.path().join(name);
+        let o = run(&[
+            "sweep",
+            "--simulate",
+            "--contexts",
+            "1k",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--no-progress",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let m = out.with_file_name(format!("{name}.manifest.jsonl"));
+        let text = read(&m);
+        let mut v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        v["server_info"]["api_key"] = secret.into();
+        std::fs::write(&m, format!("{v}\n")).unwrap();
+        files.push(out);
+    }
+    let (a, b) = (files[0].to_str().unwrap(), files[1].to_str().unwrap());
+    let html = dir.path().join("c.html");
+    let c = run(&["compare", a, b, "--html", html.to_str().unwrap()]);
+    let r = run(&[
+        "report",
+        a,
+        "--html",
+        dir.path().join("r.html").to_str().unwrap(),
+    ]);
+    assert_eq!(c.status.code(), Some(0), "{}", stderr(&c));
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let shown = [
+        String::from_utf8_lossy(&c.stdout).into_owned(),
+        stderr(&c),
+        read(&html),
+        read(&dir.path().join("r.html")),
+    ]
+    .concat();
+    assert!(
+        shown.contains("server_info.api_key"),
+        "the difference is named"
+    );
+    assert!(!shown.contains("old-secret"), "a secret was shown");
+}
+
 /// Bytes of a file, or `None` when absent.
 fn bytes(p: &Path) -> Option<Vec<u8>> {
     std::fs::read(p).ok()

@@ -156,7 +156,15 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     );
     let (differences, notes) =
         manifest_differences(&base_files, &new_files).map_err(CliError::Data)?;
-    report.differences = differences;
+    // Manifests written before redaction may still hold secrets: none is shown.
+    report.differences = differences
+        .into_iter()
+        .map(|mut d| {
+            d.base = crate::net::redact::redact_shown(&d.key, &d.base);
+            d.new = crate::net::redact::redact_shown(&d.key, &d.new);
+            d
+        })
+        .collect();
     report.notes.extend(notes);
     emit(&report, a.format)?;
     let plot = match report.kind {

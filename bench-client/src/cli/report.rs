@@ -72,7 +72,9 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             .with_context(|| format!("reading {}", f.display()))
             .map_err(CliError::Data)?;
         records.extend(recs);
-        if let Some(m) = read_manifest(f).map_err(CliError::Data)? {
+        if let Some(mut m) = read_manifest(f).map_err(CliError::Data)? {
+            // A manifest written before redaction may still hold secrets: none is shown.
+            crate::net::redact::redact_json(&mut m, None);
             manifests.push((f.display().to_string(), m));
         }
     }

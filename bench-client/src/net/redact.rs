@@ -12,8 +12,8 @@ use serde_json::Value;
 /// What a secret is replaced with.
 pub const REDACTED: &str = "<redacted>";
 
-/// Whether a JSON key names a secret.
-fn secret_name(k: &str) -> bool {
+/// Whether a JSON key (or a dotted path of keys) names a secret.
+pub fn secret_name(k: &str) -> bool {
     let k = k.to_ascii_lowercase();
     ["key", "password", "secret", "token"]
         .iter()
@@ -53,6 +53,20 @@ pub fn redact_json(v: &mut Value, api_key: Option<&str>) {
             }
         }
         _ => {}
+    }
+}
+
+/// A value shown as text under `key` (a dotted path), redacted by the same rules: a secret-named
+/// key's value unless it is a number, a boolean, null or `-` (absent); else URL credentials.
+pub fn redact_shown(key: &str, value: &str) -> String {
+    let plain = value == "-"
+        || value
+            .split(" | ")
+            .all(|v| matches!(v, "true" | "false" | "null") || v.parse::<f64>().is_ok());
+    if secret_name(key) && !plain {
+        REDACTED.into()
+    } else {
+        redact_text(value)
     }
 }
 
@@ -106,6 +120,17 @@ mod tests {
         assert_eq!(v["model_path"], "/m");
         // The rule matches names, not meanings: a path under a key naming a token is hidden too.
         assert_eq!(v["tokenizer_path"], REDACTED);
+    }
+
+    #[test]
+    fn shown_values_under_secret_keys_are_replaced_unless_numbers() {
+        assert_eq!(redact_shown("server_info.api_key", "sk-1 | -"), REDACTED);
+        assert_eq!(
+            redact_shown("server_info.max_total_tokens", "4096 | 8192"),
+            "4096 | 8192"
+        );
+        assert_eq!(redact_shown("server_info.api_key", "-"), "-");
+        assert_eq!(redact_shown("url", "http://u:p@h"), "http://<redacted>@h");
     }
 
     #[test]
