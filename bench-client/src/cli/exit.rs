@@ -4,8 +4,8 @@
 //! |---|---|
 //! | 0 | every request succeeded (or, for `report`, `merge` and `compare`, the files were read) |
 //! | 1 | the run finished, but some requests failed (their records say why); for `compare`, a row is `worse` and `--fail-on-regression` was given; for `capacity`, no rate meets the SLO or a step stopped the search by failing requests |
-//! | 2 | the server went away or never answered; the records so far are kept |
-//! | 64 | bad usage: a flag or its value, refused before anything started |
+//! | 2 | the server went away or never answered (also: not ready after `--wait-ready`, a run stopped after 16 refused connections in a row, or no request succeeded and every one was refused: no connection, HTTP 429/502/503/504); the records so far are kept |
+//! | 64 | bad usage: a flag or its value (an output that would overwrite an input, a server that needs `--api-key`), refused before anything started |
 //! | 65 | bad input data: a results or trace file that cannot be read or holds nothing usable |
 //! | 70 | any other error (an I/O error writing results, say) |
 //! | 130 | interrupted (Ctrl-C); rerun with `--resume` to continue |
