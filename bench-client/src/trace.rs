@@ -41,6 +41,8 @@ pub enum StreamEnd {
     Timeout { phase: TimeoutPhase },
     /// The request could not be built (for example a text-only dialect with a token-id prompt).
     Invalid { message: String },
+    /// The response passed a size cap (one line, or the whole body); the rest was not read.
+    TooLarge { message: String },
 }
 
 /// Where a trace's instants were taken (the network stage's `stamped` module).
@@ -140,6 +142,8 @@ pub enum FailureKind {
     Invalid,
     /// The server flushed nothing when asked to flush its cache (two-point only).
     FlushRefused,
+    /// The response passed the client's size cap (`--max-stream-bytes`).
+    StreamTooLarge,
 }
 
 impl FailureKind {
@@ -155,6 +159,7 @@ impl FailureKind {
             Self::ShortOutput => "short-output",
             Self::Invalid => "invalid",
             Self::FlushRefused => "flush-refused",
+            Self::StreamTooLarge => "stream-too-large",
         }
     }
 
@@ -288,6 +293,9 @@ impl RequestTrace {
                 );
             }
             StreamEnd::Invalid { message } => return fail(FailureKind::Invalid, message.clone()),
+            StreamEnd::TooLarge { message } => {
+                return fail(FailureKind::StreamTooLarge, message.clone())
+            }
         }
         if let Some(got) = self.completion_tokens() {
             if got < self.max_tokens {

@@ -51,6 +51,10 @@ pub(super) struct CalibrateArgs {
 
 pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     let usage = |m: String| CliError::Usage(anyhow::anyhow!(m));
+    let mut kept = super::paths::results_and_manifests("the results file", &a.files);
+    kept.extend(a.table.iter().map(|t| ("the table", t.clone())));
+    super::paths::refuse_overwrites(&kept, &super::paths::written(&[("--out", Some(&a.out))]))
+        .map_err(CliError::Usage)?;
     if let Some(table) = &a.table {
         return super::twin_table::run_calibrate_table(super::twin_table::TableCalibration {
             table,

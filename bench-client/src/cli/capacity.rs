@@ -201,7 +201,11 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
     };
     let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
     let out = a.out.clone().unwrap_or_else(|| default_out("capacity"));
-    let load = LoadConfig {
+    super::paths::refuse_overwrites(
+        &super::paths::results_and_manifests("the results file", [&out]),
+        &super::paths::written(&[("--plot", a.plot.as_ref())]),
+    )?;
+    let mut load = LoadConfig {
         stamping: a.server.stamping(),
         simulated: a.server.paused(),
         warmup: a.warmup,
@@ -217,6 +221,7 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
             out.clone(),
         )
     };
+    load.timeouts.caps = a.server.stream_caps()?;
     let cfg = CapacityConfig {
         load,
         arrival: a.arrival,
@@ -242,10 +247,10 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
         &mut cfg.load.engine,
     )
     .await
-    .map_err(CliError::Usage)?;
+    .map_err(CliError::connecting)?;
     eprintln!(
         "capacity search against {} ({}), SLO {} for {:.0}% of requests, step results beside {}",
-        cfg.load.target.base_url,
+        cfg.load.target.shown_url(),
         cfg.load.target.dialect.as_str(),
         cfg.slo_text,
         cfg.plan.target * 100.0,

@@ -25,6 +25,14 @@ pub(super) struct ServerArgs {
     /// API key (else env OPENAI_API_KEY or SGLANG_API_KEY); sent as a Bearer token, never recorded.
     #[arg(long)]
     pub(super) api_key: Option<String>,
+    /// Before probing, wait up to this long (e.g. 30s, 5m; 0: do not wait) for the server to
+    /// answer GET /health (and SGLang's /health_generate) with success.
+    #[arg(long, default_value = "0s")]
+    pub(super) wait_ready: String,
+    /// Largest response body, in bytes (e.g. 64MiB, 500kB); one SSE line may hold at most the
+    /// smaller of this and 4 MiB. A stream past it fails as `stream-too-large`.
+    #[arg(long, default_value = "64MiB")]
+    pub(super) max_stream_bytes: String,
     /// Embedded mock preset.
     #[arg(long, default_value = "small-cpu-demo")]
     pub(super) preset: String,
@@ -55,6 +63,19 @@ impl ServerArgs {
         self.simulate || self.simulate_http
     }
 
+    /// The size caps of every response (`--max-stream-bytes`).
+    pub(super) fn stream_caps(&self) -> anyhow::Result<crate::plan::StreamCaps> {
+        parse_bytes("max-stream-bytes", &self.max_stream_bytes).map(crate::plan::StreamCaps::body)
+    }
+
+    /// How long to wait for the server to be ready (`--wait-ready`).
+    pub(super) fn wait_ready(&self) -> anyhow::Result<Duration> {
+        if self.wait_ready.trim().trim_end_matches(['s', 'm', 'h']) == "0" {
+            return Ok(Duration::ZERO);
+        }
+        parse_duration_of("wait-ready", &self.wait_ready)
+    }
+
     /// The target of a run on the engine path.
     pub(super) fn engine_target(&self) -> Target {
         Target {
@@ -82,6 +103,8 @@ impl ServerArgs {
         if self.url.is_some() && self.preset_file.is_some() {
             anyhow::bail!("--preset-file configures the embedded mock: leave out --url");
         }
+        self.stream_caps()?;
+        self.wait_ready()?;
         if self.url.is_none() {
             // The embedded mock's configuration is checked before anything starts.
             self.mock_config()?;
@@ -210,9 +233,14 @@ pub(super) async fn connect(
         None => start_mock(s).await?,
     };
     let http = net::http_client(timeouts)?;
+    let wait = s.wait_ready()?;
+    if !wait.is_zero() {
+        eprintln!("waiting up to {wait:?} for the server to be ready (GET /health)");
+        net::wait_ready(&http, &base_url, api_key.as_deref(), wait).await?;
+    }
     let dialect = match s.api {
         Some(d) => d,
-        None => net::probe_dialect(&http, &base_url, api_key.as_deref()).await,
+        None => net::probe_dialect_checked(&http, &base_url, api_key.as_deref()).await?,
     };
     let model = match &s.model {
         Some(m) => Some(m.clone()),
@@ -287,11 +315,12 @@ fn engine_path(
     anyhow::bail!("--simulate needs a build with the embedded mock (feature embedded-mock)")
 }
 
-/// The command line for the manifest, with any `--api-key` value removed.
+/// The command line for the manifest, with any `--api-key` value and the `user:password@` of any
+/// URL removed.
 pub(super) fn redact_args(args: impl Iterator<Item = String>) -> String {
     let mut out = Vec::new();
     let mut hide_next = false;
-    for a in args {
+    for a in args.map(|a| net::redact::redact_text(&a)) {
         if hide_next {
             out.push("<redacted>".to_string());
             hide_next = false;
@@ -308,6 +337,36 @@ pub(super) fn redact_args(args: impl Iterator<Item = String>) -> String {
 }
 
 pub(super) fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    parse_duration_of("duration", s)
+}
+
+/// A byte count: a whole number with an optional unit, B, kB, MB, GB (powers of 1,000) or KiB,
+/// MiB, GiB (powers of 1,024); at least 1 kB.
+pub(super) fn parse_bytes(name: &str, s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => anyhow::bail!("--{name} {s:?}: expected bytes, e.g. 64MiB, 4MB, 500kB"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--{name} {s:?}: expected bytes, e.g. 64MiB, 4MB, 500kB"))?;
+    match n.checked_mul(mult) {
+        Some(b) if b >= 1_000 => Ok(b),
+        _ => anyhow::bail!("--{name} {s:?}: must be at least 1kB and fit in 64 bits"),
+    }
+}
+
+/// A duration flag: a number with ms, s, m or h (seconds without a unit), above zero.
+pub(super) fn parse_duration_of(name: &str, s: &str) -> anyhow::Result<Duration> {
     let s = s.trim();
     let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
         (n, 1e-3)
@@ -323,8 +382,8 @@ pub(super) fn parse_duration(s: &str) -> anyhow::Result<Duration> {
     let v: f64 = num
         .trim()
         .parse()
-        .map_err(|_| anyhow::anyhow!("--duration {s:?}: expected e.g. 60s, 5m, 500ms"))?;
-    secs("duration", v * mult)
+        .map_err(|_| anyhow::anyhow!("--{name} {s:?}: expected e.g. 60s, 5m, 500ms"))?;
+    secs(name, v * mult)
 }
 
 /// The default results file of a `kind` run: `results/KIND-<unix seconds>.jsonl`.

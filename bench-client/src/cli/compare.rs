@@ -136,6 +136,14 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         bootstrap: b,
         slo,
     } = check(&a).map_err(CliError::Usage)?;
+    super::paths::refuse_overwrites(
+        &super::paths::results_and_manifests(
+            "the results file",
+            base_files.iter().chain(&new_files),
+        ),
+        &super::paths::written(&[("--plot", a.plot.as_ref()), ("--html", a.html.as_ref())]),
+    )
+    .map_err(CliError::Usage)?;
     let base = read_side("BASE", &base_files).map_err(CliError::Data)?;
     let new = read_side("NEW", &new_files).map_err(CliError::Data)?;
     let slo = slo
@@ -148,7 +156,15 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     );
     let (differences, notes) =
         manifest_differences(&base_files, &new_files).map_err(CliError::Data)?;
-    report.differences = differences;
+    // Manifests written before redaction may still hold secrets: none is shown.
+    report.differences = differences
+        .into_iter()
+        .map(|mut d| {
+            d.base = crate::net::redact::redact_shown(&d.key, &d.base);
+            d.new = crate::net::redact::redact_shown(&d.key, &d.new);
+            d
+        })
+        .collect();
     report.notes.extend(notes);
     emit(&report, a.format)?;
     let plot = match report.kind {

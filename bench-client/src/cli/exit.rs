@@ -4,8 +4,8 @@
 //! |---|---|
 //! | 0 | every request succeeded (or, for `report`, `merge` and `compare`, the files were read) |
 //! | 1 | the run finished, but some requests failed (their records say why); for `compare`, a row is `worse` and `--fail-on-regression` was given; for `capacity`, no rate meets the SLO or a step stopped the search by failing requests |
-//! | 2 | the server went away or never answered; the records so far are kept |
-//! | 64 | bad usage: a flag or its value, or a results file another bench-client is writing, refused before anything started |
+//! | 2 | the server went away or never answered (also: not ready after `--wait-ready`, a run stopped after 16 refused connections in a row, or no request succeeded and every one was refused: no connection, HTTP 429/502/503/504); the records so far are kept |
+//! | 64 | bad usage: a flag or its value, or a results file another bench-client is writing, an output that would overwrite an input, a server that needs `--api-key`, refused before anything started |
 //! | 65 | bad input data: a results or trace file that cannot be read or holds nothing usable; results of another run, or a request twice (`merge`, `--resume`) |
 //! | 70 | any other error (an I/O error writing results, say) |
 //! | 130 | interrupted (Ctrl-C); rerun with `--resume` to continue |
@@ -36,6 +36,8 @@ pub enum CliError {
     Usage(anyhow::Error),
     /// An input file that cannot be read or holds nothing usable.
     Data(anyhow::Error),
+    /// The server went away, never answered, or is not ready.
+    ServerGone(anyhow::Error),
     /// Anything else.
     Other(anyhow::Error),
 }
@@ -46,15 +48,28 @@ impl CliError {
         match self {
             CliError::Usage(_) => USAGE,
             CliError::Data(_) => DATA,
+            CliError::ServerGone(_) => SERVER_GONE,
             CliError::Other(_) => OTHER,
         }
     }
 
     /// Print the error's chain on one line and give its exit code.
     pub fn report(&self) -> ExitCode {
-        let (CliError::Usage(e) | CliError::Data(e) | CliError::Other(e)) = self;
+        let (CliError::Usage(e) | CliError::Data(e) | CliError::ServerGone(e) | CliError::Other(e)) =
+            self;
         eprintln!("error: {e:#}");
         ExitCode::from(self.code())
+    }
+}
+
+impl CliError {
+    /// An error of finding the server: one not ready or not reachable went away (2); one that
+    /// needs a key, and every other, is a usage error (64).
+    pub fn connecting(e: anyhow::Error) -> Self {
+        match e.downcast_ref::<crate::net::NotUsable>() {
+            Some(crate::net::NotUsable::NeedsKey { .. }) | None => CliError::Usage(e),
+            Some(_) => CliError::ServerGone(e),
+        }
     }
 }
 

@@ -76,6 +76,20 @@ fn jsonl<T: serde::Serialize>(lines: &[T]) -> anyhow::Result<String> {
 }
 
 pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
+    let manifest_out = manifest_path(&a.out);
+    let kept: Vec<_> = a
+        .files
+        .iter()
+        .map(|f| ("an imported file", f.clone()))
+        .collect();
+    super::paths::refuse_overwrites(
+        &kept,
+        &super::paths::written(&[
+            ("--out", Some(&a.out)),
+            ("the manifest beside --out", Some(&manifest_out)),
+        ]),
+    )
+    .map_err(CliError::Usage)?;
     for p in [a.out.clone(), manifest_path(&a.out)] {
         if std::fs::metadata(&p).is_ok() {
             return Err(CliError::Usage(anyhow::anyhow!(

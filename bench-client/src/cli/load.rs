@@ -198,6 +198,7 @@ fn load_config(
         first_token_per_1k: Duration::ZERO,
         idle: secs("idle-timeout-s", a.idle_timeout_s)?,
         total: secs("total-timeout-s", a.total_timeout_s)?,
+        caps: a.server.stream_caps()?,
     };
     let out = a.out.clone().unwrap_or_else(|| default_out("load"));
     let cfg = LoadConfig {
@@ -239,11 +240,11 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let mock =
         super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
             .await
-            .map_err(CliError::Usage)?;
+            .map_err(CliError::connecting)?;
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
-        cfg.target.base_url,
+        cfg.target.shown_url(),
         cfg.target.dialect.as_str(),
         cfg.shard,
         out.display()
@@ -332,13 +333,17 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     }
     let s = &outcome.summary;
     let failed = s.requests.saturating_sub(s.succeeded);
+    if let Some(why) = &outcome.server_gone {
+        eprintln!("{why}");
+    }
     if failed > 0 {
-        let server_gone = s.succeeded == 0
-            && s.failures.keys().all(|k| {
-                crate::results::ErrorKind::parse(k)
-                    .request()
-                    .is_some_and(|k| k.server_may_be_down())
-            });
+        let server_gone = outcome.server_gone.is_some()
+            || s.succeeded == 0
+                && s.failures.keys().all(|k| {
+                    crate::results::ErrorKind::parse(k)
+                        .request()
+                        .is_some_and(|k| k.server_may_be_down())
+                });
         eprintln!(
             "{failed} of {} requests failed ({}); their errors are in {}",
             s.requests,

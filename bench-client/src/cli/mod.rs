@@ -9,6 +9,7 @@ mod compare;
 pub mod exit;
 mod import;
 mod load;
+mod paths;
 mod report;
 mod sessions;
 mod sweep;

@@ -57,6 +57,14 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
 }
 
 pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
+    super::paths::refuse_overwrites(
+        &super::paths::results_and_manifests("the results file", &a.files),
+        &super::paths::written(&[
+            ("--plot", a.output.plot.as_ref()),
+            ("--html", a.html.as_ref()),
+        ]),
+    )
+    .map_err(CliError::Usage)?;
     let mut records = Vec::new();
     let mut manifests = Vec::new();
     for f in &a.files {
@@ -64,7 +72,9 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             .with_context(|| format!("reading {}", f.display()))
             .map_err(CliError::Data)?;
         records.extend(recs);
-        if let Some(m) = read_manifest(f).map_err(CliError::Data)? {
+        if let Some(mut m) = read_manifest(f).map_err(CliError::Data)? {
+            // A manifest written before redaction may still hold secrets: none is shown.
+            crate::net::redact::redact_json(&mut m, None);
             manifests.push((f.display().to_string(), m));
         }
     }

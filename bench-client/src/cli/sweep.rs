@@ -117,10 +117,15 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
         },
         idle: secs("idle-timeout-s", a.idle_timeout_s)?,
         total: secs("total-timeout-s", a.total_timeout_s)?,
+        caps: a.server.stream_caps()?,
     };
     let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
     let prompt_source = prompt_source(a.tokenizer.as_deref(), a.seed)?;
     let out = a.out.clone().unwrap_or_else(|| default_out("sweep"));
+    super::paths::refuse_overwrites(
+        &super::paths::results_and_manifests("the results file", [&out]),
+        &super::paths::written(&[("--plot", a.output.plot.as_ref())]),
+    )?;
     let cfg = SweepConfig {
         stamping: a.server.stamping(),
         simulated: a.server.paused(),
@@ -152,12 +157,12 @@ pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
     let mock =
         super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
             .await
-            .map_err(CliError::Usage)?;
+            .map_err(CliError::connecting)?;
     let out = cfg.out.clone();
     eprintln!(
         "sweeping {} context lengths against {} ({}), results in {}",
         cfg.contexts.len(),
-        cfg.target.base_url,
+        cfg.target.shown_url(),
         cfg.target.dialect.as_str(),
         out.display()
     );
@@ -213,9 +218,27 @@ pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
             outcome.records.len(),
             out.display()
         );
+        // As for a load run: the server went away when nothing succeeded and every failure
+        // says it is away or refusing (no connection, HTTP 429/502/503/504).
+        if outcome.records.iter().all(server_refused) {
+            eprintln!("no request succeeded: the server refused every one");
+            return Ok(ExitCode::from(exit::SERVER_GONE));
+        }
         return Ok(ExitCode::from(exit::FAILED_REQUESTS));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a record failed because the server is away or refusing ([`server_away`]).
+fn server_refused(r: &crate::results::Record) -> bool {
+    use crate::drive::backoff::server_away;
+    let tp = r.two_point.as_ref();
+    r.error.is_some()
+        && r.trace
+            .iter()
+            .chain(tp.and_then(|d| d.trace_a.as_ref()))
+            .chain(tp.and_then(|d| d.trace_b.as_ref()))
+            .any(server_away)
 }
 
 /// Prompts of the sweep: exact-length text under `--tokenizer`, else the default.

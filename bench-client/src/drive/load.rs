@@ -144,6 +144,8 @@ pub struct LoadOutcome {
     pub out: PathBuf,
     /// On the engine path, the model time the run took.
     pub model_time: Option<Duration>,
+    /// Why the server counts as gone ([`super::backoff::Gate::verdict`]), when it does.
+    pub server_gone: Option<String>,
 }
 
 /// What every request of a run shares: the client, the target, the plan and the run's start.
@@ -156,6 +158,8 @@ pub(super) struct LoadRun {
     pub(super) seed: u64,
     pub(super) start_unix_ms: u64,
     pub(super) base: Instant,
+    /// Backs requests off a refusing server and stops the run when it went away.
+    pub(super) gate: Arc<super::backoff::Gate>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -200,7 +204,12 @@ pub(super) async fn fire(ctx: &LoadRun, p: Prepared, scheduled: Instant) -> Reco
     // The trace's times count from its send: the write of the request's first byte when the
     // connection stamped it, else the instant the request was handed to the HTTP client. Everything
     // before it is the client's (`client_queue_time`).
-    let (trace, sent) = net::send_traced(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
+    let net::Sent {
+        trace,
+        origin: sent,
+        retry_after,
+    } = net::send_full(&ctx.http, &ctx.target, &p.spec, &ctx.timeouts).await;
+    ctx.gate.observe(&trace, retry_after);
     let sent = sent.max(scheduled);
     let info = LoadInfo {
         index: p.index,
@@ -248,7 +257,7 @@ pub(crate) fn manifest(
         simulated: Some(cfg.simulated),
         client_version: env!("CARGO_PKG_VERSION").to_string(),
         kind: Some(manifest::KIND_LOAD.to_string()),
-        url: Some(cfg.target.base_url.clone()),
+        url: Some(cfg.target.shown_url()),
         dialect: Some(cfg.target.dialect),
         model: cfg.target.model.clone(),
         server_info,
@@ -397,6 +406,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
             seed: cfg.seed,
             start_unix_ms: scrape::unix_ms_now(),
             base: Instant::now(),
+            gate: Default::default(),
         });
         let mut set = JoinSet::new();
         for k in 0..u64::from(cfg.warmup) {
@@ -428,7 +438,9 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         seed: cfg.seed,
         start_unix_ms,
         base,
+        gate: Default::default(),
     });
+    let gate = ctx.gate.clone();
     let (tx, rx) = mpsc::unbounded_channel::<Record>();
     let total = match cfg.schedule.stop {
         Stop::Requests(n) => {
@@ -475,6 +487,9 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                 let pacer = if paused { None } else { Pacer::start() };
                 let mut set = JoinSet::new();
                 for s in slots {
+                    if ctx.gate.stopped() {
+                        break;
+                    }
                     let at = ctx.base + Duration::from_nanos(s.offset_ns - shift);
                     tokio::time::sleep_until(at.checked_sub(OPEN_LOOP_LEAD).unwrap_or(at)).await;
                     let permit = match &limit {
@@ -502,6 +517,10 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                             }
                         } else {
                             wait_until(at, paused).await;
+                        }
+                        // A refusing server holds the slot back (in its client_queue_time).
+                        if !ctx.gate.pass().await {
+                            return;
                         }
                         let r = fire(&ctx, p, at).await;
                         drop(permit);
@@ -539,6 +558,9 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
                             let Some(p) = prepare(&ctx, index, false) else {
                                 continue;
                             };
+                            if !ctx.gate.pass().await {
+                                break;
+                            }
                             if tx.send(fire(&ctx, p, now).await).is_err() {
                                 break;
                             }
@@ -564,5 +586,6 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
         metrics,
         out: cfg.out.clone(),
         model_time: None,
+        server_gone: gate.verdict(),
     })
 }

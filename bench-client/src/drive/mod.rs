@@ -1,6 +1,7 @@
 //! Drivers: run a sweep, a load run or a multi-turn load run end to end. Scheduling and pacing, progress, resume, crash
 //! handling, Ctrl-C, and the embedded mock when no server is given.
 
+pub mod backoff;
 pub mod capacity;
 pub mod cpu;
 #[cfg(feature = "embedded-mock")]

@@ -128,7 +128,7 @@ pub(super) fn keep_metrics(
         &cfg.out,
         &ShardMetrics {
             kind: metrics::MANIFEST_KIND.into(),
-            url: cfg.target.base_url.clone(),
+            url: cfg.target.shown_url(),
             shard: cfg.shard.to_string(),
             seed: cfg.seed,
             start_unix_ms,

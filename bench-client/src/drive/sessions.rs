@@ -236,6 +236,9 @@ async fn run_session(
             spec,
             prefix_group: None,
         };
+        if !ctx.gate.pass().await {
+            return false;
+        }
         let mut rec = fire(ctx, prepared, scheduled).await;
         // The turn ended when its stream did: its send plus the trace's end.
         let end_ns = rec.trace.as_ref().map_or(0, |t| t.end_ns);
@@ -300,6 +303,7 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
     let http =
         net::http_client_with(&run.timeouts, run.stamping).context("building the HTTP client")?;
     let writer = RecordWriter::open(&run.out)?;
+    let gate = Arc::new(super::backoff::Gate::default());
     let ctx_at = |start_unix_ms, base| {
         Arc::new(LoadRun {
             http: http.clone(),
@@ -310,6 +314,7 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
             seed: run.seed,
             start_unix_ms,
             base,
+            gate: gate.clone(),
         })
     };
 
@@ -399,6 +404,7 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
         metrics,
         out: run.out.clone(),
         model_time: None,
+        server_gone: gate.verdict(),
     })
 }
 

@@ -30,7 +30,7 @@ pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> ErrorChain {
         src = s.source();
     }
     ErrorChain {
-        text,
+        text: super::redact::redact_text(&text),
         refused,
         timed_out,
     }

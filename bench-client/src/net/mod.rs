@@ -4,15 +4,19 @@
 mod errors;
 pub mod probe;
 mod proxy;
+pub mod redact;
 pub mod scrape;
 mod send;
 pub mod stamped;
 
 use std::time::Duration;
 
-pub use probe::{first_model, flush_cache, health, probe_dialect, server_info};
+pub use probe::{
+    first_model, flush_cache, health, probe_dialect, probe_dialect_checked, server_info,
+    wait_ready, NotUsable,
+};
 use proxy::ProxyEnv;
-pub use send::{send, send_traced};
+pub use send::{send, send_full, send_traced, Sent};
 use stamped::{StampedConnector, Stamping};
 
 use crate::plan::Timeouts;
@@ -34,7 +38,7 @@ pub struct Target {
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Target")
-            .field("base_url", &self.base_url)
+            .field("base_url", &self.shown_url())
             .field("dialect", &self.dialect)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
@@ -46,6 +50,11 @@ impl Target {
     /// Full URL of `path` on this server.
     pub fn url(&self, path: &str) -> String {
         join(&self.base_url, path)
+    }
+
+    /// The base URL as it may be printed or stored: without its `user:password@`.
+    pub fn shown_url(&self) -> String {
+        redact::redact_text(&self.base_url)
     }
 }
 
@@ -131,6 +140,12 @@ mod tests {
         };
         let s = format!("{t:?}");
         assert!(!s.contains("sk-secret") && s.contains("redacted"));
+        let t = Target {
+            base_url: "http://me:pw@x:1".into(),
+            ..t
+        };
+        assert_eq!(t.shown_url(), "http://<redacted>@x:1");
+        assert!(!format!("{t:?}").contains("pw"));
     }
 
     #[test]

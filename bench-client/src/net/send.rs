@@ -9,7 +9,7 @@ use tokio::time::{timeout_at, Instant};
 use super::errors::{body_error, classify, classify_wire, error_chain};
 use super::stamped::{ConnLog, Exchange, ResponseStamps};
 use super::{Http, Target};
-use crate::plan::{RequestSpec, Timeouts};
+use crate::plan::{RequestSpec, StreamCaps, Timeouts};
 use crate::stream::assemble::{StreamAssembler, TraceHead};
 use crate::trace::{RequestTrace, Stamps, StreamEnd, TimeoutPhase};
 
@@ -130,6 +130,8 @@ impl Frames {
 /// A response whose headers have arrived.
 struct Opened {
     status: u16,
+    /// The `Retry-After` header, in its delay-seconds form.
+    retry_after: Option<Duration>,
     /// When the headers arrived, as the request's task saw it.
     headers_at: Instant,
     /// The request's exchange, as its connection stamped it.
@@ -183,6 +185,7 @@ async fn open(
         let log = stamps.map(|r| r.log.clone());
         return Ok(Opened {
             status: resp.status().as_u16(),
+            retry_after: retry_after(resp.headers()),
             headers_at: Instant::now(),
             exchange,
             frames: Frames::Wire {
@@ -203,6 +206,7 @@ async fn open(
     let resp = req.send().await.map_err(|e| classify(&e))?;
     Ok(Opened {
         status: resp.status().as_u16(),
+        retry_after: retry_after(resp.headers()),
         headers_at: Instant::now(),
         exchange: None,
         frames: Frames::Reqwest(resp.bytes_stream().boxed()),
@@ -223,12 +227,60 @@ pub async fn send(
     send_traced(http, target, spec, timeouts).await.0
 }
 
+/// The `Retry-After` of a response in its delay-seconds form (the HTTP-date form is not read).
+fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
+    h.get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
 /// [`send`], also returning the instant the trace's times count from (its "send").
 pub async fn send_traced(
     http: &Http,
     target: &Target,
     spec: &RequestSpec,
     timeouts: &Timeouts,
+) -> (RequestTrace, Instant) {
+    let s = send_full(http, target, spec, timeouts).await;
+    (s.trace, s.origin)
+}
+
+/// What [`send_full`] gives.
+pub struct Sent {
+    /// Everything the request produced.
+    pub trace: RequestTrace,
+    /// The instant the trace's times count from (its "send").
+    pub origin: Instant,
+    /// The server's `Retry-After`, when it sent one (seconds form).
+    pub retry_after: Option<Duration>,
+}
+
+/// [`send_traced`], also returning the server's `Retry-After`.
+pub async fn send_full(
+    http: &Http,
+    target: &Target,
+    spec: &RequestSpec,
+    timeouts: &Timeouts,
+) -> Sent {
+    let mut retry = None;
+    let (trace, origin) = send_inner(http, target, spec, timeouts, &mut retry).await;
+    Sent {
+        trace,
+        origin,
+        retry_after: retry,
+    }
+}
+
+async fn send_inner(
+    http: &Http,
+    target: &Target,
+    spec: &RequestSpec,
+    timeouts: &Timeouts,
+    retry: &mut Option<Duration>,
 ) -> (RequestTrace, Instant) {
     let head = TraceHead::of(spec, target.dialect);
     let invalid = |head: TraceHead, message| {
@@ -256,6 +308,7 @@ pub async fn send_traced(
     };
     let Opened {
         status,
+        retry_after,
         headers_at,
         exchange,
         mut frames,
@@ -286,6 +339,7 @@ pub async fn send_traced(
         tr
     };
     let headers_ns = Some(ns_between(origin, headers_at));
+    *retry = retry_after;
     if !(200..300).contains(&status) {
         let body = match timeout_at(
             pre_deadline.max(Instant::now() + timeouts.idle),
@@ -306,6 +360,7 @@ pub async fn send_traced(
         asm = asm.keeping_output_ids(target.dialect);
     }
     let mut last_read = t0;
+    let mut size = SizeGuard::new(timeouts.caps);
     let end = loop {
         let (deadline, phase) = if asm.first_output_seen() {
             let (d, p) = earliest(last_read + timeouts.idle, total_deadline);
@@ -327,6 +382,10 @@ pub async fn send_traced(
             Ok(Some(Ok(f))) => {
                 last_read = Instant::now();
                 tally.add(f.source);
+                // Checked before the decoder sees the frame: nothing past a cap is buffered.
+                if let Err(end) = size.admit(&f.bytes) {
+                    break end;
+                }
                 if asm.push(&f.bytes, ns_between(origin, f.at)) {
                     break StreamEnd::Done;
                 }
@@ -351,11 +410,97 @@ pub async fn send_traced(
     (stamped(tr, &tally), origin)
 }
 
+/// Counts a body's bytes against the [`StreamCaps`]: the whole body, and the bytes since the last
+/// line end (an SSE line the decoder would have to hold).
+struct SizeGuard {
+    caps: StreamCaps,
+    body: u64,
+    line: u64,
+}
+
+impl SizeGuard {
+    fn new(caps: StreamCaps) -> Self {
+        Self {
+            caps,
+            body: 0,
+            line: 0,
+        }
+    }
+
+    /// Counts one frame; the end of the stream when it passes a cap.
+    fn admit(&mut self, bytes: &[u8]) -> Result<(), StreamEnd> {
+        let len = bytes.len() as u64;
+        self.body += len;
+        // The longest line this frame holds or continues: the open line up to the frame's first
+        // line end, then whatever follows its last one.
+        let longest = match memchr::memchr2(b'\n', b'\r', bytes) {
+            Some(first) => {
+                let last = memchr::memrchr2(b'\n', b'\r', bytes).unwrap_or(first);
+                let open = self.line + first as u64;
+                self.line = len - last as u64 - 1;
+                open.max(self.line)
+            }
+            None => {
+                self.line += len;
+                self.line
+            }
+        };
+        if longest > self.caps.line {
+            return Err(StreamEnd::TooLarge {
+                message: format!(
+                    "a line of the stream passed {} bytes (--max-stream-bytes) after {} bytes of body; the rest was not read",
+                    self.caps.line, self.body
+                ),
+            });
+        }
+        if self.body > self.caps.body {
+            return Err(StreamEnd::TooLarge {
+                message: format!(
+                    "the body passed {} bytes (--max-stream-bytes) after {} bytes; the rest was not read",
+                    self.caps.body, self.body
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The earlier deadline; `FirstToken` names the first, `Total` the second.
 fn earliest(first: Instant, total: Instant) -> (Instant, TimeoutPhase) {
     if first <= total {
         (first, TimeoutPhase::FirstToken)
     } else {
         (total, TimeoutPhase::Total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(line: u64, body: u64) -> SizeGuard {
+        SizeGuard::new(StreamCaps { line, body })
+    }
+
+    #[test]
+    fn a_line_is_counted_across_frames_and_ends_at_a_line_end() {
+        let mut g = guard(10, 1000);
+        assert!(g.admit(b"data: 1234").is_ok());
+        // The open line reaches 11 bytes before its end: past the cap.
+        assert!(matches!(g.admit(b"5\n"), Err(StreamEnd::TooLarge { .. })));
+        let mut g = guard(10, 1000);
+        assert!(g.admit(b"data: 12\n\ndata: 1").is_ok());
+        assert!(g.admit(b"2\r\n\r\n").is_ok());
+        assert!(g.admit(b"0123456789\n").is_ok());
+    }
+
+    #[test]
+    fn the_body_is_capped_whatever_its_lines() {
+        let mut g = guard(10, 30);
+        for _ in 0..3 {
+            assert!(g.admit(b"data: 1\n\n").is_ok());
+        }
+        let e = g.admit(b"data: 1\n\n").unwrap_err();
+        assert!(matches!(e, StreamEnd::TooLarge { message } if message.contains("after 36 bytes")));
     }
 }

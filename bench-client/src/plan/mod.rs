@@ -14,7 +14,7 @@ pub mod workload;
 
 pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
 pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
-pub use request::{RequestSpec, Timeouts};
+pub use request::{RequestSpec, StreamCaps, Timeouts};
 pub use schedule::{ArrivalKind, Arrivals, Schedule, Shard, Slot, Stop};
 pub use session::{Conversation, PlannedTurn, SessionPlan, Sessions, ThinkTime, TurnOutput};
 pub use trace::{Trace, TraceEntry, TraceError, TraceFormat, TraceOptions};

@@ -35,7 +35,38 @@ impl RequestSpec {
     }
 }
 
-/// Deadlines for one request.
+/// The most one response may make the client hold: one SSE line, and the whole body. A stream
+/// that passes either fails as `stream-too-large` at that byte; nothing beyond it is buffered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamCaps {
+    /// Bytes of one line (from one line end to the next).
+    pub line: u64,
+    /// Bytes of one response body.
+    pub body: u64,
+}
+
+impl StreamCaps {
+    /// One SSE line: 4 MiB (an event of a 185k-token prompt's ids is about 1.3 MB).
+    pub const DEFAULT_LINE: u64 = 4 << 20;
+    /// One body: 64 MiB.
+    pub const DEFAULT_BODY: u64 = 64 << 20;
+
+    /// A body cap of `body` bytes, with the line cap at most the default.
+    pub fn body(body: u64) -> Self {
+        Self {
+            line: body.min(Self::DEFAULT_LINE),
+            body,
+        }
+    }
+}
+
+impl Default for StreamCaps {
+    fn default() -> Self {
+        Self::body(Self::DEFAULT_BODY)
+    }
+}
+
+/// Deadlines and size caps for one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timeouts {
     /// Establishing the TCP connection.
@@ -48,6 +79,8 @@ pub struct Timeouts {
     pub idle: Duration,
     /// The whole request.
     pub total: Duration,
+    /// How large a response may grow.
+    pub caps: StreamCaps,
 }
 
 impl Default for Timeouts {
@@ -58,6 +91,7 @@ impl Default for Timeouts {
             first_token_per_1k: Duration::from_secs(2),
             idle: Duration::from_secs(60),
             total: Duration::from_secs(3600),
+            caps: StreamCaps::default(),
         }
     }
 }

@@ -502,6 +502,7 @@ pub fn run_load_engine(
         metrics,
         out: cfg.out.clone(),
         model_time: Some(Duration::from_nanos(end_ns)),
+        server_gone: None,
     };
     Ok((outcome, Duration::from_nanos(end_ns)))
 }

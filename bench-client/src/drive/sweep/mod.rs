@@ -408,7 +408,7 @@ pub async fn run_sweep_with(
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
         ),
-        url: Some(cfg.target.base_url.clone()),
+        url: Some(cfg.target.shown_url()),
         dialect: Some(cfg.target.dialect),
         model: cfg.target.model.clone(),
         server_info,

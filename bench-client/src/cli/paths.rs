@@ -1,0 +1,112 @@
+//! No output overwrites an input: every file a command writes (`--plot`, `--html`, `--out`) is
+//! compared, by canonical path, with every file it reads or keeps (results files and the manifests
+//! beside them) and with the other outputs, before anything runs.
+
+use std::path::{Path, PathBuf};
+
+use crate::results::manifest_path;
+
+/// A file a command reads or keeps, named for the error message.
+pub(super) struct Kept<'a> {
+    pub(super) what: &'static str,
+    pub(super) path: &'a Path,
+}
+
+/// A file a command writes, named by its flag.
+pub(super) struct Written<'a> {
+    pub(super) flag: &'static str,
+    pub(super) path: &'a Path,
+}
+
+/// `path` made absolute with its links resolved: the file itself when it exists, else its folder
+/// (when that exists) joined with its name, else as given, made absolute.
+fn canonical(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => dir
+            .canonicalize()
+            .map_or_else(|_| abs.clone(), |d| d.join(name)),
+        _ => abs,
+    }
+}
+
+/// The results files `files`, each with the manifest beside it, as kept files.
+pub(super) fn results_and_manifests<'a>(
+    what: &'static str,
+    files: impl IntoIterator<Item = &'a PathBuf>,
+) -> Vec<(&'static str, PathBuf)> {
+    files
+        .into_iter()
+        .flat_map(|f| {
+            [
+                (what, f.clone()),
+                ("the manifest beside a results file", manifest_path(f)),
+            ]
+        })
+        .collect()
+}
+
+/// Refuses (with a message naming both) any output that is one of `kept` or another output.
+pub(super) fn refuse_overwrites(
+    kept: &[(&'static str, PathBuf)],
+    written: &[Written<'_>],
+) -> anyhow::Result<()> {
+    let kept: Vec<(Kept<'_>, PathBuf)> = kept
+        .iter()
+        .map(|(what, p)| (Kept { what, path: p }, canonical(p)))
+        .collect();
+    for (i, w) in written.iter().enumerate() {
+        let c = canonical(w.path);
+        if let Some((k, _)) = kept.iter().find(|(_, kc)| *kc == c) {
+            anyhow::bail!(
+                "{} {} would overwrite {} {}: give another path",
+                w.flag,
+                w.path.display(),
+                k.what,
+                k.path.display()
+            );
+        }
+        if let Some(o) = written[..i].iter().find(|o| canonical(o.path) == c) {
+            anyhow::bail!(
+                "{} and {} both name {}: give each its own path",
+                o.flag,
+                w.flag,
+                w.path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The outputs of a flag pair, leaving out those not given.
+pub(super) fn written<'a>(outs: &[(&'static str, Option<&'a PathBuf>)]) -> Vec<Written<'a>> {
+    outs.iter()
+        .filter_map(|(flag, p)| p.map(|p| Written { flag, path: p }))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_naming_an_input_or_its_manifest_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let res = dir.path().join("r.jsonl");
+        std::fs::write(&res, "{}\n").unwrap();
+        let kept = results_and_manifests("the results file", [&res]);
+        // Another spelling of the same file.
+        let other = dir.path().join(".").join("r.jsonl");
+        let e = refuse_overwrites(&kept, &written(&[("--html", Some(&other))])).unwrap_err();
+        assert!(e.to_string().contains("--html"), "{e}");
+        let m = dir.path().join("r.jsonl.manifest.jsonl");
+        assert!(refuse_overwrites(&kept, &written(&[("--plot", Some(&m))])).is_err());
+        let fine = dir.path().join("plot.svg");
+        let twice = written(&[("--plot", Some(&fine)), ("--html", Some(&fine))]);
+        assert!(refuse_overwrites(&kept, &twice).is_err());
+        assert!(refuse_overwrites(&kept, &written(&[("--plot", Some(&fine))])).is_ok());
+    }
+}

@@ -1,0 +1,144 @@
+//! Secrets never leave the process: server answers and URLs are redacted before they are stored in
+//! a manifest, a report or a record, or printed.
+//!
+//! Rules: in JSON, the value of every key whose name contains `key`, `password`, `secret` or
+//! `token` (any case, any depth) becomes [`REDACTED`] when it holds a non-empty string anywhere
+//! (numbers, booleans and nulls are counts and switches, kept: `max_total_tokens`), and so does
+//! any string equal to the client's own API key; in text, the `user:password@` of a URL becomes
+//! `<redacted>@`.
+
+use serde_json::Value;
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "<redacted>";
+
+/// Whether a JSON key (or a dotted path of keys) names a secret.
+pub fn secret_name(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    ["key", "password", "secret", "token"]
+        .iter()
+        .any(|w| k.contains(w))
+}
+
+/// Whether a value holds a non-empty string, at any depth.
+fn holds_text(v: &Value) -> bool {
+    match v {
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => a.iter().any(holds_text),
+        Value::Object(m) => m.values().any(holds_text),
+        _ => false,
+    }
+}
+
+/// `v` with every secret replaced by [`REDACTED`] (see the module's rules); `api_key`: the
+/// client's own key, hidden wherever it appears as a whole string value.
+pub fn redact_json(v: &mut Value, api_key: Option<&str>) {
+    let api_key = api_key.filter(|k| !k.is_empty());
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                if secret_name(k) && holds_text(x) {
+                    *x = Value::String(REDACTED.into());
+                } else {
+                    redact_json(x, api_key);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| redact_json(x, api_key)),
+        Value::String(s) => {
+            if api_key.is_some_and(|k| s == k) {
+                *s = REDACTED.into();
+            } else if s.contains('@') {
+                *s = redact_text(s);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A value shown as text under `key` (a dotted path), redacted by the same rules: a secret-named
+/// key's value unless it is a number, a boolean, null or `-` (absent); else URL credentials.
+pub fn redact_shown(key: &str, value: &str) -> String {
+    let plain = value == "-"
+        || value
+            .split(" | ")
+            .all(|v| matches!(v, "true" | "false" | "null") || v.parse::<f64>().is_ok());
+    if secret_name(key) && !plain {
+        REDACTED.into()
+    } else {
+        redact_text(value)
+    }
+}
+
+/// `s` with the `user:password@` (or `user@`) of every URL in it replaced by `<redacted>@`.
+pub fn redact_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(p) = rest.find("://") {
+        let (head, tail) = rest.split_at(p + 3);
+        out.push_str(head);
+        // The authority ends at the first `/`, `?`, `#` or whitespace.
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace() || c == '"')
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                out.push_str(REDACTED);
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_at_any_depth_are_replaced() {
+        let mut v = json!({
+            "api_key": "sk-1", "Admin_API_Key": "a", "ssl_keyfile_password": "p",
+            "nested": [{"HF_TOKEN": "t", "client_secret": "s", "note": "sk-own"}],
+            "max_total_tokens": 4096, "chunked_prefill_size": 512, "ssl_keyfile": null,
+            "tokenizer_path": "/m", "model_path": "/m"
+        });
+        redact_json(&mut v, Some("sk-own"));
+        assert_eq!(v["api_key"], REDACTED);
+        assert_eq!(v["Admin_API_Key"], REDACTED);
+        assert_eq!(v["ssl_keyfile_password"], REDACTED);
+        assert_eq!(v["nested"][0]["HF_TOKEN"], REDACTED);
+        assert_eq!(v["nested"][0]["client_secret"], REDACTED);
+        assert_eq!(v["nested"][0]["note"], REDACTED);
+        assert_eq!(v["max_total_tokens"], 4096);
+        assert_eq!(v["ssl_keyfile"], Value::Null);
+        assert_eq!(v["model_path"], "/m");
+        // The rule matches names, not meanings: a path under a key naming a token is hidden too.
+        assert_eq!(v["tokenizer_path"], REDACTED);
+    }
+
+    #[test]
+    fn shown_values_under_secret_keys_are_replaced_unless_numbers() {
+        assert_eq!(redact_shown("server_info.api_key", "sk-1 | -"), REDACTED);
+        assert_eq!(
+            redact_shown("server_info.max_total_tokens", "4096 | 8192"),
+            "4096 | 8192"
+        );
+        assert_eq!(redact_shown("server_info.api_key", "-"), "-");
+        assert_eq!(redact_shown("url", "http://u:p@h"), "http://<redacted>@h");
+    }
+
+    #[test]
+    fn url_credentials_are_replaced() {
+        assert_eq!(
+            redact_text("http://u:pw@h:1/x and https://h2/ and ftp://only@h"),
+            "http://<redacted>@h:1/x and https://h2/ and ftp://<redacted>@h"
+        );
+        assert_eq!(redact_text("no url"), "no url");
+    }
+}
