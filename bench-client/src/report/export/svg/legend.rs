@@ -128,13 +128,26 @@ pub fn polyline_samples(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
-/// Samples filling the band between the polylines `lower` and `upper` (the same x points).
+/// Samples filling the band between the polylines `lower` and `upper`, point `i` of each at the
+/// same x: every [`STEP_PX`] along x, the column between the two lines there.
 pub fn band_samples(lower: &[(f64, f64)], upper: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    let (lo, hi) = (polyline_samples(lower), polyline_samples(upper));
     let mut out = Vec::new();
-    for (&(x, a), &(_, b)) in lo.iter().zip(&hi) {
+    let column = |out: &mut Vec<(f64, f64)>, x: f64, a: f64, b: f64| {
         let n = ((a - b).abs() / STEP_PX).ceil().max(1.0) as usize;
         out.extend((0..=n).map(|i| (x, a + (b - a) * i as f64 / n as f64)));
+    };
+    for (l, u) in lower.windows(2).zip(upper.windows(2)) {
+        let n = ((l[1].0 - l[0].0).abs() / STEP_PX).ceil().max(1.0) as usize;
+        for i in 0..=n {
+            let t = i as f64 / n as f64;
+            let x = l[0].0 + (l[1].0 - l[0].0) * t;
+            let a = l[0].1 + (l[1].1 - l[0].1) * t;
+            let b = u[0].1 + (u[1].1 - u[0].1) * t;
+            column(&mut out, x, a, b);
+        }
+    }
+    if let ([l], [u]) = (lower, upper) {
+        column(&mut out, l.0, l.1, u.1);
     }
     out
 }
@@ -193,6 +206,23 @@ mod tests {
             marks: Vec::new(),
         };
         assert_eq!(place(DIMS, (120.0, 40.0), &obs), None);
+    }
+
+    #[test]
+    fn a_band_is_filled_along_its_whole_length() {
+        // An upper edge along the top and a lower edge that climbs and falls steeply (a longer
+        // path than the upper's): the band fills the upper right corner though neither edge's
+        // points are in it.
+        let lower = [(0.0, 318.0), (230.0, 30.0), (460.0, 318.0)];
+        let upper = [(0.0, 2.0), (230.0, 2.0), (460.0, 2.0)];
+        let obs = Obstacles {
+            data: band_samples(&lower, &upper),
+            marks: Vec::new(),
+        };
+        let size = (120.0, 40.0);
+        let ur = corner_box(Corner::UpperRight, DIMS, size);
+        assert!(obs.data.iter().any(|p| ur.contains(*p)));
+        assert_ne!(place(DIMS, size, &obs).map(|p| p.0), Some(Corner::UpperRight));
     }
 
     #[test]
