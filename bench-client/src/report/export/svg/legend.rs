@@ -222,7 +222,10 @@ mod tests {
         let size = (120.0, 40.0);
         let ur = corner_box(Corner::UpperRight, DIMS, size);
         assert!(obs.data.iter().any(|p| ur.contains(*p)));
-        assert_ne!(place(DIMS, size, &obs).map(|p| p.0), Some(Corner::UpperRight));
+        assert_ne!(
+            place(DIMS, size, &obs).map(|p| p.0),
+            Some(Corner::UpperRight)
+        );
     }
 
     #[test]
