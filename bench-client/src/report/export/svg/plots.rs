@@ -164,7 +164,9 @@ pub fn load(s: &LoadSummary) -> anyhow::Result<String> {
             ));
         }
         if xa.scale == Scale::Log && l.points.iter().any(|p| p.0.is_nan() || p.0 < xa.lo) {
-            below.push(l.name);
+            let lo_ns = (xa.lo * 1e6) as u64;
+            let under = 100.0 - share_above(m, lo_ns.saturating_sub(1));
+            below.push(format!("lowest {under:.0}% of {}", l.name));
         }
         l.points
             .retain(|p| p.0 <= xa.hi && (xa.scale == Scale::Linear || p.0 >= xa.lo));
@@ -174,7 +176,7 @@ pub fn load(s: &LoadSummary) -> anyhow::Result<String> {
     }
     if !below.is_empty() {
         notes.push(format!(
-            "below the axis (under {}), not drawn: {}",
+            "below the axis (under {}, or 0): {}",
             xa.label(xa.lo),
             below.join(", ")
         ));

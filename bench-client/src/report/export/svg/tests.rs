@@ -240,6 +240,22 @@ fn a_load_cdf_spans_decades_on_a_log_axis_and_names_what_lies_beyond() {
 }
 
 #[test]
+fn a_cdf_says_how_much_lies_below_its_log_axis() {
+    let mut s = load_summary(crate::report::Slo::default(), 1000);
+    // Inter-chunk gaps: 40% of them 0 (events that arrived together), the rest about 3 ms.
+    for i in 0..1000 {
+        let v = if i < 400 { 0 } else { 2_500_000 + i * 1000 };
+        s.metrics.entry("inter_chunk").or_default().record(v);
+    }
+    let t = texts(&load(&s).unwrap());
+    assert!(
+        t.iter()
+            .any(|n| n.starts_with("below the axis") && n.ends_with("lowest 40% of inter-chunk")),
+        "{t:?}"
+    );
+}
+
+#[test]
 fn a_narrow_cdf_stays_linear() {
     let mut s = LoadSummary::new(crate::report::Slo::default());
     s.succeeded = 100;
