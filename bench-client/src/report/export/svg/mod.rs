@@ -437,12 +437,18 @@ where
             WHITE.mix(0.8).filled(),
         ))
         .map_err(plot_err)?;
+        // A label left of its line ends at the line, whatever the text's real width.
+        let (h_pos, x) = if b.x1 <= m.pos {
+            (HPos::Right, b.x1)
+        } else {
+            (HPos::Left, b.x0)
+        };
         let style = TextStyle::from(mark_font.clone())
             .color(&m.mark.color)
-            .pos(Pos::new(HPos::Left, VPos::Center));
+            .pos(Pos::new(h_pos, VPos::Center));
         pa.draw(&Text::new(
             m.mark.label.clone(),
-            (px(b.x0), px((b.y0 + b.y1) / 2.0)),
+            (px(x), px((b.y0 + b.y1) / 2.0)),
             style,
         ))
         .map_err(plot_err)?;
