@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The HTML reports as a person sees them: a sweep, a load run and a compare of two sweeps against the
-# embedded mock (`report --html`, `compare --html`), each loaded in headless Chromium. Fails when a
+# The HTML reports as a person sees them: a sweep, a load run with an SLO, the Kimi sweep (1k..185k)
+# and a compare of two sweeps against the embedded mock (`report --html`, `compare --html`), and a
+# capacity search's plot with its SLO, each loaded in headless Chromium. Fails when a
 # page logs a console message, refers to anything outside itself, or lacks its tables and plots. Screenshots and the rendered DOM
 # go to target/html-check/ to look at.
 #   scripts/check-html.sh            (BENCH_CLIENT=path picks the binary; default target/debug)
@@ -19,7 +20,17 @@ mkdir -p "$OUT"
 "$BIN" sweep --contexts 1k,4k,16k --runs 2 --warmup 0 --output-tokens 16 --out "$OUT/sweep.jsonl" --no-progress >/dev/null 2>"$OUT/sweep.log"
 "$BIN" sweep --contexts 1k,4k,16k --runs 2 --warmup 0 --output-tokens 16 --mock-set decode_base_s=0.0024 \
     --out "$OUT/sweep-new.jsonl" --no-progress >/dev/null 2>"$OUT/sweep-new.log"
-"$BIN" load --concurrency 4 --num-requests 40 --input-len 512 --output-len 32 --out "$OUT/load.jsonl" --no-progress >/dev/null 2>"$OUT/load.log"
+"$BIN" load --concurrency 4 --num-requests 40 --input-len 512 --output-len 32 --slo ttft=200,tpot=20 \
+    --out "$OUT/load.jsonl" --no-progress >/dev/null 2>"$OUT/load.log"
+# The Kimi story's sweep (1k..185k, TTFT over two decades) and a capacity search with its SLO, on the
+# engine path (virtual time: milliseconds to seconds of wall time).
+"$BIN" sweep --simulate --preset kimi-k2.6-dflash-8xrtx-pro-6000 --mock-set mem_fraction_static=0.93 \
+    --mock-set chunked_prefill_size=4096 --mock-set expandable_segments=true \
+    --contexts 1k,2k,4k,8k,16k,32k,64k,128k,185k --runs 2 --warmup 0 --output-tokens 16 \
+    --out "$OUT/kimi.jsonl" --no-progress >/dev/null 2>"$OUT/kimi.log"
+mkdir -p "$OUT/capacity"
+"$BIN" capacity --simulate --slo ttft=5,tpot=2 --num-requests 100 --input-len 1024 --output-len 128 \
+    --out "$OUT/capacity/step" --plot "$OUT/capacity.svg" >/dev/null 2>"$OUT/capacity.log"
 
 fail=0
 check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match the pattern
@@ -29,7 +40,7 @@ check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match th
     fi
 }
 "$BIN" compare "$OUT/sweep.jsonl" "$OUT/sweep-new.jsonl" --html "$OUT/compare.html" >/dev/null 2>"$OUT/compare.log"
-for page in sweep load compare; do
+for page in sweep load kimi compare; do
     if [[ "$page" != compare ]]; then
         "$BIN" report "$OUT/$page.jsonl" --html "$OUT/$page.html" >/dev/null 2>>"$OUT/$page.log"
     fi
@@ -50,17 +61,32 @@ for page in sweep load compare; do
         fail=1
     fi
 done
-for page in sweep load; do
+# The capacity plot alone, as a browser draws it.
+timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1100,400 \
+    --screenshot="$OUT/capacity.png" "file://$PWD/$OUT/capacity.svg" >/dev/null 2>&1 || {
+    echo "check-html: chromium could not load capacity.svg" >&2
+    fail=1
+}
+for page in sweep load kimi; do
     check "$page" "manifest table" 'id="manifest"'
     check "$page" "chunk timelines" 'class="plot timeline"><svg'
 done
 check sweep "sweep table" 'id="sweep-table"'
 check sweep "sweep plot" 'id="sweep-plot"><svg'
 check load "load plot" 'id="load-plot"><svg'
+check load "TTFT SLO line (the run's --slo, from its manifest)" 'TTFT SLO 200 ms'
+check kimi "sweep plot" 'id="sweep-plot"><svg'
+check kimi "log TTFT axis" 'time \(log scale\)'
+for want in 'TTFT SLO 5 ms' 'TPOT SLO 2 ms' 'capacity [0-9.]+ req/s offered'; do
+    if ! grep -qE "$want" "$OUT/capacity.svg"; then
+        echo "check-html: capacity.svg has no $want" >&2
+        fail=1
+    fi
+done
 check compare "differences table" 'id="differences"'
 check compare "comparison table" 'id="compare-table"'
 check compare "overlay plot" 'id="compare-plot"><svg'
 if [[ "$fail" == 0 ]]; then
-    echo "check-html: sweep.html, load.html and compare.html render with their tables and plots; screenshots in $OUT/"
+    echo "check-html: sweep.html, load.html, kimi.html, compare.html and capacity.svg render with their tables, plots and lines; screenshots in $OUT/"
 fi
 exit "$fail"

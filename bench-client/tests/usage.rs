@@ -364,3 +364,54 @@ fn the_story_replays_as_a_simulated_what_if() {
         assert!(ok_at(ctx), "no successful record at {ctx}");
     }
 }
+
+#[test]
+fn report_draws_the_slo_of_the_load_run_or_of_its_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("load.jsonl");
+    let r = results.to_str().unwrap();
+    let o = run(&[
+        "load",
+        "--simulate",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "40",
+        "--input-len",
+        "512",
+        "--output-len",
+        "32",
+        "--slo",
+        "ttft=200,tpot=20",
+        "--out",
+        r,
+        "--no-progress",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let svg = dir.path().join("load.svg");
+    let s = svg.to_str().unwrap();
+    // The run's own SLO, from its manifest.
+    let o = run(&["report", r, "--plot", s]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("TTFT SLO 200 ms") && text.contains("TPOT SLO 20 ms"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ttft <= 200.0 ms"));
+    // --slo replaces it.
+    let o = run(&["report", r, "--slo", "ttft=300", "--plot", s]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("TTFT SLO 300 ms") && !text.contains("TPOT SLO"));
+    let bad = dir.path().join("bad.svg");
+    refused(
+        &[
+            "report",
+            r,
+            "--slo",
+            "ttft=fast",
+            "--plot",
+            bad.to_str().unwrap(),
+        ],
+        "--slo",
+        &bad,
+    );
+}

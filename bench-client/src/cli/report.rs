@@ -27,6 +27,10 @@ pub(super) struct ReportArgs {
     /// How many of the slowest requests the HTML page shows with their chunk timelines.
     #[arg(long, default_value_t = 5)]
     slowest: usize,
+    /// Goodput objective of the load records, e.g. ttft=500,tpot=50 (ms): the summary's goodput
+    /// and the plot's SLO lines. Default: the SLO the load runs' manifests record, when they agree.
+    #[arg(long)]
+    slo: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -81,8 +85,13 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let (load_recs, sweep_recs): (Vec<Record>, Vec<Record>) =
         records.into_iter().partition(|r| r.load.is_some());
     let sweep = (!sweep_recs.is_empty()).then(|| Report::from_records(&sweep_recs));
-    let load =
-        (!load_recs.is_empty()).then(|| LoadSummary::from_records(&load_recs, Slo::default()));
+    let slo = match &a.slo {
+        Some(text) => {
+            Slo::parse(text).map_err(|e| CliError::Usage(anyhow::anyhow!("--slo: {e}")))?
+        }
+        None => crate::report::compare::manifest_slo(&a.files).unwrap_or_default(),
+    };
+    let load = (!load_recs.is_empty()).then(|| LoadSummary::from_records(&load_recs, slo));
     if sweep.is_none() && load.is_none() {
         return Err(CliError::Data(anyhow::anyhow!(
             "no sweep records and no load records in the given files"

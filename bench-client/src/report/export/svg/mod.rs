@@ -2,21 +2,32 @@
 //!
 //! A sweep: TTFT, decode rate (true and naive), prefill rate and tokens per chunk against context
 //! length on a log axis labelled in tokens (1k ... 185k), each median with its p10-p90 band. A load
-//! run: the latency distributions (CDF) and throughput over time.
+//! run: the latency distributions (CDF) and throughput over time. A capacity search: TTFT and
+//! TPOT against throughput. Every value axis goes log when its values span more than a decade
+//! ([`axis::choose_scale`]); every legend sits where it covers no data ([`legend::place`]); SLOs and
+//! the capacity answer are drawn as labelled lines.
 
 use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
-use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::measure;
-use crate::report::load::LoadSummary;
 use crate::report::sweep::{Band, Report};
-use crate::trace::RequestTrace;
 
+mod axis;
+mod capacity;
 mod compare;
+mod legend;
+mod marks;
+mod plots;
 
+pub use capacity::capacity;
 pub use compare::compare_sweeps;
+pub use plots::{load, sweep, timeline};
+
+use axis::{Axis, Scale, Unit};
+use marks::{place_marks, Mark, MarkAt, PlacedMark};
 
 /// One line of a panel: its points, an optional p10-p90 band, and its look.
 struct Line {
@@ -74,27 +85,10 @@ fn value_label(v: f64) -> String {
         format!("{:.0}k", v / 1e3)
     } else if a >= 10.0 || v == 0.0 {
         format!("{v:.0}")
-    } else {
+    } else if a >= 0.1 {
         format!("{v:.1}")
-    }
-}
-
-/// Upper end of a y axis that shows every value of `lines` (bands included), with room above.
-fn y_top(lines: &[Line]) -> f64 {
-    let top = lines
-        .iter()
-        .flat_map(|l| {
-            l.points
-                .iter()
-                .map(|p| p.1)
-                .chain(l.band.iter().map(|b| b.2))
-        })
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max);
-    if top > 0.0 {
-        top * 1.1
     } else {
-        1.0
+        format!("{v:.2}")
     }
 }
 
@@ -103,96 +97,49 @@ struct Panel<'a> {
     title: &'a str,
     x_desc: &'a str,
     y_desc: &'a str,
-    /// The x axis counts tokens (`1k`, `185k`), else plain values.
-    x_tokens: bool,
+    x_unit: Unit,
+    y_unit: Unit,
     /// Dots at the points (the sweep's measured contexts).
     dots: bool,
-    legend: SeriesLabelPosition,
+    /// A y axis fixed from 0 to this (a CDF's share); `None`: fitted to the values.
+    y_top: Option<f64>,
+    /// Keep the y axis linear whatever the values span (a time series).
+    y_linear: bool,
+    marks: Vec<Mark>,
+    /// Lines under the plot: points beyond the axes, lines left out.
+    notes: Vec<String>,
 }
 
-/// Draw `lines` into `area` over the x coordinate `x` (a log axis of tokens, or linear).
-fn panel<DB, X>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    p: Panel<'_>,
-    x: X,
-    lines: &[Line],
-) -> anyhow::Result<()>
-where
-    DB: DrawingBackend,
-    X: AsRangedCoord<Value = f64>,
-    X::CoordDescType: ValueFormatter<f64>,
-{
-    let mut chart = ChartBuilder::on(area)
-        .caption(p.title, ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(x, 0.0..y_top(lines))
-        .map_err(plot_err)?;
-    let x_label = |v: &f64| {
-        if p.x_tokens {
-            tokens_label(*v)
-        } else {
-            value_label(*v)
-        }
-    };
-    chart
-        .configure_mesh()
-        .x_desc(p.x_desc)
-        .y_desc(p.y_desc)
-        .light_line_style(TRANSPARENT)
-        .x_label_formatter(&x_label)
-        .y_label_formatter(&|v| value_label(*v))
-        .draw()
-        .map_err(plot_err)?;
-    for l in lines {
-        if l.band.len() >= 2 {
-            let mut poly: Vec<(f64, f64)> = l.band.iter().map(|b| (b.0, b.2)).collect();
-            poly.extend(l.band.iter().rev().map(|b| (b.0, b.1)));
-            chart
-                .draw_series(std::iter::once(Polygon::new(poly, l.color.mix(0.15))))
-                .map_err(plot_err)?;
-        }
-        let style = l.color.stroke_width(2);
-        let drawn = if l.dashed {
-            chart.draw_series(DashedLineSeries::new(l.points.iter().copied(), 6, 4, style))
-        } else {
-            chart.draw_series(LineSeries::new(l.points.iter().copied(), style))
-        }
-        .map_err(plot_err)?;
-        let color = l.color;
-        drawn
-            .label(l.name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-        if p.dots {
-            chart
-                .draw_series(
-                    l.points
-                        .iter()
-                        .map(|&pt| Circle::new(pt, 3, l.color.filled())),
-                )
-                .map_err(plot_err)?;
+impl<'a> Panel<'a> {
+    fn new(title: &'a str, x_desc: &'a str, y_desc: &'a str) -> Self {
+        Panel {
+            title,
+            x_desc,
+            y_desc,
+            x_unit: Unit::Plain,
+            y_unit: Unit::Plain,
+            dots: false,
+            y_top: None,
+            y_linear: false,
+            marks: Vec::new(),
+            notes: Vec::new(),
         }
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK.mix(0.3))
-        .position(p.legend)
-        .draw()
-        .map_err(plot_err)?;
-    Ok(())
 }
 
-/// A panel of the sweep: a context axis in tokens, dots at the measured contexts.
+/// A panel of the sweep: a context axis in tokens, dots at the measured contexts; a y axis in
+/// `ms` is labelled `200 ms`, `2 s`.
 fn sweep_panel<'a>(title: &'a str, y_desc: &'a str) -> Panel<'a> {
+    let ms = y_desc == "ms";
     Panel {
-        title,
-        x_desc: "context (tokens, log scale)",
-        y_desc,
-        x_tokens: true,
+        x_unit: Unit::Tokens,
+        y_unit: if ms { Unit::Ms } else { Unit::Plain },
         dots: true,
-        legend: SeriesLabelPosition::UpperRight,
+        ..Panel::new(
+            title,
+            "context (tokens, log scale)",
+            if ms { "time" } else { y_desc },
+        )
     }
 }
 
@@ -210,272 +157,355 @@ fn context_axis(report: &Report) -> Option<WithKeyPoints<LogCoord<f64>>> {
     Some(coord.with_key_points(report.points.keys().map(|&c| f64::from(c)).collect()))
 }
 
+/// An [`Axis`] as a plotters coordinate: linear, or log with a tick at each of its ticks.
+fn log_coord(a: &Axis) -> WithKeyPoints<LogCoord<f64>> {
+    let coord: LogCoord<f64> = (a.lo..a.hi).log_scale().into();
+    coord.with_key_points(a.ticks())
+}
+
+fn linear_coord(a: &Axis) -> RangedCoordf64 {
+    (a.lo..a.hi).into()
+}
+
 const BLUE_: RGBColor = RGBColor(31, 119, 180);
 const ORANGE_: RGBColor = RGBColor(255, 127, 14);
 const GREEN_: RGBColor = RGBColor(44, 160, 44);
 const PURPLE_: RGBColor = RGBColor(148, 103, 189);
+/// SLO lines.
+const SLO_RED: RGBColor = RGBColor(214, 39, 40);
+/// The capacity answer's line.
+const ANSWER_GREY: RGBColor = RGBColor(60, 60, 60);
 
-/// The sweep's four panels, 1100 x 800.
-pub fn sweep(report: &Report) -> anyhow::Result<String> {
-    if report.points.is_empty() {
-        anyhow::bail!("no sweep points to plot");
-    }
-    let axis = || context_axis(report).ok_or_else(|| anyhow::anyhow!("no sweep points to plot"));
-    let mut ttft = Line::new("TTFT p50 (band p10-p90)", BLUE_);
-    let mut server = Line::new("server: queue + prefill p50", ORANGE_);
-    server.dashed = true;
-    let mut rest = Line::new("rest (network, client) p50", PURPLE_);
-    rest.dashed = true;
-    let mut decode = Line::new("decode p50 (band p10-p90)", GREEN_);
-    let mut naive = Line::new("naive decode p50", ORANGE_);
-    naive.dashed = true;
-    let mut prefill = Line::new("prefill p50 (band p10-p90)", PURPLE_);
-    let mut chunk = Line::new("tokens per chunk p50 (band p10-p90)", BLUE_);
-    for (&ctx, p) in &report.points {
-        let x = f64::from(ctx);
-        ttft.push(x, Band::of(&p.ttft_ms));
-        let server_ms: Vec<f64> = p
-            .server_queue_ms
-            .iter()
-            .zip(&p.server_prefill_ms)
-            .map(|(q, f)| q + f)
-            .collect();
-        if let Some(b) = Band::of(&server_ms) {
-            server.points.push((x, b.p50));
-        }
-        if let Some(b) = Band::of(&p.ttft_rest_ms) {
-            rest.points.push((x, b.p50));
-        }
-        decode.push(x, Band::of(&p.decode_tok_s));
-        if let Some(b) = Band::of(&p.naive_decode_tok_s) {
-            naive.points.push((x, b.p50));
-        }
-        prefill.push(x, Band::of(&p.prefill_tok_s));
-        chunk.push(x, Band::of(&p.tokens_per_chunk));
-    }
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (1100, 800)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let panels = root.split_evenly((2, 2));
-        let p = sweep_panel;
-        let mut ttft_lines = vec![ttft];
-        if !server.points.is_empty() {
-            ttft_lines.extend([server, rest]);
-        }
-        let t = if ttft_lines.len() > 1 {
-            p("time to first token, and the server's part of it", "ms")
-        } else {
-            p("time to first token", "ms")
-        };
-        panel(&panels[0], t, axis()?, &ttft_lines)?;
-        let d = p("decode rate: true and naive", "tok/s");
-        panel(&panels[1], d, axis()?, &[decode, naive])?;
-        panel(&panels[2], p("prefill rate", "tok/s"), axis()?, &[prefill])?;
-        panel(
-            &panels[3],
-            p("tokens per chunk", "tokens"),
-            axis()?,
-            &[chunk],
-        )?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(out)
+/// Pixels of a note line under a panel.
+const NOTE_PX: u32 = 14;
+
+/// The chart frame of a panel: caption, margins and label areas (room below for `notes` lines).
+fn frame<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, plotters::coord::Shift>,
+    title: &'b str,
+    notes: usize,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(title, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35 + NOTE_PX * notes as u32)
+        .y_label_area_size(60);
+    b
 }
 
-/// A load run's two panels, 1100 x 400: the latency CDFs (TTFT, TPOT, inter-chunk, end to end, in
-/// ms) and the output throughput and completions per second over the run.
-pub fn load(s: &LoadSummary) -> anyhow::Result<String> {
-    let mut cdfs = Vec::new();
-    for (name, key, color) in [
-        ("TTFT", "ttft", BLUE_),
-        ("TPOT", "tpot", GREEN_),
-        ("inter-chunk", "inter_chunk", ORANGE_),
-        ("end to end", "e2e", PURPLE_),
-    ] {
-        let Some(m) = s.metrics.get(key) else {
-            continue;
+/// The plot area of a panel's frame, pixels (the frame decides it, not the coordinates).
+fn plot_dims(size: (u32, u32), title: &str, notes: usize) -> anyhow::Result<(f64, f64)> {
+    let mut scratch = String::new();
+    let root = SVGBackend::with_string(&mut scratch, size).into_drawing_area();
+    let chart = frame(&root, title, notes)
+        .build_cartesian_2d(0.0..1.0, 0.0..1.0)
+        .map_err(plot_err)?;
+    let (w, h) = chart.plotting_area().dim_in_pixel();
+    Ok((f64::from(w), f64::from(h)))
+}
+
+/// Where a point of the plot lies, in plot-area pixels from its top left, given the x and y
+/// positions along their axes (0..1).
+fn to_px((w, h): (f64, f64), (xn, yn): (f64, f64)) -> (f64, f64) {
+    (xn * w, (1.0 - yn) * h)
+}
+
+/// The points of `pts` a `y` axis can show (a log axis: none at or below its bottom), each with
+/// its position along the axes (0..1).
+fn drawable(x_norm: &dyn Fn(f64) -> f64, y: &Axis, pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    pts.iter()
+        .filter(|p| y.scale == Scale::Linear || p.1 >= y.lo)
+        .filter_map(|&(x, v)| Some((x_norm(x), y.norm(v)?)))
+        .collect()
+}
+
+/// What the legend must not cover: the lines, the bands and the marks, in plot-area pixels.
+fn obstacles(
+    dims: (f64, f64),
+    x_norm: &dyn Fn(f64) -> f64,
+    y: &Axis,
+    lines: &[Line],
+    marks: &[PlacedMark<'_>],
+) -> legend::Obstacles {
+    let px = |pts: Vec<(f64, f64)>| -> Vec<(f64, f64)> {
+        pts.into_iter().map(|p| to_px(dims, p)).collect()
+    };
+    let mut obs = legend::Obstacles::default();
+    for l in lines {
+        obs.data.extend(legend::polyline_samples(&px(drawable(
+            x_norm, y, &l.points,
+        ))));
+        let clamp = |v: f64| {
+            if y.scale == Scale::Log {
+                v.max(y.lo)
+            } else {
+                v
+            }
         };
-        let mut l = Line::new(name, color);
-        l.points = (0..=100)
-            .filter_map(|q| {
-                m.percentile(f64::from(q))
-                    .map(|v| (v as f64 / 1e6, f64::from(q) / 100.0))
-            })
-            .collect();
-        cdfs.push(l);
+        let lower: Vec<(f64, f64)> = l.band.iter().map(|b| (b.0, clamp(b.1))).collect();
+        let upper: Vec<(f64, f64)> = l.band.iter().map(|b| (b.0, clamp(b.2))).collect();
+        let (lower, upper) = (drawable(x_norm, y, &lower), drawable(x_norm, y, &upper));
+        if lower.len() == upper.len() && lower.len() >= 2 {
+            obs.data
+                .extend(legend::band_samples(&px(lower), &px(upper)));
+        }
     }
-    if cdfs.iter().all(|l| l.points.is_empty()) {
-        anyhow::bail!("no successful load requests to plot");
+    let (w, h) = dims;
+    for m in marks {
+        let line = match m.mark.at {
+            MarkAt::X(_) => [(m.pos, 0.0), (m.pos, h)],
+            MarkAt::Y(_) => [(0.0, m.pos), (w, m.pos)],
+        };
+        obs.marks.extend(legend::polyline_samples(&line));
+        let b = m.label_box;
+        obs.marks.extend(legend::band_samples(
+            &[(b.x0, b.y1), (b.x1, b.y1)],
+            &[(b.x0, b.y0), (b.x1, b.y0)],
+        ));
     }
-    let t0 = s.timeline.keys().next().copied().unwrap_or(0);
-    let mut tput = Line::new("output tok/s", BLUE_);
-    let mut done = Line::new("completed req/s x 100", GREEN_);
-    done.dashed = true;
-    for (sec, v) in &s.timeline {
-        let x = (sec - t0) as f64;
-        tput.points.push((x, v.output_tokens as f64));
-        done.points.push((x, v.completed as f64 * 100.0));
-    }
-    let x_max = cdfs
+    obs
+}
+
+/// What [`panel`] decided before drawing.
+struct Layout<'m> {
+    y: Axis,
+    marks: Vec<PlacedMark<'m>>,
+    legend: legend::Rect,
+}
+
+/// Draw `lines` and `p.marks` into `area` over the x coordinate `x`, on a y axis fitted to them,
+/// with the legend where it covers no data.
+fn panel<DB, X>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    mut p: Panel<'_>,
+    x: X,
+    lines: &[Line],
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend,
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
+    let xr: X::CoordDescType = x.into();
+    const SPAN: i32 = 1_000_000;
+    let x_norm = |v: f64| f64::from(xr.map(&v, (0, SPAN))) / f64::from(SPAN);
+    let mut y_values: Vec<f64> = lines
         .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.0))
-        .fold(1.0, f64::max);
-    let t_max = tput.points.iter().map(|p| p.0).fold(1.0, f64::max);
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (1100, 400)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let panels = root.split_evenly((1, 2));
-        let cdf = Panel {
-            title: "latency distributions (CDF)",
-            x_desc: "ms",
-            y_desc: "share of requests",
-            x_tokens: false,
-            dots: false,
-            legend: SeriesLabelPosition::LowerRight,
-        };
-        let x: RangedCoordf64 = (0.0..x_max * 1.05).into();
-        panel(&panels[0], cdf, x, &cdfs)?;
-        let over_time = Panel {
-            title: "throughput over time",
-            x_desc: "seconds into the run",
-            y_desc: "",
-            x_tokens: false,
-            dots: false,
-            legend: SeriesLabelPosition::UpperRight,
-        };
-        let x: RangedCoordf64 = (0.0..t_max + 1.0).into();
-        panel(&panels[1], over_time, x, &[tput, done])?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(out)
-}
-
-/// One request's chunk timeline, 560 x 180: output tokens so far against ms after the send, a
-/// step per chunk (the first step is TTFT).
-pub fn timeline(trace: &RequestTrace) -> anyhow::Result<String> {
-    let pts = measure::timeline(trace);
-    let t_max = pts
-        .last()
-        .map_or(1.0, |p| p.0)
-        .max(trace.end_ns as f64 / 1e6);
-    let n_max = pts.last().map_or(1, |p| p.1).max(1) as f64;
-    let mut steps = vec![(0.0, 0.0)];
-    let mut prev = 0.0;
-    for &(t, n) in &pts {
-        steps.push((t, prev));
-        steps.push((t, n as f64));
-        prev = n as f64;
-    }
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (560, 180)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(45)
-            .build_cartesian_2d(0.0..t_max * 1.05, 0.0..n_max * 1.1)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("ms after the send")
-            .y_desc("tokens")
-            .light_line_style(TRANSPARENT)
-            .x_label_formatter(&|v| value_label(*v))
-            .draw()
-            .map_err(plot_err)?;
-        chart
-            .draw_series(LineSeries::new(steps, BLUE_.stroke_width(2)))
-            .map_err(plot_err)?;
-        chart
-            .draw_series(
-                pts.iter()
-                    .map(|&(t, n)| Circle::new((t, n as f64), 2, BLUE_.filled())),
-            )
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(out)
-}
-
-/// The capacity search's latency-throughput curve, 1100 x 400: TTFT p50/p99 (left) and TPOT
-/// p50/p99 (right), in ms, against the achieved request throughput, one dot per step.
-pub fn capacity(r: &crate::report::capacity::CapacityReport) -> anyhow::Result<String> {
-    let curve = r.curve();
-    let mut ttft = [Line::new("TTFT p50", BLUE_), Line::new("TTFT p99", ORANGE_)];
-    let mut tpot = [
-        Line::new("TPOT p50", GREEN_),
-        Line::new("TPOT p99", PURPLE_),
-    ];
-    ttft[1].dashed = true;
-    tpot[1].dashed = true;
-    let mut pts: Vec<_> = curve
-        .iter()
-        .filter_map(|s| s.request_throughput.map(|x| (x, *s)))
+        .flat_map(|l| {
+            l.points
+                .iter()
+                .map(|p| p.1)
+                .chain(l.band.iter().flat_map(|b| [b.1, b.2]))
+        })
         .collect();
-    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (x, s) in &pts {
-        let x = *x;
-        for (l, v) in ttft.iter_mut().zip([s.ttft_p50_ms, s.ttft_p99_ms]) {
-            if let Some(v) = v {
-                l.points.push((x, v));
+    y_values.extend(p.marks.iter().filter_map(|m| match m.at {
+        MarkAt::Y(y) => Some(y),
+        MarkAt::X(_) => None,
+    }));
+    let mut y = match p.y_top {
+        Some(top) => Axis {
+            scale: Scale::Linear,
+            lo: 0.0,
+            hi: top,
+            unit: p.y_unit,
+        },
+        None if p.y_linear => Axis::linear(&y_values, p.y_unit),
+        None => Axis::fit(&y_values, p.y_unit),
+    };
+    if y.scale == Scale::Log {
+        let left_out: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.points.iter().any(|pt| pt.1.is_nan() || pt.1 < y.lo))
+            .map(|l| l.name)
+            .collect();
+        if !left_out.is_empty() {
+            p.notes.push(format!(
+                "below the log axis (under {}), not drawn: points of {}",
+                y.label(y.lo),
+                left_out.join(", ")
+            ));
+        }
+    }
+    let dims = plot_dims(area.dim_in_pixel(), p.title, p.notes.len())?;
+    let labels: Vec<&str> = lines.iter().map(|l| l.name).collect();
+    let size = legend::legend_size(&labels);
+    let mut marks = place_marks(dims, &x_norm, &y, &p.marks);
+    let mut placed = legend::place(dims, size, &obstacles(dims, &x_norm, &y, lines, &marks));
+    if placed.is_none() {
+        y = y.with_headroom(legend::headroom(dims, size));
+        marks = place_marks(dims, &x_norm, &y, &p.marks);
+        placed = legend::place(dims, size, &obstacles(dims, &x_norm, &y, lines, &marks));
+    }
+    let legend_box = placed.map_or_else(
+        || legend::corner_box(legend::Corner::UpperRight, dims, size),
+        |pl| pl.1,
+    );
+    let layout = Layout {
+        y,
+        marks,
+        legend: legend_box,
+    };
+    match y.scale {
+        Scale::Linear => draw(area, &p, xr, linear_coord(&y), lines, &layout),
+        Scale::Log => draw(area, &p, xr, log_coord(&y), lines, &layout),
+    }
+}
+
+/// Draw a panel laid out by [`panel`].
+fn draw<DB, X, Y>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    p: &Panel<'_>,
+    x: X,
+    y: Y,
+    lines: &[Line],
+    layout: &Layout<'_>,
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend,
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let ya = layout.y;
+    let mut chart = frame(area, p.title, p.notes.len())
+        .build_cartesian_2d(x, y)
+        .map_err(plot_err)?;
+    let x_label = |v: &f64| axis::tick_label(*v, p.x_unit);
+    let y_label = |v: &f64| ya.label(*v);
+    let y_desc = if ya.scale == Scale::Log {
+        format!("{} (log scale)", p.y_desc)
+    } else {
+        p.y_desc.to_string()
+    };
+    chart
+        .configure_mesh()
+        .x_desc(p.x_desc)
+        .y_desc(y_desc)
+        .light_line_style(TRANSPARENT)
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
+        .draw()
+        .map_err(plot_err)?;
+    let shown = |v: f64| ya.scale == Scale::Linear || v >= ya.lo;
+    let clamp = |v: f64| {
+        if ya.scale == Scale::Log {
+            v.max(ya.lo)
+        } else {
+            v
+        }
+    };
+    for l in lines {
+        if l.band.len() >= 2 {
+            let mut poly: Vec<(f64, f64)> = l.band.iter().map(|b| (b.0, clamp(b.2))).collect();
+            poly.extend(l.band.iter().rev().map(|b| (b.0, clamp(b.1))));
+            chart
+                .draw_series(std::iter::once(Polygon::new(poly, l.color.mix(0.15))))
+                .map_err(plot_err)?;
+        }
+        let style = l.color.stroke_width(2);
+        let pts = l.points.iter().copied().filter(|p| shown(p.1));
+        if l.dashed {
+            chart.draw_series(DashedLineSeries::new(pts, 6, 4, style))
+        } else {
+            chart.draw_series(LineSeries::new(pts, style))
+        }
+        .map_err(plot_err)?;
+        if p.dots {
+            chart
+                .draw_series(
+                    l.points
+                        .iter()
+                        .filter(|pt| shown(pt.1))
+                        .map(|&pt| Circle::new(pt, 3, l.color.filled())),
+                )
+                .map_err(plot_err)?;
+        }
+    }
+    let pa = chart.plotting_area().strip_coord_spec();
+    let (w, h) = pa.dim_in_pixel();
+    let px = |v: f64| v.round() as i32;
+    let mark_font = ("sans-serif", 12).into_font();
+    for m in &layout.marks {
+        let line = match m.mark.at {
+            MarkAt::X(_) => [(px(m.pos), 0), (px(m.pos), h as i32)],
+            MarkAt::Y(_) => [(0, px(m.pos)), (w as i32, px(m.pos))],
+        };
+        pa.draw(&PathElement::new(line, m.mark.color.stroke_width(2)))
+            .map_err(plot_err)?;
+        let b = m.label_box;
+        pa.draw(&Rectangle::new(
+            [(px(b.x0) - 1, px(b.y0)), (px(b.x1) + 1, px(b.y1))],
+            WHITE.mix(0.8).filled(),
+        ))
+        .map_err(plot_err)?;
+        // A label left of its line ends at the line, whatever the text's real width.
+        let (h_pos, x) = if b.x1 <= m.pos {
+            (HPos::Right, b.x1)
+        } else {
+            (HPos::Left, b.x0)
+        };
+        let style = TextStyle::from(mark_font.clone())
+            .color(&m.mark.color)
+            .pos(Pos::new(h_pos, VPos::Center));
+        pa.draw(&Text::new(
+            m.mark.label.clone(),
+            (px(x), px((b.y0 + b.y1) / 2.0)),
+            style,
+        ))
+        .map_err(plot_err)?;
+    }
+    draw_legend(&pa, lines, layout.legend)?;
+    let note_font = TextStyle::from(("sans-serif", 11).into_font()).color(&RGBColor(90, 90, 90));
+    // Notes go under the tick labels, above the axis description at the bottom of the frame.
+    let (_, ah) = area.dim_in_pixel();
+    let label_area = 35 + NOTE_PX * p.notes.len() as u32;
+    let top = ah as i32 - 10 - label_area as i32 + 20;
+    for (i, n) in p.notes.iter().enumerate() {
+        let y = top + (NOTE_PX as i32) * i as i32;
+        area.draw(&Text::new(n.clone(), (12, y), note_font.clone()))
+            .map_err(plot_err)?;
+    }
+    Ok(())
+}
+
+/// The legend box at `r` (plot-area pixels): a line sample and the name of each line.
+fn draw_legend<DB: DrawingBackend>(
+    pa: &DrawingArea<DB, plotters::coord::Shift>,
+    lines: &[Line],
+    r: legend::Rect,
+) -> anyhow::Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let px = |v: f64| v.round() as i32;
+    let corners = [(px(r.x0), px(r.y0)), (px(r.x1), px(r.y1))];
+    pa.draw(&Rectangle::new(corners, WHITE.mix(0.85).filled()))
+        .map_err(plot_err)?;
+    pa.draw(&Rectangle::new(corners, BLACK.mix(0.3)))
+        .map_err(plot_err)?;
+    let font =
+        TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, l) in lines.iter().enumerate() {
+        let y = px(r.y0 + legend::PAD_PX + (i as f64 + 0.5) * legend::row_px());
+        let x0 = px(r.x0 + legend::PAD_PX);
+        let style = l.color.stroke_width(2);
+        if l.dashed {
+            for (a, b) in [(0, 6), (10, 16)] {
+                pa.draw(&PathElement::new([(x0 + a, y), (x0 + b, y)], style))
+                    .map_err(plot_err)?;
             }
+        } else {
+            pa.draw(&PathElement::new([(x0, y), (x0 + 16, y)], style))
+                .map_err(plot_err)?;
         }
-        for (l, v) in tpot.iter_mut().zip([s.tpot_p50_ms, s.tpot_p99_ms]) {
-            if let Some(v) = v {
-                l.points.push((x, v));
-            }
-        }
+        pa.draw(&Text::new(
+            l.name,
+            (px(r.x0 + legend::PAD_PX + legend::SWATCH_PX), y),
+            font.clone(),
+        ))
+        .map_err(plot_err)?;
     }
-    if pts.is_empty() {
-        anyhow::bail!("no step of the search completed a request: nothing to plot");
-    }
-    let x_max = pts.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-3);
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (1100, 400)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let panels = root.split_evenly((1, 2));
-        for (area, title, lines) in [
-            (&panels[0], "TTFT against throughput", &ttft),
-            (&panels[1], "TPOT against throughput", &tpot),
-        ] {
-            let p = Panel {
-                title,
-                x_desc: "completed requests per second",
-                y_desc: "ms",
-                x_tokens: false,
-                dots: true,
-                legend: SeriesLabelPosition::UpperLeft,
-            };
-            let x: RangedCoordf64 = (0.0..x_max * 1.05).into();
-            panel(area, p, x, lines)?;
-        }
-        root.present().map_err(plot_err)?;
-    }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_labels_read_as_people_write_contexts() {
-        assert_eq!(tokens_label(512.0), "512");
-        assert_eq!(tokens_label(1000.0), "1k");
-        assert_eq!(tokens_label(2500.0), "2.5k");
-        assert_eq!(tokens_label(185_000.0), "185k");
-    }
-
-    #[test]
-    fn value_labels_are_short() {
-        assert_eq!(value_label(0.0), "0");
-        assert_eq!(value_label(0.5), "0.5");
-        assert_eq!(value_label(45.0), "45");
-        assert_eq!(value_label(800_000.0), "800k");
-        assert_eq!(value_label(1_400_000.0), "1.4M");
-    }
-}
+mod tests;
