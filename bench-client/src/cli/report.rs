@@ -76,9 +76,13 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             .with_context(|| format!("reading {}", f.display()))
             .map_err(CliError::Data)?;
         records.extend(recs);
-        if let Some(mut m) = read_manifest(f).map_err(CliError::Data)? {
+        if let Some(m) = read_manifest(f).map_err(CliError::Data)? {
             // A manifest written before redaction may still hold secrets: none is shown.
-            crate::net::redact::redact_json(&mut m, None);
+            let mut v = m.to_value();
+            crate::net::redact::redact_json(&mut v, None);
+            let m = serde_json::from_value(v)
+                .with_context(|| format!("reading the manifest of {}", f.display()))
+                .map_err(CliError::Data)?;
             manifests.push((f.display().to_string(), m));
         }
     }
