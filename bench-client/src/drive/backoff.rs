@@ -7,7 +7,10 @@
 //!   refusals the run stops: the server went away.
 //! - HTTP 429 or 503 counts one more consecutive "busy": the next request waits the answer's
 //!   `Retry-After` (seconds, at most [`MAX_WAIT`]), else 100 ms · 2^(n−1), at most 10 s.
-//! - Any other outcome (a success, another failure) resets both counts.
+//! - While either count is above zero the run is backing off: one request passes the gate per
+//!   wait, each pass holding the next request back by the same wait, so requests queued at the gate
+//!   go one by one, never as a burst when a wait ends.
+//! - Any other outcome (a success, another failure) resets both counts and lets every request go.
 //!
 //! A request waiting at the gate has the wait in its `client_queue_time`, as any client-side wait.
 
@@ -38,6 +41,8 @@ pub fn server_away(t: &RequestTrace) -> bool {
 struct State {
     /// No request passes before this.
     resume_at: Option<Instant>,
+    /// The wait between passes while backing off.
+    interval: Duration,
     refused: u32,
     busy: u32,
     /// Requests seen, those that succeeded, those whose failure says the server is away.
@@ -68,16 +73,22 @@ impl Gate {
     pub async fn pass(&self) -> bool {
         loop {
             let at = {
-                let s = self.lock();
+                let mut s = self.lock();
                 if s.stopped.is_some() {
                     return false;
                 }
-                s.resume_at
+                let now = Instant::now();
+                match s.resume_at {
+                    Some(t) if t > now => t,
+                    _ => {
+                        if s.refused > 0 || s.busy > 0 {
+                            s.resume_at = Some(now + s.interval);
+                        }
+                        return true;
+                    }
+                }
             };
-            match at {
-                Some(t) if t > Instant::now() => tokio::time::sleep_until(t).await,
-                _ => return true,
-            }
+            tokio::time::sleep_until(at).await;
         }
     }
 
@@ -95,6 +106,7 @@ impl Gate {
             s.succeeded += 1;
             s.refused = 0;
             s.busy = 0;
+            s.resume_at = None;
             return;
         };
         if server_away(t) {
@@ -128,11 +140,13 @@ impl Gate {
             _ => {
                 s.refused = 0;
                 s.busy = 0;
+                s.resume_at = None;
                 return;
             }
         };
-        let until = now + wait;
-        s.resume_at = Some(s.resume_at.map_or(until, |r| r.max(until)));
+        // The latest answer sets the wait (one request at a time goes while backing off).
+        s.interval = wait;
+        s.resume_at = Some(now + wait);
     }
 
     /// Why the server counts as gone at the end of the run: it stopped the run, or no request
@@ -186,6 +200,34 @@ mod tests {
         let t1 = Instant::now();
         assert!(g.pass().await);
         assert_eq!(Instant::now() - t1, Duration::from_millis(400));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_queued_at_the_gate_go_one_per_wait_not_as_a_burst() {
+        let g = std::sync::Arc::new(Gate::default());
+        let t0 = Instant::now();
+        g.observe(&refused(), None); // backing off: 50 ms between passes
+        let passed: Vec<_> = (0..5)
+            .map(|_| {
+                let g = g.clone();
+                tokio::spawn(async move {
+                    assert!(g.pass().await);
+                    Instant::now() - t0
+                })
+            })
+            .collect();
+        let mut at = Vec::new();
+        for p in passed {
+            at.push(p.await.unwrap());
+        }
+        at.sort();
+        let ms: Vec<u128> = at.iter().map(|d| d.as_millis()).collect();
+        assert_eq!(ms, vec![50, 100, 150, 200, 250]);
+        // A success ends the back-off: the next request goes at once.
+        g.observe(&trace(StreamEnd::Done), None);
+        let t1 = Instant::now();
+        assert!(g.pass().await && g.pass().await);
+        assert_eq!(Instant::now(), t1);
     }
 
     #[tokio::test(start_paused = true)]
