@@ -37,7 +37,9 @@ pub(crate) fn run() -> Result<Report> {
     let concurrency: u64 = env_or("PERF_SOAK_CONCURRENCY", 32)?;
     let output: u64 = env_or("PERF_SOAK_OUTPUT", 512)?;
     let time_scale: f64 = env_or("PERF_SOAK_TIME_SCALE", 100.0)?;
-    if requests == 0 || concurrency == 0 || output == 0 || !(max_s > 0.0) || !(time_scale > 0.0) {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if requests == 0 || concurrency == 0 || output == 0 || !positive(max_s) || !positive(time_scale)
+    {
         bail!("PERF_SOAK_* must be positive");
     }
     let rt = tokio::runtime::Runtime::new()?;
