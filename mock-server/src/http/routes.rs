@@ -228,8 +228,9 @@ async fn debug_request(State(st): State<AppState>, Path(rid): Path<String>) -> R
     }
 }
 
-/// Every streamed request's true TTFT in arrival order, for tools that do not send a `rid`: from
-/// the request's arrival at the socket (else the handler) to the hand-off of its first chunk.
+/// The true TTFT of every streamed request whose ground truth is kept (the running ones and the
+/// last `--truth-window` ended), in arrival order, for tools that do not send a `rid`: from the
+/// request's arrival at the socket (else the handler) to the hand-off of its first chunk.
 async fn debug_ttft(State(st): State<AppState>) -> Response {
     let rows: Vec<Value> = st
         .engine()
