@@ -325,3 +325,36 @@ fn a_multi_turn_run_is_the_same_on_both_paths() {
         .count();
     assert_eq!(late_hits, 18);
 }
+
+/// A long sweep against a server with a large prefix cache: every prompt begins with its own
+/// token out of the server's vocabulary, so no point is served one cached token by an earlier
+/// point's prompt (with first ids from the 3,900-id prompt range only, every point past the
+/// 3,900th was).
+#[test]
+fn ten_thousand_sweep_points_share_no_cached_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("long.jsonl");
+    let mut cfg = SweepConfig {
+        contexts: vec![16],
+        output_tokens: 1,
+        runs: 10_000,
+        warmup: 0,
+        stamping: Stamping::Socket,
+        ..SweepConfig::new(target(bench_client::drive::ENGINE_URL), out.clone())
+    };
+    cfg.engine = Some(preset("small-cpu-demo", &[]));
+    paused_runtime().block_on(run_sweep(&cfg)).unwrap();
+    let records = read_records(&out).unwrap();
+    assert_eq!(records.len(), 10_000);
+    let contaminated: Vec<_> = records
+        .iter()
+        .filter(|r| r.contaminated)
+        .map(|r| r.contamination.join("; "))
+        .collect();
+    assert!(
+        contaminated.is_empty(),
+        "{} contaminated, the first: {:?}",
+        contaminated.len(),
+        contaminated.first()
+    );
+}

@@ -80,7 +80,9 @@ start_mock() {
     port="$(pick_port)"
     max=$((${1} > 64 ? ${1} : 64))
     # shellcheck disable=SC2086
+    # /debug/ttft lists the requests whose ground truth the mock keeps: every one of the run.
     "$BIN/mock-server" --port "$port" --debug-endpoints --max-running-requests "$max" \
+        --truth-window "$((REQUESTS > 4096 ? REQUESTS : 4096))" \
         --served-model-name tiny-llama ${SBS_MOCK_ARGS:-} >"$WORK/mock.log" 2>&1 &
     MOCK_PID=$!
     URL="http://127.0.0.1:$port"

@@ -2,7 +2,8 @@
 //! then every `--set`), and the serve loop the binary runs.
 
 use crate::config::{Config, ConfigError};
-use crate::server::MockServer;
+use crate::conn::Timeouts;
+use crate::server::{MockServer, ServeOptions};
 use clap::Parser;
 
 /// Errors in the flags, before the server starts.
@@ -12,6 +13,12 @@ pub enum CliError {
     SetSyntax(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error("--{flag} {value}: {reason}")]
+    BadFlag {
+        flag: &'static str,
+        value: String,
+        reason: &'static str,
+    },
 }
 
 #[derive(Parser, Debug)]
@@ -93,6 +100,18 @@ pub struct Args {
     /// Serve each request's ground truth at /debug/requests/{rid} (mock only).
     #[arg(long)]
     pub debug_endpoints: bool,
+    /// Keep the ground truth of this many ended requests (every running request's is kept); older
+    /// ones are dropped, so a long run holds constant memory (mock only).
+    #[arg(long, default_value_t = crate::truth::DEFAULT_TRUTH_WINDOW)]
+    pub truth_window: usize,
+    /// Close a connection idle this many seconds after its last response (uvicorn's
+    /// `--timeout-keep-alive`; SGLang sets 5 through `SGLANG_TIMEOUT_KEEP_ALIVE`).
+    #[arg(long, default_value_t = 5.0)]
+    pub timeout_keep_alive: f64,
+    /// Close a connection whose next request header is not complete this many seconds after it
+    /// was ready for it (accepted, or its previous response ended).
+    #[arg(long, default_value_t = 30.0)]
+    pub header_read_timeout: f64,
     /// Override any preset key: --set key=value (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
@@ -183,6 +202,35 @@ pub fn build(a: &Args) -> Result<Config, CliError> {
     Ok(c)
 }
 
+/// The serving options the flags give: the ground truth window and the connection timeouts.
+pub fn serve_options(a: &Args) -> Result<ServeOptions, CliError> {
+    let secs = |flag: &'static str, v: f64| {
+        if v.is_finite() && v > 0.0 && v < 1e9 {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(CliError::BadFlag {
+                flag,
+                value: v.to_string(),
+                reason: "must be a positive number of seconds",
+            })
+        }
+    };
+    if a.truth_window == 0 {
+        return Err(CliError::BadFlag {
+            flag: "truth-window",
+            value: "0".into(),
+            reason: "must keep at least 1 request",
+        });
+    }
+    Ok(ServeOptions {
+        truth_window: a.truth_window,
+        timeouts: Timeouts {
+            keep_alive: secs("timeout-keep-alive", a.timeout_keep_alive)?,
+            header_read: secs("header-read-timeout", a.header_read_timeout)?,
+        },
+    })
+}
+
 /// Resolves on SIGINT or (on Unix) SIGTERM.
 async fn signal() {
     let ctrl_c = tokio::signal::ctrl_c();
@@ -206,7 +254,7 @@ async fn signal() {
 /// `--restart-on-oom`, an out-of-memory death (exit code 1).
 pub async fn run(args: Args) -> anyhow::Result<i32> {
     let config = build(&args)?;
-    let server = MockServer::start(config.clone()).await?;
+    let server = MockServer::start_with(config.clone(), serve_options(&args)?).await?;
     tracing::info!(
         target: "mock_server",
         "mock-server ({}) serving {} on {}",
@@ -374,6 +422,25 @@ mod tests {
         assert!(msg(&["--mem-fraction-static", "1.5"]).contains("mem_fraction_static"));
         assert!(msg(&["--port", "99999"]).contains("99999"));
         assert!(msg(&["--no-such-flag"]).contains("no-such-flag"));
+        let opts = |args: &[&str]| {
+            let a =
+                Args::try_parse_from(std::iter::once("mock-server").chain(args.iter().copied()))
+                    .unwrap();
+            serve_options(&a).map_err(|e| e.to_string())
+        };
+        assert!(opts(&["--truth-window", "0"])
+            .unwrap_err()
+            .contains("truth-window"));
+        assert!(opts(&["--timeout-keep-alive", "0"])
+            .unwrap_err()
+            .contains("timeout-keep-alive"));
+        assert!(opts(&["--header-read-timeout", "NaN"])
+            .unwrap_err()
+            .contains("header-read-timeout"));
+        assert_eq!(opts(&[]).unwrap(), ServeOptions::default());
+        let o = opts(&["--truth-window", "9", "--timeout-keep-alive", "0.5"]).unwrap();
+        assert_eq!(o.truth_window, 9);
+        assert_eq!(o.timeouts.keep_alive, std::time::Duration::from_millis(500));
         let e = msg(&[
             "--preset",
             "kimi-k2.6-dflash-8xrtx-pro-6000",

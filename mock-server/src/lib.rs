@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod conn;
 pub mod engine;
 pub mod http;
 pub mod listen;
@@ -21,5 +22,7 @@ pub mod truth;
 pub use config::{Config, ConfigError};
 pub use engine::sim::{Refusal, SimEvent, SimRequest, Simulator};
 pub use http::{app, AppState};
-pub use server::MockServer;
-pub use truth::{ChunkTruth, FinishTruth, GroundTruth, PrefillPass, RequestTruth};
+pub use server::{MockServer, ServeOptions};
+pub use truth::{
+    ChunkTruth, FinishTruth, GroundTruth, PrefillPass, RequestTruth, DEFAULT_TRUTH_WINDOW,
+};

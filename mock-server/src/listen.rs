@@ -63,15 +63,24 @@ impl Listener for StampedListener {
 }
 
 /// The latest kernel receive timestamp of one connection, shared with its requests' handlers
-/// (as axum's connect info).
+/// (as axum's connect info), and how many reads returned bytes (the keep-alive timer's sign of a
+/// new request).
 #[derive(Debug, Clone, Default)]
-pub struct RxStamp(Arc<AtomicU64>);
+pub struct RxStamp {
+    ns: Arc<AtomicU64>,
+    reads: Arc<AtomicU64>,
+}
 
 impl RxStamp {
     /// When the last bytes read from the connection reached its socket, in ns since the Unix
     /// epoch; `None` before any timestamped read.
     pub fn unix_ns(&self) -> Option<u64> {
-        Some(self.0.load(Ordering::Relaxed)).filter(|&ns| ns > 0)
+        Some(self.ns.load(Ordering::Relaxed)).filter(|&ns| ns > 0)
+    }
+
+    /// Reads from the connection that returned bytes.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
     }
 }
 
@@ -93,9 +102,12 @@ impl rx_stamps::Observe for RxStamp {
 
     fn mark(&self) {}
 
-    fn read(&mut self, _bytes: &[u8], kernel_unix_ns: Option<u64>) {
+    fn read(&mut self, bytes: &[u8], kernel_unix_ns: Option<u64>) {
+        if !bytes.is_empty() {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(ns) = kernel_unix_ns {
-            self.0.store(ns, Ordering::Relaxed);
+            self.ns.store(ns, Ordering::Relaxed);
         }
     }
 

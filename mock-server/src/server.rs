@@ -2,10 +2,11 @@
 //! death (listener dropped, streams cut) or restart, and graceful shutdown.
 
 use crate::config::Config;
+use crate::conn::Timeouts;
 use crate::engine::EngineHandle;
 use crate::http::{app, AppState};
-use crate::listen::{RxStamp, StampedListener};
-use crate::truth::GroundTruth;
+use crate::listen::StampedListener;
+use crate::truth::{GroundTruth, DEFAULT_TRUTH_WINDOW};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -61,9 +62,36 @@ async fn bind(host: &str, port: u16) -> std::io::Result<tokio::net::TcpListener>
     }))
 }
 
+/// How the server process runs, beside the simulated deployment ([`Config`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServeOptions {
+    /// Ended requests whose ground truth is kept (every running request's is).
+    pub truth_window: usize,
+    /// The connections' keep-alive and header-read timeouts.
+    pub timeouts: Timeouts,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            truth_window: DEFAULT_TRUTH_WINDOW,
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
 impl MockServer {
-    /// Validates the config, binds host:port and spawns the engine and the HTTP server.
+    /// Validates the config, binds host:port and spawns the engine and the HTTP server, with the
+    /// default [`ServeOptions`].
     pub async fn start(config: Config) -> anyhow::Result<MockServer> {
+        MockServer::start_with(config, ServeOptions::default()).await
+    }
+
+    /// [`MockServer::start`] with these serving options.
+    pub async fn start_with(config: Config, options: ServeOptions) -> anyhow::Result<MockServer> {
+        if options.truth_window == 0 {
+            anyhow::bail!("the ground truth window must hold at least 1 request");
+        }
         config
             .validate()
             .context("invalid mock-server configuration")?;
@@ -71,7 +99,7 @@ impl MockServer {
             .await
             .with_context(|| format!("cannot bind {}:{}", config.host, config.port))?;
         let addr = listener.local_addr()?;
-        let truth = GroundTruth::default();
+        let truth = GroundTruth::with_window(options.truth_window);
         let crashed = Arc::new(watch::channel(None::<String>).0);
         let engine = EngineHandle::spawn(config.clone(), truth.clone(), crashed.clone());
         let state = AppState::new(engine);
@@ -84,19 +112,12 @@ impl MockServer {
         let router = app(state.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let listener = StampedListener::new(listener);
-        let serve = tokio::spawn(async move {
-            let r = axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<RxStamp>(),
-            )
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await;
-            if let Err(e) = r {
-                tracing::error!("server error: {e}");
-            }
-        });
+        let serve = tokio::spawn(crate::conn::serve(
+            listener,
+            router,
+            options.timeouts,
+            stop_rx,
+        ));
         let crash_log = Arc::new(Mutex::new(None));
         let (ev_tx, ev_rx) = watch::channel(0u64);
         let supervisor = {

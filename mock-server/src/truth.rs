@@ -1,7 +1,7 @@
 //! Ground truth: what the engine really did for every request, on the client's timeline.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 /// One prefill pass that processed part of a request's prompt.
@@ -104,12 +104,89 @@ impl RequestTruth {
     }
 }
 
-#[derive(Debug, Default)]
+/// Ended requests whose records [`GroundTruth::default`] keeps: a client reads a request's record
+/// once it has ended, long before this many later requests have ended too.
+pub const DEFAULT_TRUTH_WINDOW: usize = 4096;
+
+#[derive(Debug)]
+struct Entry {
+    truth: RequestTruth,
+    /// Whether the request has ended and sits in [`Store::ended`].
+    ended: bool,
+}
+
+/// Records by arrival number; every running request, and the last `window` that ended.
+#[derive(Debug)]
 struct Store {
-    order: Vec<RequestTruth>,
-    index: HashMap<String, usize>,
+    records: BTreeMap<u64, Entry>,
+    index: HashMap<String, u64>,
+    next_seq: u64,
+    /// Arrival numbers of ended requests, in the order they ended (a record taken out of the
+    /// store leaves its number here until it reaches the front).
+    ended: VecDeque<u64>,
+    /// Records in `records` that have ended.
+    ended_kept: usize,
+    window: usize,
     prefill_passes_total: usize,
     pacing: PacingRecord,
+}
+
+impl Store {
+    fn new(window: usize) -> Self {
+        Store {
+            records: BTreeMap::new(),
+            index: HashMap::new(),
+            next_seq: 0,
+            ended: VecDeque::new(),
+            ended_kept: 0,
+            window: window.max(1),
+            prefill_passes_total: 0,
+            pacing: PacingRecord::default(),
+        }
+    }
+
+    /// Notes that `seq`'s request has ended (once), then drops the oldest ended records past the
+    /// window.
+    fn note_end(&mut self, seq: u64) {
+        let Some(e) = self.records.get_mut(&seq) else {
+            return;
+        };
+        if e.ended || e.truth.finish == FinishTruth::Pending {
+            return;
+        }
+        e.ended = true;
+        self.ended.push_back(seq);
+        self.ended_kept += 1;
+        while self.ended_kept > self.window {
+            let Some(old) = self.ended.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.records.remove(&old) {
+                self.index.remove(&gone.truth.rid);
+                self.ended_kept -= 1;
+            }
+        }
+        // Taken records leave stale numbers behind; keep the queue within twice the window.
+        if self.ended.len() > 2 * self.window {
+            let records = &self.records;
+            self.ended.retain(|q| records.contains_key(q));
+        }
+    }
+
+    fn remove(&mut self, rid: &str) -> Option<RequestTruth> {
+        let seq = self.index.remove(rid)?;
+        let e = self.records.remove(&seq)?;
+        if e.ended {
+            self.ended_kept -= 1;
+        }
+        Some(e.truth)
+    }
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::new(DEFAULT_TRUTH_WINDOW)
+    }
 }
 
 /// Most pacing errors kept as samples; past this, a uniform reservoir sample of them.
@@ -157,19 +234,42 @@ pub struct GroundTruth {
 }
 
 impl GroundTruth {
+    /// A store that keeps every running request's record and those of the last `window` requests
+    /// that ended (at least 1); older ones are dropped, so a long run holds constant memory.
+    pub fn with_window(window: usize) -> Self {
+        GroundTruth {
+            inner: Arc::new(Mutex::new(Store::new(window))),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The record of one request.
+    /// The record of one request: running, or among the last ended ones the window keeps.
     pub fn request(&self, rid: &str) -> Option<RequestTruth> {
         let s = self.lock();
-        s.index.get(rid).map(|i| s.order[*i].clone())
+        let seq = s.index.get(rid)?;
+        s.records.get(seq).map(|e| e.truth.clone())
     }
 
-    /// Every record, in arrival order.
+    /// Every record kept, in arrival order.
     pub fn all(&self) -> Vec<RequestTruth> {
-        self.lock().order.clone()
+        self.lock()
+            .records
+            .values()
+            .map(|e| e.truth.clone())
+            .collect()
+    }
+
+    /// How many records the store holds.
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// Whether the store holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Prefill passes the engine ran (a pass may serve several requests).
@@ -194,22 +294,42 @@ impl GroundTruth {
         self.lock().pacing.max_ns
     }
 
+    /// Stores `t`, replacing the record of the same rid if there is one.
     pub(crate) fn insert(&self, t: RequestTruth) {
         let mut s = self.lock();
-        if let Some(i) = s.index.get(&t.rid).copied() {
-            s.order[i] = t;
-        } else {
-            let i = s.order.len();
-            s.index.insert(t.rid.clone(), i);
-            s.order.push(t);
+        let seq = match s.index.get(&t.rid).copied() {
+            Some(seq) => seq,
+            None => {
+                let seq = s.next_seq;
+                s.next_seq += 1;
+                s.index.insert(t.rid.clone(), seq);
+                seq
+            }
+        };
+        match s.records.get_mut(&seq) {
+            Some(e) => e.truth = t,
+            None => {
+                s.records.insert(
+                    seq,
+                    Entry {
+                        truth: t,
+                        ended: false,
+                    },
+                );
+            }
         }
+        s.note_end(seq);
     }
 
     pub(crate) fn update(&self, rid: &str, f: impl FnOnce(&mut RequestTruth)) {
         let mut s = self.lock();
-        if let Some(i) = s.index.get(rid).copied() {
-            f(&mut s.order[i]);
+        let Some(seq) = s.index.get(rid).copied() else {
+            return;
+        };
+        if let Some(e) = s.records.get_mut(&seq) {
+            f(&mut e.truth);
         }
+        s.note_end(seq);
     }
 
     pub(crate) fn count_pass(&self) {
@@ -220,15 +340,18 @@ impl GroundTruth {
     /// pacing error.
     pub(crate) fn record_sent(&self, rid: &str, chunk: usize, sent_ns: u64) {
         let mut s = self.lock();
-        let Some(i) = s.index.get(rid).copied() else {
+        let Some(seq) = s.index.get(rid).copied() else {
             return;
         };
-        let Some(c) = s.order[i].chunks.get_mut(chunk) else {
+        let Some(e) = s.records.get_mut(&seq) else {
+            return;
+        };
+        let t = &mut e.truth;
+        let Some(c) = t.chunks.get_mut(chunk) else {
             return;
         };
         c.sent_ns = Some(sent_ns);
         let err = sent_ns.saturating_sub(c.model_ns);
-        let t = &mut s.order[i];
         t.max_pacing_error_ns = t.max_pacing_error_ns.max(err);
         s.pacing.record(err);
     }
@@ -238,20 +361,13 @@ impl GroundTruth {
         self.lock().pacing.record(pacing_error_ns);
     }
 
-    /// Takes `rid`'s record out of the store, in O(1): the last record takes its place, so
-    /// [`GroundTruth::all`] is in arrival order only while nothing was taken (the engine path
-    /// takes each request's record when it ends, to run in constant memory).
+    /// Takes `rid`'s record out of the store (the engine path takes each request's record when
+    /// it ends, to run in constant memory).
     pub(crate) fn take(&self, rid: &str) -> Option<RequestTruth> {
-        let mut s = self.lock();
-        let i = s.index.remove(rid)?;
-        let t = s.order.swap_remove(i);
-        if let Some(moved) = s.order.get(i) {
-            let rid = moved.rid.clone();
-            s.index.insert(rid, i);
-        }
-        Some(t)
+        self.lock().remove(rid)
     }
 
+    /// Whether the store holds a record of `rid` (a running request, or a recently ended one).
     pub(crate) fn contains(&self, rid: &str) -> bool {
         self.lock().index.contains_key(rid)
     }
@@ -283,5 +399,49 @@ mod tests {
         // would put it near PACING_RESERVOIR / 2 = n / 6.
         let mean = sample.iter().map(|v| *v as f64).sum::<f64>() / sample.len() as f64;
         assert!((mean / n as f64 - 0.5).abs() < 0.02, "{mean} of {n}");
+    }
+
+    fn ended(rid: &str) -> RequestTruth {
+        let mut t = RequestTruth::new(rid);
+        t.finish = FinishTruth::Length;
+        t
+    }
+
+    #[test]
+    fn the_store_keeps_running_requests_and_the_last_ended_ones() {
+        let t = GroundTruth::with_window(3);
+        t.insert(RequestTruth::new("running"));
+        for i in 0..10_000 {
+            let rid = format!("r{i}");
+            t.insert(RequestTruth::new(&rid));
+            t.update(&rid, |r| r.finish = FinishTruth::Stop);
+        }
+        // The running request, and the three that ended last, in arrival order.
+        let rids: Vec<String> = t.all().into_iter().map(|r| r.rid).collect();
+        assert_eq!(rids, ["running", "r9997", "r9998", "r9999"]);
+        assert!(t.request("r9996").is_none() && !t.contains("r9996"));
+        assert!(t.request("running").is_some());
+        // A record still reachable takes its late updates (the last chunk's hand-off).
+        t.update("r9999", |r| r.completion_tokens = 7);
+        assert_eq!(t.request("r9999").unwrap().completion_tokens, 7);
+        // The running request ends: the oldest ended one goes.
+        t.update("running", |r| r.finish = FinishTruth::Aborted);
+        let rids: Vec<String> = t.all().into_iter().map(|r| r.rid).collect();
+        assert_eq!(rids, ["running", "r9998", "r9999"]);
+        // A taken record frees its place; the queue of ended numbers stays bounded.
+        assert!(t.take("r9998").is_some());
+        t.insert(ended("late"));
+        assert_eq!(t.len(), 3);
+        assert!(t.lock().ended.len() <= 6);
+    }
+
+    #[test]
+    fn the_default_store_is_bounded() {
+        let t = GroundTruth::default();
+        for i in 0..DEFAULT_TRUTH_WINDOW + 100 {
+            t.insert(ended(&format!("e{i}")));
+        }
+        assert_eq!(t.len(), DEFAULT_TRUTH_WINDOW);
+        assert!(t.request("e99").is_none() && t.request("e100").is_some());
     }
 }

@@ -33,6 +33,9 @@ pub struct PromptGen {
     pub id_min: u32,
     /// Largest token id drawn (exclusive).
     pub id_max: u32,
+    /// The first id of every prompt is below this (exclusive; at least `id_max`): the server's whole
+    /// vocabulary when it reports one, so that more prompts can begin differently.
+    pub first_max: u32,
 }
 
 /// Default id range [100, 4000): valid for tiny test models with a 4096 vocabulary too.
@@ -45,6 +48,7 @@ impl PromptGen {
             seed,
             id_min: DEFAULT_ID_RANGE.0,
             id_max: DEFAULT_ID_RANGE.1,
+            first_max: DEFAULT_ID_RANGE.1,
         }
     }
 
@@ -59,7 +63,17 @@ impl PromptGen {
             seed,
             id_min,
             id_max,
+            first_max: id_max,
         })
+    }
+
+    /// The same generator with first ids drawn from `[id_min, vocab_size)` when that is wider than
+    /// the id range (a server's vocabulary: every id below it is valid).
+    pub fn with_vocabulary(&self, vocab_size: u32) -> Self {
+        Self {
+            first_max: vocab_size.max(self.id_max),
+            ..self.clone()
+        }
     }
 
     /// The same id range with another seed.
@@ -76,14 +90,14 @@ impl PromptGen {
         rng
     }
 
-    /// Exactly `n` token ids for request number `index`. The first id is `index + seed` modulo the id
-    /// range, so consecutive indices never share even a one-token prefix (a radix cache matches single
-    /// tokens), and another seed shifts them all;
-    /// every other id is drawn at random, so two prompts share a prefix of length k with probability
-    /// about (1/range)^k beyond that.
+    /// Exactly `n` token ids for request number `index`. The first id is `index + seed` modulo the
+    /// first ids' range (`[id_min, first_max)`), so consecutive indices never share even a one-token
+    /// prefix (a radix cache matches single tokens) until they have used every first id, and another
+    /// seed shifts them all; every other id is drawn at random from the id range, so two prompts
+    /// share a prefix of length k with probability about (1/range)^k beyond that.
     pub fn token_ids(&self, n: u32, index: u64) -> Vec<u32> {
         let mut rng = self.rng(index);
-        let range = u64::from(self.id_max - self.id_min);
+        let range = u64::from(self.first_max.max(self.id_max) - self.id_min);
         let first = self.id_min + u32::try_from(index.wrapping_add(self.seed) % range).unwrap_or(0);
         (0..n)
             .map(|i| {
@@ -133,6 +147,23 @@ mod tests {
             .map(|i| g.token_ids(4, (7 << 40) | i)[0])
             .collect();
         assert_eq!(firsts.len(), 3900);
+    }
+
+    #[test]
+    fn a_vocabulary_gives_more_first_tokens() {
+        let g = PromptGen::new(3).with_vocabulary(32_000);
+        let firsts: std::collections::HashSet<u32> = (0..10_000u64)
+            .map(|i| g.token_ids(4, (7 << 40) | i)[0])
+            .collect();
+        assert_eq!(firsts.len(), 10_000);
+        let ids = g.token_ids(64, 5);
+        assert!((100..32_000).contains(&ids[0]));
+        assert!(ids[1..].iter().all(|t| (100..4000).contains(t)));
+        // A vocabulary narrower than the id range changes nothing.
+        assert_eq!(
+            PromptGen::new(3).with_vocabulary(50).token_ids(8, 9),
+            PromptGen::new(3).token_ids(8, 9)
+        );
     }
 
     #[test]

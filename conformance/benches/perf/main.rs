@@ -3,8 +3,9 @@
 //! sweep of the Kimi preset takes under 1 s; the client adds under 1 ms (p99) to the TTFT of one
 //! stream and under 5 ms at 1,000 or 2,000 streams; its SSE layer decodes at least 1,000,000 events/s.
 //! Run `cargo bench -p conformance --bench perf -- [SCENARIO ...] [--external]` (no scenario:
-//! all). Scenarios: `mock-streams`, `kimi-sweep-paused`, `client-overhead`, `sse-decode`,
-//! `long-prompt`, `load-2000`, `twin-load`, `tcp-floor`, `engine-path`. `--external` runs the mock as a separate process (the `mock-server`
+//! all but `soak`). Scenarios: `mock-streams`, `kimi-sweep-paused`, `client-overhead`, `sse-decode`,
+//! `long-prompt`, `load-2000`, `twin-load`, `tcp-floor`, `engine-path`, `soak` (the mock's RSS over
+//! 100,000 requests, see `soak`). `--external` runs the mock as a separate process (the `mock-server`
 //! release binary, built with `cargo build --release -p mock-server` into the same target directory,
 //! or the binary `PERF_MOCK_BIN` names) for `mock-streams`, `client-overhead` and `load-2000`; its
 //! ground truth then comes from `/debug/requests/{rid}`. `PERF_OUTPUT_PER_REQUEST_S` overrides the
@@ -39,6 +40,7 @@ mod kimi_sweep_paused;
 mod load_2000;
 mod long_prompt;
 mod mock_streams;
+mod soak;
 mod sse_decode;
 mod tcp_floor;
 mod twin_load;
@@ -57,6 +59,7 @@ const SCENARIOS: &[&str] = &[
     "twin-load",
     "tcp-floor",
     "engine-path",
+    "soak",
 ];
 pub(crate) const DEMO: &str = "small-cpu-demo";
 pub(crate) const KIMI: &str = "kimi-k2.6-dflash-8xrtx-pro-6000";
@@ -84,7 +87,12 @@ fn run() -> Result<()> {
         }
     }
     if chosen.is_empty() {
-        chosen = SCENARIOS.iter().map(|s| s.to_string()).collect();
+        // `soak` runs for up to an hour: only when named.
+        chosen = SCENARIOS
+            .iter()
+            .filter(|s| **s != "soak")
+            .map(|s| s.to_string())
+            .collect();
     }
     println!("{}", machine_line());
     for s in chosen {
@@ -98,6 +106,7 @@ fn run() -> Result<()> {
             "twin-load" => twin_load::run()?,
             "tcp-floor" => tcp_floor::run()?,
             "engine-path" => engine_path::run()?,
+            "soak" => soak::run()?,
             _ => continue,
         };
         report.print();

@@ -185,7 +185,8 @@ pub fn battery(o: &BatteryOptions) -> Vec<Case> {
         Case::post(
             "native_text_and_input_ids",
             g,
-            json!({"text": "a", "input_ids": [101]}),
+            // Without `ignore_eos` the random test model may stop at EOS before `max_new_tokens`.
+            json!({"text": "a", "input_ids": [101], "sampling_params": {"ignore_eos": true}}),
         ),
         Case::post(
             "native_input_ids_not_a_list",
@@ -211,6 +212,9 @@ pub fn battery(o: &BatteryOptions) -> Vec<Case> {
         Case::get("info_server_info", "/server_info"),
         Case::get("info_v1_models", "/v1/models"),
         Case::get("info_metrics", "/metrics"),
+        // Last: the server is idle, so both flush (SGLang answers both methods alike).
+        Case::post("flush_cache_post", "/flush_cache", json!({})),
+        Case::get("flush_cache_get", "/flush_cache"),
     ]
 }
 

@@ -82,20 +82,27 @@ async fn not_found() -> Response {
         .into_response()
 }
 
+/// `GET` or `POST /flush_cache`: SGLang's answer, a plain body with no content type (a Starlette
+/// `Response` without a media type).
 async fn flush_cache(State(st): State<AppState>) -> Response {
     match st.engine().flush_cache().await {
-        Ok(true) => (
+        Ok(true) => untyped(
             StatusCode::OK,
             "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n",
-        )
-            .into_response(),
-        Ok(false) => (
+        ),
+        Ok(false) => untyped(
             StatusCode::BAD_REQUEST,
             "Cache not flushed: there are running or waiting requests.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n",
-        )
-            .into_response(),
+        ),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }
+}
+
+/// A response whose body carries no `content-type` header.
+fn untyped(status: StatusCode, body: &'static str) -> Response {
+    let mut r = Response::new(axum::body::Body::from(body));
+    *r.status_mut() = status;
+    r
 }
 
 async fn health() -> Response {
@@ -221,8 +228,9 @@ async fn debug_request(State(st): State<AppState>, Path(rid): Path<String>) -> R
     }
 }
 
-/// Every streamed request's true TTFT in arrival order, for tools that do not send a `rid`: from
-/// the request's arrival at the socket (else the handler) to the hand-off of its first chunk.
+/// The true TTFT of every streamed request whose ground truth is kept (the running ones and the
+/// last `--truth-window` ended), in arrival order, for tools that do not send a `rid`: from the
+/// request's arrival at the socket (else the handler) to the hand-off of its first chunk.
 async fn debug_ttft(State(st): State<AppState>) -> Response {
     let rows: Vec<Value> = st
         .engine()

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod connections;
 mod engine;
 mod faults;
 mod handlers;

@@ -364,6 +364,12 @@ pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
 }
 
 /// [`run_sweep`] with prompts from `source`.
+/// The vocabulary size a server's `/server_info` reports (`vocab_size`), if any.
+fn server_vocabulary(info: Option<&serde_json::Value>) -> Option<u32> {
+    let v = info?.get("vocab_size")?.as_u64()?;
+    u32::try_from(v).ok().filter(|&v| v > 0)
+}
+
 pub async fn run_sweep_with(
     cfg: &SweepConfig,
     source: PromptSource,
@@ -444,6 +450,12 @@ pub async fn run_sweep_with(
     // The results file (and its folder) first: the manifest lives beside it.
     let mut writer = RecordWriter::open(&cfg.out)?;
     crate::results::append_manifest(&cfg.out, &manifest)?;
+    // A server that reports its vocabulary (the mock does) lets every prompt begin with an id of
+    // its own out of the whole vocabulary, not only out of the prompt id range.
+    let prompts = match server_vocabulary(server_info.as_ref()) {
+        Some(v) => prompts.with_vocabulary(v),
+        None => prompts,
+    };
     let mut runner = Runner {
         cfg,
         http,
