@@ -7,8 +7,10 @@
 //! or `--num-requests`), lengthened to [`STEADY_SPANS`] x [`MARGIN`] times the mean request time
 //! of the steps that ran before it (a rerun: of the short step at its level; else the longest
 //! of the steps at lower levels that kept up). After it, its own mean request time decides: a step
-//! that would pass but was too short is run again, longer ([`CapacityPlan::next`]). Each step's records go to a results file
-//! of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
+//! whose requests met the target but that was too short is run again, longer
+//! ([`CapacityPlan::next`]).
+//!
+//! Each step's records go to a results file of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
 //! `--resume` of a step needs its own seed and schedule. A resumed search replays the steps whose
 //! files are complete, continues a partial one, and goes on from there.
 
@@ -257,6 +259,7 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         );
         row.kept_up = cfg.plan.keeps_up(&row.result());
         row.passed = cfg.plan.passes(&row.result());
+        row.too_short = cfg.plan.too_short(&row.result());
         let achieved = match (row.request_throughput, row.offered_rate) {
             (Some(a), Some(o)) => format!(", {a:.3} req/s achieved of {o:.3} arrived"),
             _ => String::new(),

@@ -9,8 +9,9 @@
 //!
 //! A step passes when it meets the SLO target, keeps up with its offered rate (its achieved
 //! throughput is within `throughput_tolerance` of the rate its requests arrived at) and ran in
-//! steady state ([`StepTiming::steady`]). A step that would pass but was too short is not a
-//! verdict: the search runs the same level again, longer (at most [`MAX_RERUNS`] times; a step
+//! steady state ([`StepTiming::steady`]). A step whose requests met the target but that was too
+//! short is not a verdict (nor is its throughput: the drain weighs on a short step): the search
+//! runs the same level again, longer (at most [`MAX_RERUNS`] times; a step
 //! still too short after them fails, so an answer always rests on a steady step).
 //!
 //! The levels are request rates, or, for a search by concurrency (`integer`), whole numbers of
@@ -206,15 +207,22 @@ impl CapacityPlan {
         self.meets(s) && s.steady
     }
 
-    /// Whether a step is no verdict: it would pass but was too short, and its level may be run
-    /// again (fewer than [`MAX_RERUNS`] earlier such steps at the same level).
+    /// Whether a step was too short to judge: its requests met the target, but its arrivals were
+    /// too short for steady state. Its throughput is no verdict either: in a short step the drain
+    /// (the requests still running after the last arrival) is a large part of its length.
+    pub fn too_short(&self, s: &StepResult) -> bool {
+        s.requests > 0 && s.goodput_share() >= self.target && !s.steady
+    }
+
+    /// Whether a step is no verdict: too short, and its level may be run again (fewer than
+    /// [`MAX_RERUNS`] earlier too-short steps at the same level).
     fn rerun(&self, steps: &[StepResult], i: usize) -> bool {
         let s = &steps[i];
         let earlier = steps[..i]
             .iter()
-            .filter(|e| e.rate == s.rate && self.meets(e) && !e.steady)
+            .filter(|e| e.rate == s.rate && self.too_short(e))
             .count();
-        self.meets(s) && !s.steady && earlier < MAX_RERUNS
+        self.too_short(s) && earlier < MAX_RERUNS
     }
 
     /// The next move after `steps` (in the order they ran).
@@ -460,7 +468,15 @@ mod tests {
         }
         // A steady rerun is the verdict.
         assert_eq!(p.next(&[short, step(1.0, 10.0)]), Next::Run(2.0));
-        // A short step that fails is a verdict at once: more time only grows a queue.
+        // A short step that falls behind is no verdict: its drain weighs on its throughput.
+        let behind = StepResult {
+            steady: false,
+            achieved: Some(0.8),
+            ..step(1.0, 10.0)
+        };
+        assert_eq!(p.next(&[behind]), Next::Run(1.0));
+        // A short step whose requests miss the SLO is a verdict at once: more time only grows a
+        // queue.
         let failing = StepResult {
             steady: false,
             ..step(1.0, 0.5)

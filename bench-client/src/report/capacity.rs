@@ -75,6 +75,9 @@ pub struct CapacityRow {
     pub mean_request_s: Option<f64>,
     /// Whether the arrivals spanned enough mean request times for steady state.
     pub steady: bool,
+    /// The step's requests met the target but it was too short for steady state: no verdict, its
+    /// level runs again longer (after the last rerun allowed, it fails).
+    pub too_short: bool,
     /// Completed requests per second.
     pub request_throughput: Option<f64>,
     /// Output tokens per second.
@@ -131,6 +134,7 @@ impl CapacityRow {
             arrival_span_s: t.map(|t| t.arrival_span_s),
             mean_request_s: t.map(|t| t.mean_request_s),
             steady: t.is_some_and(StepTiming::steady),
+            too_short: false,
             request_throughput: d.request_throughput,
             output_throughput: d.output_throughput,
             goodput: d.goodput,
@@ -158,11 +162,11 @@ impl CapacityRow {
 
     /// The step's verdict in a word or two: pass, FAIL and why, or too short (run again).
     pub fn verdict(&self) -> &'static str {
-        match (self.passed, self.kept_up, self.steady) {
+        match (self.passed, self.too_short, self.kept_up) {
             (true, _, _) => "pass",
-            (false, false, _) => "FAIL: fell behind",
-            (false, true, false) if self.goodput_share > 0.0 => "short: run again longer",
-            _ => "FAIL",
+            (false, true, _) => "too short",
+            (false, false, false) => "FAIL: fell behind",
+            (false, false, true) => "FAIL",
         }
     }
 }
@@ -323,6 +327,7 @@ mod tests {
             arrival_span_s: None,
             mean_request_s: None,
             steady: true,
+            too_short: false,
             request_throughput: Some(6.0),
             output_throughput: Some(192.0),
             goodput: Some(good as f64 / 2.0),
