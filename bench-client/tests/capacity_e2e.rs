@@ -338,12 +338,14 @@ fn long_run(setup: &[&str], rate: f64, secs: u32, dir: &Path) -> (f64, f64) {
         .args(["--duration", &format!("{secs}s"), "--out"])
         .arg(&out)
         .output()
-        .unwrap();
+        .expect("the binary runs");
     let v = json(&o);
-    let requests = v["requests"].as_f64().unwrap();
+    let requests = v["requests"].as_f64().expect("requests");
     (
-        v["derived"]["request_throughput"].as_f64().unwrap(),
-        v["good"].as_f64().unwrap() / requests,
+        v["derived"]["request_throughput"]
+            .as_f64()
+            .expect("throughput"),
+        v["good"].as_f64().expect("good") / requests,
     )
 }
 
@@ -375,7 +377,7 @@ fn knee(setup: &[&str], start: f64, secs: u32, dir: &Path) -> f64 {
 /// `capacity`'s answer is within 10% of the knee of long fixed-rate runs of the same preset and
 /// workload, and never above the throughput its passing step achieved.
 fn capacity_matches_the_knee(setup: &[&str], step: &[&str], start: f64, secs: u32) -> (f64, f64) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temporary directory");
     let o = Command::new(BIN)
         .args(["capacity", "--simulate", "--format", "json"])
         .args(setup)
@@ -384,7 +386,7 @@ fn capacity_matches_the_knee(setup: &[&str], step: &[&str], start: f64, secs: u3
         .args(["--max-steps", "8", "--refine", "4", "--out"])
         .arg(dir.path().join("c.jsonl"))
         .output()
-        .unwrap();
+        .expect("the binary runs");
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -395,11 +397,11 @@ fn capacity_matches_the_knee(setup: &[&str], step: &[&str], start: f64, secs: u3
     let cap = f(&search, "capacity");
     let passing = search["steps"]
         .as_array()
-        .unwrap()
+        .expect("steps")
         .iter()
         .filter(|s| s["passed"] == true)
         .max_by(|a, b| f(a, "rate").total_cmp(&f(b, "rate")))
-        .unwrap();
+        .expect("a passing step");
     assert!(
         cap <= f(passing, "request_throughput"),
         "above the achieved throughput: {search}"

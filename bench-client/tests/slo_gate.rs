@@ -13,7 +13,7 @@ fn stdout(o: &std::process::Output) -> String {
 
 /// A simulated closed-loop load of 50 requests into `out`, with `extra` flags.
 fn load(out: &Path, extra: &[&str]) -> std::process::Output {
-    let o = out.to_str().unwrap();
+    let o = out.to_str().expect("a UTF-8 path");
     let mut args = vec![
         "load",
         "--simulate",
