@@ -50,7 +50,8 @@ pub(super) struct CapacityArgs {
     throughput_tolerance: f64,
     /// Requests per step, at least (default 200). Each step runs long enough for steady state:
     /// its arrivals span at least 20 times the mean request time (send to end), measured by the
-    /// steps before it and by itself; a step that would pass but was shorter runs again, longer.
+    /// steps before it and by itself; a step whose requests met the SLO but that was shorter runs
+    /// again, longer (at most twice; then it fails).
     #[arg(long, conflicts_with = "duration")]
     num_requests: Option<u64>,
     /// Length of each step's arrivals, at least, e.g. 60s (lengthened by the same rule).
