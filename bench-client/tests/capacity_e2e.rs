@@ -162,13 +162,14 @@ fn a_killed_search_resumes_from_its_step_files() {
     assert_ne!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("another search"), "{err}");
     assert!(text.lines().count() > 2);
+    // The resumed step holds its requests once each: as many as the step rule gave it.
     assert_eq!(
         std::fs::read_to_string(step(2))
             .unwrap()
             .lines()
             .filter(|l| l.contains("\"load\""))
-            .count(),
-        100
+            .count() as u64,
+        first["steps"][2]["requests"].as_u64().unwrap()
     );
 }
 
@@ -325,4 +326,126 @@ fn a_server_failing_requests_stops_the_search_early() {
         !dir.path().join("c.step-1.jsonl").exists(),
         "no step after the failing one"
     );
+}
+
+/// A load run's achieved throughput and SLO share at `rate` for `secs` seconds, on the engine path.
+fn long_run(setup: &[&str], rate: f64, secs: u32, dir: &Path) -> (f64, f64) {
+    let out = dir.join(format!("knee-{rate}.jsonl"));
+    let o = Command::new(BIN)
+        .args(["load", "--simulate", "--format", "json", "--no-metrics"])
+        .args(setup)
+        .args(["--request-rate", &rate.to_string()])
+        .args(["--duration", &format!("{secs}s"), "--out"])
+        .arg(&out)
+        .output()
+        .expect("the binary runs");
+    let v = json(&o);
+    let requests = v["requests"].as_f64().expect("requests");
+    (
+        v["derived"]["request_throughput"]
+            .as_f64()
+            .expect("throughput"),
+        v["good"].as_f64().expect("good") / requests,
+    )
+}
+
+/// The knee found without `capacity`: long fixed-rate runs, stepping up by 1.5x from `start` to
+/// the first rate that fails and then bisecting 4 times; a rate passes when its achieved
+/// throughput is within 10% of the offered rate and 95% of its requests meet the SLO.
+fn knee(setup: &[&str], start: f64, secs: u32, dir: &Path) -> f64 {
+    let passes = |r: f64| {
+        let (achieved, share) = long_run(setup, r, secs, dir);
+        achieved >= 0.9 * r && share >= 0.95
+    };
+    assert!(passes(start), "the knee is below {start}");
+    let (mut lo, mut hi) = (start, start * 1.5);
+    while passes(hi) {
+        (lo, hi) = (hi, hi * 1.5);
+        assert!(hi < start * 100.0, "no knee found");
+    }
+    for _ in 0..4 {
+        let mid = (lo + hi) / 2.0;
+        if passes(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// `capacity`'s answer is within 10% of the knee of long fixed-rate runs of the same preset and
+/// workload, and never above the throughput its passing step achieved.
+fn capacity_matches_the_knee(setup: &[&str], step: &[&str], start: f64, secs: u32) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let o = Command::new(BIN)
+        .args(["capacity", "--simulate", "--format", "json"])
+        .args(setup)
+        .args(step)
+        .args(["--start", &start.to_string(), "--factor", "1.5"])
+        .args(["--max-steps", "8", "--refine", "4", "--out"])
+        .arg(dir.path().join("c.jsonl"))
+        .output()
+        .expect("the binary runs");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let search = json(&o);
+    let cap = f(&search, "capacity");
+    let passing = search["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter(|s| s["passed"] == true)
+        .max_by(|a, b| f(a, "rate").total_cmp(&f(b, "rate")))
+        .expect("a passing step");
+    assert!(
+        cap <= f(passing, "request_throughput"),
+        "above the achieved throughput: {search}"
+    );
+    let knee = knee(setup, start, secs, dir.path());
+    assert!(
+        (cap - knee).abs() <= 0.10 * knee,
+        "capacity {cap} req/s, knee of long runs {knee} req/s\n{search}"
+    );
+    (cap, knee)
+}
+
+#[test]
+fn on_a_slow_preset_the_capacity_is_the_knee_of_long_runs() {
+    let setup = [
+        "--preset",
+        "qwen3-32b-h100-tp2-sglang",
+        "--input-len",
+        "2k",
+        "--output-len",
+        "32",
+        "--slo",
+        "ttft=3000,tpot=100",
+    ];
+    // Near its knee this server's queue settles over minutes, not over its requests' 2 s: a
+    // 60 s run at 3.3 req/s meets the SLO for 98% of requests, a 300 s one for 94%. Steps as long
+    // as the knee's runs.
+    let (_, knee) = capacity_matches_the_knee(&setup, &["--duration", "300s"], 2.0, 300);
+    assert!(knee < 10.0, "{knee}");
+}
+
+#[test]
+fn on_a_gpu_preset_at_over_100_requests_per_second_the_capacity_is_the_knee_of_long_runs() {
+    let setup = [
+        "--preset",
+        "llama-3.1-70b-fp8-h200-tp2-vllm",
+        "--input-len",
+        "512",
+        "--output-len",
+        "16",
+        "--slo",
+        "ttft=500,tpot=50",
+    ];
+    // Steps of the default length: the step rule alone makes them long enough.
+    let (_, knee) = capacity_matches_the_knee(&setup, &[], 100.0, 10);
+    assert!(knee > 100.0, "{knee}");
 }

@@ -83,12 +83,14 @@ fn bad_flags_are_refused_before_anything_starts() {
             "1",
             "--num-requests",
             "1",
-            "--format",
-            "csv",
+            "--slo",
+            "ttft=500",
+            "--slo-target",
+            "1.5",
             "--out",
             o,
         ],
-        "--format",
+        "--slo-target",
         &out,
     );
     refused(

@@ -6,27 +6,28 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{default_out, parse_duration, redact_args, Format, IdRange, ServerArgs};
+use super::common::{default_out, parse_duration, redact_args, Format, ServerArgs};
 use super::exit::{self, CliError};
+use super::flags::{
+    ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, CAPACITY_TARGET, LOAD_WARMUP,
+};
 use crate::drive::{self, CapacityConfig, LoadConfig};
-use crate::measure::capacity::{geometric, CapacityPlan};
+use crate::measure::capacity::{geometric, CapacityPlan, DEFAULT_THROUGHPUT_TOLERANCE};
 
 #[derive(Args, Debug)]
 pub(super) struct CapacityArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// The objective, e.g. ttft=500,tpot=50 (ms); required.
-    #[arg(long)]
-    slo: Option<String>,
-    /// A rate passes when at least this share of its requests meet the SLO (0 < target <= 1).
-    #[arg(long, default_value_t = 0.95)]
-    target: f64,
+    /// The objective (required) and the share of a step's requests that must meet it for the
+    /// step to pass.
+    #[command(flatten)]
+    slo: SloArgs,
     /// The coarse rates to step through, req/s, e.g. 1,2,4,8 (else --start, --factor, --max-steps).
     #[arg(long, conflicts_with_all = ["start", "factor", "max_steps"])]
     rates: Option<String>,
     /// Search by concurrency instead of rate: closed-loop steps at these numbers of requests in
     /// flight, e.g. 1,2,4,8,16, bisected on whole numbers.
-    #[arg(long, value_name = "LIST", conflicts_with_all = ["rates", "start", "factor", "max_steps", "arrival", "burstiness"])]
+    #[arg(long, value_name = "LIST", conflicts_with_all = ["rates", "start", "factor", "max_steps", "arrival", "burstiness", "max_concurrency"])]
     concurrencies: Option<String>,
     /// First coarse rate, req/s.
     #[arg(long, default_value_t = 1.0)]
@@ -43,45 +44,38 @@ pub(super) struct CapacityArgs {
     /// A step whose failed-request share is above this stops the search (the server is failing).
     #[arg(long, default_value_t = 0.05)]
     max_failed: f64,
-    /// Requests per step.
+    /// A step whose achieved throughput (successful requests per second, first arrival to last
+    /// end) is below (1 - this) x the rate its requests arrived at fails: the server fell behind.
+    #[arg(long, default_value_t = DEFAULT_THROUGHPUT_TOLERANCE)]
+    throughput_tolerance: f64,
+    /// Requests per step, at least (default 200). Each step runs long enough for steady state:
+    /// its arrivals span at least 20 times the mean request time (send to end), measured by the
+    /// steps before it and by itself; a step whose requests met the SLO but that was shorter runs
+    /// again, longer (at most twice; then it fails).
     #[arg(long, conflicts_with = "duration")]
     num_requests: Option<u64>,
-    /// Length of each step, e.g. 60s.
+    /// Length of each step's arrivals, at least, e.g. 60s (lengthened by the same rule).
     #[arg(long)]
     duration: Option<String>,
-    /// Open-loop arrival process.
-    #[arg(long, value_enum, default_value = "poisson")]
-    arrival: crate::plan::ArrivalKind,
-    /// Gamma shape; needs --arrival gamma.
-    #[arg(long, default_value_t = 1.0)]
-    burstiness: f64,
-    /// Prompt length distribution, as for `load`.
-    #[arg(long, default_value = "512")]
-    input_len: String,
-    /// Output length distribution, as for `load`.
-    #[arg(long, default_value = "128")]
-    output_len: String,
-    /// Warm-up requests before each step (not recorded).
-    #[arg(long, default_value_t = 0)]
-    warmup: u32,
-    /// Base results path; step N goes to NAME.step-N.jsonl beside it (default results/capacity-<unix time>.jsonl).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Continue a search: steps whose files are complete are read back, a partial one is resumed.
-    #[arg(long)]
-    resume: bool,
-    /// Seed of every step's schedule and prompts.
-    #[arg(long, default_value_t = 0x5eed)]
-    seed: u64,
     #[command(flatten)]
-    ids: IdRange,
+    arrivals: ArrivalArgs,
+    #[command(flatten)]
+    workload: WorkloadArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
     /// Write an SVG of the latency-throughput curve.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Output format.
+    /// Output format: table, json, or csv (one row per step, in the order the steps ran).
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
 }
+
+/// Requests per step when neither --num-requests nor --duration is given (the step rule may ask
+/// for more).
+const STEP_REQUESTS: u64 = 200;
 
 impl CapacityArgs {
     /// Whether the run is simulated (`--simulate`).
@@ -99,10 +93,11 @@ fn positive(name: &str, v: f64) -> anyhow::Result<f64> {
 }
 
 fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
-    if !(a.target > 0.0 && a.target <= 1.0) {
+    let target = a.slo.target()?.unwrap_or(CAPACITY_TARGET);
+    if !(0.0..1.0).contains(&a.throughput_tolerance) {
         anyhow::bail!(
-            "--target must be a share in (0, 1], e.g. 0.95, got {}",
-            a.target
+            "--throughput-tolerance must be a share in [0, 1), e.g. 0.1, got {}",
+            a.throughput_tolerance
         );
     }
     if !(0.0..=1.0).contains(&a.max_failed) {
@@ -156,36 +151,46 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
     Ok(CapacityPlan {
         coarse,
         refine: a.refine,
-        target: a.target,
+        target,
         max_failed: a.max_failed,
         integer: a.concurrencies.is_some(),
+        throughput_tolerance: a.throughput_tolerance,
     })
 }
 
-/// The search the flags ask for, every flag checked, with a stand-in target.
-fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
+/// The search the flags ask for, every flag checked, with a stand-in target; `trace`: the
+/// `--trace` file, read.
+fn capacity_config(
+    a: &CapacityArgs,
+    trace: Option<std::sync::Arc<crate::plan::Trace>>,
+) -> anyhow::Result<CapacityConfig> {
     use crate::plan::{Arrivals, LenDist, Schedule, Stop, Workload};
-    use crate::report::Slo;
     a.server.check()?;
-    if matches!(a.format, Format::Csv) {
-        anyhow::bail!("--format csv: the capacity curve is printed as table or json");
-    }
-    let Some(slo_text) = &a.slo else {
+    let Some(slo) = a.slo.slo()? else {
         anyhow::bail!("--slo is required, e.g. --slo ttft=500,tpot=50 (ms)");
     };
-    let slo = Slo::parse(slo_text).map_err(|e| anyhow::anyhow!("--slo: {e}"))?;
-    if !slo.is_set() {
-        anyhow::bail!("--slo must set ttft or tpot, e.g. ttft=500,tpot=50");
-    }
     let plan = plan(a)?;
-    let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
-    let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
+    let (wl, arr) = (&a.workload, &a.arrivals);
+    let input = LenDist::parse(&wl.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
+    let output =
+        LenDist::parse(&wl.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
     let stop = match (&a.duration, a.num_requests) {
         (Some(d), None) => Stop::Duration(parse_duration(d)?),
         (None, Some(0)) => anyhow::bail!("--num-requests must be at least 1"),
         (None, Some(n)) => Stop::Requests(n),
-        (None, None) => Stop::Requests(200),
+        (None, None) => Stop::Requests(STEP_REQUESTS),
         (Some(_), Some(_)) => anyhow::bail!("give --num-requests or --duration, not both"),
+    };
+    // A trace gives the requests (lengths, prefixes); the steps give the arrivals.
+    let workload = match (trace, wl.prefix_groups) {
+        (Some(t), _) => Workload::Trace(t),
+        (None, Some(groups)) => Workload::SharedPrefix {
+            groups,
+            prefix_len: wl.prefix_len,
+            input,
+            output,
+        },
+        (None, None) => Workload::Random { input, output },
     };
     // Checks the arrival settings once, at the first level.
     let arrivals = if plan.integer {
@@ -195,12 +200,12 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
     } else {
         Arrivals::Open {
             rate: plan.coarse[0],
-            kind: a.arrival,
-            burstiness: a.burstiness,
+            kind: arr.arrival,
+            burstiness: arr.burstiness,
         }
     };
-    let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
-    let out = a.out.clone().unwrap_or_else(|| default_out("capacity"));
+    let schedule = Schedule::new(arrivals, stop, a.run.seed).map_err(anyhow::Error::msg)?;
+    let out = a.run.out.clone().unwrap_or_else(|| default_out("capacity"));
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests("the results file", [&out]),
         &super::paths::written(&[("--plot", a.plot.as_ref())]),
@@ -208,37 +213,36 @@ fn capacity_config(a: &CapacityArgs) -> anyhow::Result<CapacityConfig> {
     let mut load = LoadConfig {
         stamping: a.server.stamping(),
         simulated: a.server.paused(),
-        warmup: a.warmup,
-        seed: a.seed,
-        token_id_range: a.ids.range(),
+        timeouts: a.timeouts.timeouts()?,
+        warmup: a.run.warmup(LOAD_WARMUP),
+        max_concurrency: arr.max_concurrency,
+        seed: a.run.seed,
+        token_id_range: a.run.ids.range(),
         slo,
         scrape_metrics: false,
+        progress: a.run.progress(),
         command: redact_args(std::env::args()),
-        ..LoadConfig::new(
-            a.server.stand_in_target(),
-            schedule,
-            Workload::Random { input, output },
-            out.clone(),
-        )
+        ..LoadConfig::new(a.server.stand_in_target(), schedule, workload, out.clone())
     };
     load.timeouts.caps = a.server.stream_caps()?;
     let cfg = CapacityConfig {
         load,
-        arrival: a.arrival,
-        burstiness: a.burstiness,
+        arrival: arr.arrival,
+        burstiness: arr.burstiness,
         stop,
         plan,
-        slo_text: slo_text.clone(),
+        slo_text: a.slo.slo.clone().unwrap_or_default(),
         out,
-        resume: a.resume,
+        resume: a.run.resume,
     };
     // The first step's run is checked as a load run is: its file must hold nothing unless resumed.
-    cfg.step_config(0, cfg.plan.coarse[0])?.validate()?;
+    cfg.step_config(0, cfg.plan.coarse[0], stop)?.validate()?;
     Ok(cfg)
 }
 
 pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> {
-    let mut cfg = capacity_config(&a).map_err(CliError::Usage)?;
+    let trace = a.workload.trace.read(a.workload.prefix_len)?;
+    let mut cfg = capacity_config(&a, trace).map_err(CliError::Usage)?;
     let timeouts = cfg.load.timeouts.clone();
     let mock = super::common::target_or_engine(
         &a.server,
@@ -278,13 +282,22 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
         );
     }
     let r = &outcome.report;
+    let gate = r.gate(&cfg.load.slo);
     match a.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&crate::report::export::json::capacity(r))
-                .map_err(anyhow::Error::from)?
-        ),
-        _ => print!("{}", crate::report::export::table::capacity(r)),
+        Format::Json => {
+            let mut v = crate::report::export::json::capacity(r);
+            v["slo_gate"] = serde_json::to_value(&gate).map_err(anyhow::Error::from)?;
+            v["slo_gate"]["passed"] = serde_json::Value::Bool(gate.passed());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(anyhow::Error::from)?
+            )
+        }
+        Format::Csv => {
+            print!("{}", crate::report::export::csv::capacity(r)?);
+            eprintln!("{}", r.answer());
+        }
+        Format::Table => print!("{}", crate::report::export::table::capacity(r)),
     }
     if let Some(p) = &a.plot {
         let svg = crate::report::export::svg::capacity(r)?;
@@ -294,7 +307,11 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     }
     if r.capacity.is_none() {
         eprintln!("no {} meets the SLO", r.level.name());
-        return Ok(ExitCode::from(exit::FAILED_REQUESTS));
+    }
+    // The gate's line is the last one printed: passed when some level met the target.
+    super::load::print_gate(&gate, a.format);
+    if r.capacity.is_none() {
+        return Ok(ExitCode::from(exit::SLO_GATE));
     }
     if r.server_failing.is_some() {
         return Ok(ExitCode::from(exit::FAILED_REQUESTS));

@@ -3,7 +3,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | every request succeeded (or, for `report`, `merge` and `compare`, the files were read) |
-//! | 1 | the run finished, but some requests failed (their records say why); for `compare`, a row is `worse` and `--fail-on-regression` was given; for `capacity`, no rate meets the SLO or a step stopped the search by failing requests |
+//! | 1 | the run finished, but some requests failed (their records say why); the SLO gate (`--slo-target`) failed: fewer requests met the SLO than the target share; for `compare`, a row is `worse` and `--fail-on-regression` was given; for `capacity`, no rate meets the SLO or a step stopped the search by failing requests |
 //! | 2 | the server went away or never answered (also: not ready after `--wait-ready`, a run stopped after 16 refused connections in a row, or no request succeeded and every one was refused: no connection, HTTP 429/502/503/504); the records so far are kept |
 //! | 64 | bad usage: a flag or its value, or a results file another bench-client is writing, an output that would overwrite an input, a server that needs `--api-key`, refused before anything started |
 //! | 65 | bad input data: a results or trace file that cannot be read or holds nothing usable; results of another run, or a request twice (`merge`, `--resume`) |
@@ -18,6 +18,9 @@ pub const OK: u8 = 0;
 pub const FAILED_REQUESTS: u8 = 1;
 /// `compare --fail-on-regression`: a row is `worse` (the same code as [`FAILED_REQUESTS`]).
 pub const REGRESSION: u8 = 1;
+/// `--slo-target`: fewer requests met the SLO than the target share (for `capacity`: no level
+/// passed). The same code as [`FAILED_REQUESTS`].
+pub const SLO_GATE: u8 = 1;
 /// The server went away or never answered.
 pub const SERVER_GONE: u8 = 2;
 /// Bad usage (sysexits' `EX_USAGE`).

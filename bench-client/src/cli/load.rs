@@ -1,17 +1,16 @@
 //! `bench-client load`: the flags of a load run and its run.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 
 use super::exit::{self, CliError};
 
-use super::common::{default_out, parse_duration, redact_args, secs, Format, IdRange, ServerArgs};
+use super::common::{default_out, parse_duration, redact_args, Format, ServerArgs};
+use super::flags::{ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, LOAD_WARMUP};
 use crate::drive::{self, LoadConfig, SessionsConfig};
-use crate::plan::{Sessions, Timeouts, Trace};
+use crate::plan::{Sessions, Trace};
 
 #[derive(Args, Debug)]
 pub(super) struct LoadArgs {
@@ -25,75 +24,32 @@ pub(super) struct LoadArgs {
     /// Open loop: requests per second (over all shards together).
     #[arg(long, conflicts_with = "trace")]
     request_rate: Option<f64>,
-    /// Open loop (rate or trace): at most N requests in flight (over all shards together); an arrival
-    /// that finds N in flight waits, and the wait is its client_queue_time.
-    #[arg(long, conflicts_with = "concurrency", value_parser = clap::value_parser!(u32).range(1..))]
-    max_concurrency: Option<u32>,
-    /// Open-loop arrival process.
-    #[arg(long, value_enum, default_value = "poisson")]
-    arrival: crate::plan::ArrivalKind,
-    /// Gamma shape (1 = Poisson; below 1 burstier, above 1 more regular); needs --arrival gamma.
-    #[arg(long, default_value_t = 1.0)]
-    burstiness: f64,
+    #[command(flatten)]
+    arrivals: ArrivalArgs,
     /// Measured requests (over all shards together).
     #[arg(long, conflicts_with = "duration")]
     num_requests: Option<u64>,
     /// Run length, e.g. 60s, 5m, 500ms (no request is started or scheduled after it).
     #[arg(long)]
     duration: Option<String>,
-    /// Warm-up requests before the run (not recorded).
-    #[arg(long, default_value_t = 0)]
-    warmup: u32,
-    /// Prompt length distribution: 512, uniform:256:1024 or normal:1000:200 (k = 1,000).
-    #[arg(long, default_value = "512")]
-    input_len: String,
-    /// Output length distribution, same forms.
-    #[arg(long, default_value = "128")]
-    output_len: String,
-    /// Shared-prefix workload: this many groups, each sharing a --prefix-len prefix.
-    #[arg(long)]
-    prefix_groups: Option<u32>,
-    /// Prefix length of the shared-prefix and native trace workloads; --input-len is added after it.
-    #[arg(long, default_value_t = 0)]
-    prefix_len: u32,
     #[command(flatten)]
-    trace: super::trace::TraceArgs,
+    workload: WorkloadArgs,
     /// Run the I-th of N slices of the same schedule (0-based), e.g. 0/4.
     #[arg(long, default_value = "0/1")]
     shard: String,
     /// Shared start time, unix ms; every shard of a run gets the same value.
     #[arg(long)]
     start_at: Option<u64>,
-    /// Goodput objective, e.g. ttft=500,tpot=50 (ms).
-    #[arg(long)]
-    slo: Option<String>,
-    /// Results file (JSONL); default results/load-<unix time>.jsonl.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Skip request indices already in --out (same --seed and --shard).
-    #[arg(long)]
-    resume: bool,
-    /// Seed of the schedule and the prompts.
-    #[arg(long, default_value_t = 0x5eed)]
-    seed: u64,
     #[command(flatten)]
-    ids: IdRange,
+    slo: SloArgs,
+    #[command(flatten)]
+    run: RunArgs,
     /// Do not scrape /metrics before and after.
     #[arg(long)]
     no_metrics: bool,
-    /// Time-to-first-token timeout, seconds, fixed part.
-    #[arg(long, default_value_t = 600.0)]
-    ttft_timeout_s: f64,
-    /// Longest gap between chunks, seconds.
-    #[arg(long, default_value_t = 60.0)]
-    idle_timeout_s: f64,
-    /// Whole-request timeout, seconds.
-    #[arg(long, default_value_t = 3600.0)]
-    total_timeout_s: f64,
-    /// No progress bar.
-    #[arg(long)]
-    no_progress: bool,
-    /// Summary format.
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
+    /// Summary format: table, json, or csv (one row per request of the run).
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
 }
@@ -105,16 +61,31 @@ impl LoadArgs {
     }
 }
 
+/// Prints a load summary as a table or JSON; CSV is one row per request, of `records`.
 pub(super) fn print_load(
     summary: &crate::report::LoadSummary,
+    records: &[crate::results::Record],
     format: Format,
 ) -> anyhow::Result<()> {
     match format {
         Format::Table => print!("{}", crate::report::export::table::load(summary)),
         Format::Json => println!("{}", crate::report::export::json::load(summary)),
-        Format::Csv => anyhow::bail!("load summaries are printed as table or json"),
+        Format::Csv => print!(
+            "{}",
+            crate::report::export::csv::load_requests(records, summary.slo)?
+        ),
     }
     Ok(())
+}
+
+/// Prints the SLO gate's line and says whether it failed: on stdout after a table, on stderr
+/// after JSON or CSV (so that stdout stays one document), last either way.
+pub(super) fn print_gate(gate: &crate::report::gate::SloGate, format: Format) -> bool {
+    match format {
+        Format::Table => println!("{}", gate.line()),
+        Format::Json | Format::Csv => eprintln!("{}", gate.line()),
+    }
+    !gate.passed()
 }
 
 /// The load run the flags ask for, every flag checked, with a stand-in target that [`connect`]
@@ -125,23 +96,24 @@ fn load_config(
     trace: Option<Arc<Trace>>,
 ) -> anyhow::Result<(LoadConfig, Option<Sessions>)> {
     use crate::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
-    use crate::report::Slo;
     a.server.check()?;
-    if matches!(a.format, Format::Csv) {
-        anyhow::bail!("--format csv: load summaries are printed as table or json");
+    let slo = a.slo.slo()?.unwrap_or_default();
+    if a.slo.target()?.is_some() && !slo.is_set() {
+        anyhow::bail!("--slo-target needs --slo, e.g. --slo ttft=500,tpot=50 --slo-target 0.95");
     }
-    let slo = match &a.slo {
-        Some(s) => Slo::parse(s).map_err(anyhow::Error::msg)?,
-        None => Slo::default(),
-    };
+    if a.concurrency.is_some() && a.arrivals.max_concurrency.is_some() {
+        anyhow::bail!("--max-concurrency limits an open loop: leave it out with --concurrency");
+    }
+    let (wl, arr) = (&a.workload, &a.arrivals);
     let shard = Shard::parse(&a.shard).map_err(anyhow::Error::msg)?;
-    let input = LenDist::parse(&a.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
-    let output = LenDist::parse(&a.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
+    let input = LenDist::parse(&wl.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;
+    let output =
+        LenDist::parse(&wl.output_len).map_err(|e| anyhow::anyhow!("--output-len: {e}"))?;
     let sessions = a.sessions.sessions(&input, &output)?;
-    if sessions.is_some() && a.server.simulate && a.resume {
+    if sessions.is_some() && a.server.simulate && a.run.resume {
         anyhow::bail!("--resume of a multi-turn run goes over HTTP only: use --simulate-http instead of --simulate");
     }
-    let (workload, arrivals) = match (trace, a.prefix_groups) {
+    let (workload, arrivals) = match (trace, wl.prefix_groups) {
         // A closed loop of sessions (by default all of them at once); the workload is the first
         // turn's shape.
         _ if sessions.is_some() => {
@@ -162,7 +134,7 @@ fn load_config(
             let w = match groups {
                 Some(groups) => Workload::SharedPrefix {
                     groups,
-                    prefix_len: a.prefix_len,
+                    prefix_len: wl.prefix_len,
                     input,
                     output,
                 },
@@ -172,8 +144,8 @@ fn load_config(
                 (Some(c), None) => Arrivals::Closed { concurrency: c },
                 (None, Some(rate)) => Arrivals::Open {
                     rate,
-                    kind: a.arrival,
-                    burstiness: a.burstiness,
+                    kind: arr.arrival,
+                    burstiness: arr.burstiness,
                 },
                 _ => anyhow::bail!("give --concurrency N (closed loop) or --request-rate R (open loop), or --trace"),
             };
@@ -191,30 +163,24 @@ fn load_config(
         (None, None, _) => anyhow::bail!("give --num-requests N or --duration (e.g. 60s)"),
         (Some(_), Some(_), _) => anyhow::bail!("give --num-requests or --duration, not both"),
     };
-    let schedule = Schedule::new(arrivals, stop, a.seed).map_err(anyhow::Error::msg)?;
-    let timeouts = Timeouts {
-        connect: Duration::from_secs(10),
-        first_token_base: secs("ttft-timeout-s", a.ttft_timeout_s)?,
-        first_token_per_1k: Duration::ZERO,
-        idle: secs("idle-timeout-s", a.idle_timeout_s)?,
-        total: secs("total-timeout-s", a.total_timeout_s)?,
-        caps: a.server.stream_caps()?,
-    };
-    let out = a.out.clone().unwrap_or_else(|| default_out("load"));
+    let schedule = Schedule::new(arrivals, stop, a.run.seed).map_err(anyhow::Error::msg)?;
+    let mut timeouts = a.timeouts.timeouts()?;
+    timeouts.caps = a.server.stream_caps()?;
+    let out = a.run.out.clone().unwrap_or_else(|| default_out("load"));
     let cfg = LoadConfig {
         stamping: a.server.stamping(),
         simulated: a.server.paused(),
         timeouts,
-        warmup: a.warmup,
-        max_concurrency: a.max_concurrency,
+        warmup: a.run.warmup(LOAD_WARMUP),
+        max_concurrency: arr.max_concurrency,
         shard,
         start_at_unix_ms: a.start_at,
-        resume: a.resume,
-        seed: a.seed,
-        token_id_range: a.ids.range(),
+        resume: a.run.resume,
+        seed: a.run.seed,
+        token_id_range: a.run.ids.range(),
         slo,
         scrape_metrics: !a.no_metrics,
-        progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        progress: a.run.progress(),
         command: redact_args(std::env::args()),
         ..LoadConfig::new(a.server.stand_in_target(), schedule, workload, out)
     };
@@ -235,7 +201,7 @@ fn load_config(
 
 pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     // A trace that cannot be used is a data error (65); the flags around it are usage errors (64).
-    let trace = a.trace.read(a.prefix_len)?;
+    let trace = a.workload.trace.read(a.workload.prefix_len)?;
     let (mut cfg, sessions) = load_config(&a, trace).map_err(CliError::Usage)?;
     let mock =
         super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
@@ -277,6 +243,11 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         m.shutdown().await;
     }
     let outcome = outcome?;
+    // CSV is one row per request: the records of this run, read back from its file.
+    let records = match a.format {
+        Format::Csv => crate::results::read_records(&out)?,
+        _ => Vec::new(),
+    };
     match (&outcome.metrics, a.format) {
         // The server's /metrics in the JSON too, as `merge --format json` gives them.
         (Some(m), Format::Json) => {
@@ -284,7 +255,7 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
             v["server_metrics"] = m.to_json();
             println!("{v}");
         }
-        _ => print_load(&outcome.summary, a.format)?,
+        _ => print_load(&outcome.summary, &records, a.format)?,
     }
     if let crate::plan::Workload::Trace(t) = &cfg.workload {
         if let Some((cached, prompt)) = t.predicted_hits(1).filter(|(_, p)| *p > 0) {
@@ -336,6 +307,13 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     if let Some(why) = &outcome.server_gone {
         eprintln!("{why}");
     }
+    // The gate judges every request of the run (a resumed run: of this invocation); its line
+    // is the last one printed.
+    let gate = a
+        .slo
+        .target()?
+        .map(|t| crate::report::gate::SloGate::new(&s.slo, t, s.good, s.requests));
+    let gate_failed = || gate.as_ref().is_some_and(|g| print_gate(g, a.format));
     if failed > 0 {
         let server_gone = outcome.server_gone.is_some()
             || s.succeeded == 0
@@ -354,11 +332,15 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
                 .join(", "),
             out.display()
         );
+        gate_failed();
         return Ok(ExitCode::from(if server_gone {
             exit::SERVER_GONE
         } else {
             exit::FAILED_REQUESTS
         }));
+    }
+    if gate_failed() {
+        return Ok(ExitCode::from(exit::SLO_GATE));
     }
     Ok(ExitCode::SUCCESS)
 }

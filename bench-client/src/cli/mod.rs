@@ -7,6 +7,7 @@ mod capacity;
 mod common;
 mod compare;
 pub mod exit;
+mod flags;
 mod import;
 mod load;
 mod paths;

@@ -38,10 +38,10 @@ pub(super) struct MergeArgs {
     /// Load results files (JSONL) from the shards of one run.
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// Goodput objective, e.g. ttft=500,tpot=50 (ms).
-    #[arg(long)]
-    slo: Option<String>,
-    /// Summary format.
+    /// The objective (default: the one the runs' manifests store) and the gate.
+    #[command(flatten)]
+    slo: super::flags::SloArgs,
+    /// Summary format: table, json, or csv (one row per request of the files).
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
 }
@@ -110,7 +110,7 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
             eprintln!("plot written to {}", p.display());
         }
-        print_load(s, a.output.format)?;
+        print_load(s, &load_recs, a.output.format)?;
     }
     if let Some(path) = &a.html {
         let mut slowest: Vec<&Record> = sweep_recs
@@ -146,18 +146,9 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
 }
 
 pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
-    use crate::report::{load, server_metrics, Slo};
-    let slo = match &a.slo {
-        Some(s) => Slo::parse(s)
-            .map_err(anyhow::Error::msg)
-            .map_err(CliError::Usage)?,
-        None => Slo::default(),
-    };
-    if matches!(a.format, Format::Csv) {
-        return Err(CliError::Usage(anyhow::anyhow!(
-            "--format csv: load summaries are printed as table or json"
-        )));
-    }
+    use crate::report::{load, server_metrics};
+    let given = a.slo.slo().map_err(CliError::Usage)?;
+    let target = a.slo.target().map_err(CliError::Usage)?;
     // `merge shard-*.jsonl` also matches each shard's manifest (`shard-0.jsonl.manifest.jsonl`):
     // a manifest given beside its own results file is read from there, not as results.
     let files: Vec<std::path::PathBuf> = a
@@ -171,6 +162,15 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
             "skipped {} manifest files given beside their results files (read with them)",
             a.files.len() - files.len()
         );
+    }
+    let slo = match given {
+        Some(s) => s,
+        None => manifest_slo(&files).map_err(CliError::Data)?,
+    };
+    if target.is_some() && !slo.is_set() {
+        return Err(CliError::Usage(anyhow::anyhow!(
+            "--slo-target needs an SLO: give --slo, or merge files whose manifests store one"
+        )));
     }
     let (summary, ignored) = load::merge_files(&files, slo).map_err(CliError::Data)?;
     if ignored > 0 {
@@ -189,8 +189,15 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
             v["server_metrics"] = server.to_json();
             println!("{v}");
         }
-        _ => {
-            print_load(&summary, a.format)?;
+        Format::Csv => {
+            let mut records = Vec::new();
+            for f in &files {
+                records.extend(read_records(f).map_err(CliError::Data)?);
+            }
+            print_load(&summary, &records, a.format)?;
+        }
+        Format::Table => {
+            print_load(&summary, &[], a.format)?;
             if server.is_empty() {
                 eprintln!(
                     "no /metrics scrapes found beside the results files (FILE.manifest.jsonl)"
@@ -200,7 +207,46 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
             }
         }
     }
+    if let Some(t) = target {
+        let gate = crate::report::gate::SloGate::new(&slo, t, summary.good, summary.requests);
+        if super::load::print_gate(&gate, a.format) {
+            return Ok(ExitCode::from(super::exit::SLO_GATE));
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The SLO the files' manifests store (load runs write the `--slo` they ran with): none when no
+/// manifest stores one; an error when two differ.
+fn manifest_slo(files: &[PathBuf]) -> anyhow::Result<Slo> {
+    let mut found: Option<(Slo, &PathBuf)> = None;
+    for f in files {
+        let Some(m) = read_manifest(f)? else { continue };
+        let Some(slo) = m.slo else {
+            continue;
+        };
+        if !slo.is_set() {
+            continue;
+        }
+        match &found {
+            Some((s, g)) if *s != slo => anyhow::bail!(
+                "the manifests of {} and {} store different SLOs ({} and {}): give --slo",
+                g.display(),
+                f.display(),
+                crate::report::gate::describe(s),
+                crate::report::gate::describe(&slo)
+            ),
+            Some(_) => {}
+            None => found = Some((slo, f)),
+        }
+    }
+    if let Some((s, _)) = &found {
+        eprintln!(
+            "SLO from the manifests: {}",
+            crate::report::gate::describe(s)
+        );
+    }
+    Ok(found.map(|(s, _)| s).unwrap_or_default())
 }
 
 /// Whether `f` is the manifest of a results file that is also in `all`.

@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -10,10 +9,11 @@ use clap::Args;
 use super::exit::{self, CliError};
 
 use super::common::Output;
-use super::common::{default_out, redact_args, secs, simulated_note, IdRange, ServerArgs};
+use super::common::{default_out, redact_args, secs, simulated_note, ServerArgs};
+use super::flags::{RunArgs, TimeoutArgs, SWEEP_WARMUP};
 use super::report::emit;
 use crate::drive::sweep::{self, OnCrash, SweepConfig};
-use crate::plan::{self, Timeouts};
+use crate::plan;
 use crate::report::Report;
 use crate::results::{read_records, Method};
 
@@ -30,9 +30,6 @@ pub(super) struct SweepArgs {
     /// Measured runs per context length.
     #[arg(long, default_value_t = 3)]
     runs: u32,
-    /// Warm-up requests per context length (not recorded).
-    #[arg(long, default_value_t = 1)]
-    warmup: u32,
     /// Run the contexts round-robin (run 1 of each, then run 2 of each, ...), so that a drift of
     /// the server over the sweep falls on every context alike; default: context by context.
     #[arg(long)]
@@ -49,17 +46,8 @@ pub(super) struct SweepArgs {
     /// POST /flush_cache before each point (and between the two-point requests).
     #[arg(long)]
     flush_cache: bool,
-    /// Results file (JSONL); default results/sweep-<unix time>.jsonl.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Skip points already measured in --out.
-    #[arg(long)]
-    resume: bool,
-    /// Prompt seed.
-    #[arg(long, default_value_t = 0x5eed)]
-    seed: u64,
     #[command(flatten)]
-    ids: IdRange,
+    run: RunArgs,
     /// Ask for per-chunk token ids (vLLM `return_token_ids`).
     #[arg(long)]
     return_token_ids: bool,
@@ -67,30 +55,14 @@ pub(super) struct SweepArgs {
     /// --api; needs a build with `--features tokenizer`).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Connect timeout, seconds.
-    #[arg(long, default_value_t = 10.0)]
-    connect_timeout_s: f64,
-    /// Time-to-first-token timeout, seconds, fixed part.
-    #[arg(long, default_value_t = 60.0)]
-    ttft_timeout_s: f64,
-    /// Time-to-first-token timeout, seconds added per 1,000 prompt tokens.
-    #[arg(long, default_value_t = 2.0)]
-    ttft_timeout_per_1k_s: f64,
-    /// Longest gap between chunks, seconds.
-    #[arg(long, default_value_t = 60.0)]
-    idle_timeout_s: f64,
-    /// Whole-request timeout, seconds.
-    #[arg(long, default_value_t = 3600.0)]
-    total_timeout_s: f64,
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
     /// When the server dies: wait for it or stop.
     #[arg(long, value_enum, default_value = "stop")]
     on_crash: OnCrash,
     /// How long --on-crash wait waits, seconds.
     #[arg(long, default_value_t = 600.0)]
     crash_wait_s: f64,
-    /// No progress bar.
-    #[arg(long)]
-    no_progress: bool,
     #[command(flatten)]
     output: Output,
 }
@@ -107,21 +79,11 @@ impl SweepArgs {
 fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSource)> {
     a.server.check()?;
     let contexts = plan::parse_contexts(&a.contexts).context("--contexts")?;
-    let timeouts = Timeouts {
-        connect: secs("connect-timeout-s", a.connect_timeout_s)?,
-        first_token_base: secs("ttft-timeout-s", a.ttft_timeout_s)?,
-        first_token_per_1k: if a.ttft_timeout_per_1k_s == 0.0 {
-            Duration::ZERO
-        } else {
-            secs("ttft-timeout-per-1k-s", a.ttft_timeout_per_1k_s)?
-        },
-        idle: secs("idle-timeout-s", a.idle_timeout_s)?,
-        total: secs("total-timeout-s", a.total_timeout_s)?,
-        caps: a.server.stream_caps()?,
-    };
+    let mut timeouts = a.timeouts.timeouts()?;
+    timeouts.caps = a.server.stream_caps()?;
     let crash_wait = secs("crash-wait-s", a.crash_wait_s)?;
-    let prompt_source = prompt_source(a.tokenizer.as_deref(), a.seed)?;
-    let out = a.out.clone().unwrap_or_else(|| default_out("sweep"));
+    let prompt_source = prompt_source(a.tokenizer.as_deref(), a.run.seed)?;
+    let out = a.run.out.clone().unwrap_or_else(|| default_out("sweep"));
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests("the results file", [&out]),
         &super::paths::written(&[("--plot", a.output.plot.as_ref())]),
@@ -132,19 +94,19 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
         contexts,
         output_tokens: a.output_tokens,
         runs: a.runs,
-        warmup: a.warmup,
+        warmup: a.run.warmup(SWEEP_WARMUP),
         interleave: a.interleave,
         method: a.method,
         flush_cache: a.flush_cache,
         two_point_tokens: (a.two_point_a, a.two_point_b),
-        resume: a.resume,
-        seed: a.seed,
-        token_id_range: a.ids.range(),
+        resume: a.run.resume,
+        seed: a.run.seed,
+        token_id_range: a.run.ids.range(),
         return_token_ids: a.return_token_ids,
         timeouts,
         on_crash: a.on_crash,
         crash_wait,
-        progress: !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        progress: a.run.progress(),
         command: redact_args(std::env::args()),
         ..SweepConfig::new(a.server.stand_in_target(), out)
     };

@@ -1,12 +1,22 @@
 //! The capacity search end to end: one open-loop load run per step, at the rate the search
-//! ([`CapacityPlan::next`]) asks for, until it is done. Each step's records go to a results file
-//! of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
+//! ([`CapacityPlan::next`]) asks for, until it is done.
+//!
+//! The step rule: a step's arrivals span at least [`STEADY_SPANS`] times the mean request time
+//! (send to end), so that it measures the server in steady state rather than a burst it absorbs.
+//! Before a step that time is not known: the step is given the user's minimum length (`--duration`
+//! or `--num-requests`), lengthened to [`STEADY_SPANS`] x [`MARGIN`] times the mean request time
+//! of the steps that ran before it (a rerun: of the short step at its level; else the longest
+//! of the steps at lower levels that kept up). After it, its own mean request time decides: a step
+//! whose requests met the target but that was too short is run again, longer
+//! ([`CapacityPlan::next`]).
+//!
+//! Each step's records go to a results file of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
 //! `--resume` of a step needs its own seed and schedule. A resumed search replays the steps whose
 //! files are complete, continues a partial one, and goes on from there.
 
 use std::path::{Path, PathBuf};
 
-use crate::measure::capacity::{CapacityPlan, Next};
+use crate::measure::capacity::{CapacityPlan, Next, RequestSpan, StepTiming, STEADY_SPANS};
 use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
 use crate::report::capacity::{CapacityReport, CapacityRow, Level};
 use crate::report::load::LoadSummary;
@@ -23,7 +33,7 @@ pub struct CapacityConfig {
     pub arrival: ArrivalKind,
     /// Gamma shape of the arrivals.
     pub burstiness: f64,
-    /// How long each step runs.
+    /// The shortest a step runs; the step rule lengthens it (see the module's comment).
     pub stop: Stop,
     /// The search.
     pub plan: CapacityPlan,
@@ -45,6 +55,10 @@ pub struct CapacityOutcome {
     /// Ctrl-C ended the search.
     pub interrupted: bool,
 }
+
+/// A step is made this much longer than steady state needs by the mean request time measured
+/// before it: requests take longer as the rate grows.
+pub const MARGIN: f64 = 1.25;
 
 /// The results file of step `n` beside `out`: `NAME.step-N.jsonl`.
 pub fn step_path(out: &Path, n: usize) -> PathBuf {
@@ -81,9 +95,32 @@ impl CapacityConfig {
         }
     }
 
+    /// How long a step at `level` runs after the steps `rows`: the step rule of the module's
+    /// comment.
+    pub fn step_stop(&self, level: f64, rows: &[CapacityRow]) -> Stop {
+        let reference = match rows.last() {
+            Some(r) if r.rate == level && !r.steady => r.mean_request_s,
+            _ => rows
+                .iter()
+                .filter(|r| r.rate < level && r.kept_up)
+                .filter_map(|r| r.mean_request_s)
+                .reduce(f64::max),
+        };
+        let need_s = reference.map_or(0.0, |m| STEADY_SPANS * MARGIN * m);
+        let closed = self.level() == Level::Concurrency;
+        match self.stop {
+            Stop::Duration(d) => Stop::Duration(d.max(std::time::Duration::from_secs_f64(need_s))),
+            // A closed loop of c workers sends c requests per mean request time.
+            Stop::Requests(n) if closed => {
+                Stop::Requests(n.max((level * (STEADY_SPANS * MARGIN + 1.0)).ceil() as u64))
+            }
+            Stop::Requests(n) => Stop::Requests(n.max((level * need_s).ceil() as u64 + 1)),
+        }
+    }
+
     /// The load run of step `n` at `rate` (open loop), or at `rate` requests in flight (closed
-    /// loop) for a search by concurrency.
-    pub fn step_config(&self, n: usize, rate: f64) -> anyhow::Result<LoadConfig> {
+    /// loop) for a search by concurrency, `stop` long.
+    pub fn step_config(&self, n: usize, rate: f64, stop: Stop) -> anyhow::Result<LoadConfig> {
         let arrivals = match self.level() {
             Level::Concurrency => Arrivals::Closed {
                 concurrency: rate as u32,
@@ -94,8 +131,7 @@ impl CapacityConfig {
                 burstiness: self.burstiness,
             },
         };
-        let schedule =
-            Schedule::new(arrivals, self.stop, self.load.seed).map_err(anyhow::Error::msg)?;
+        let schedule = Schedule::new(arrivals, stop, self.load.seed).map_err(anyhow::Error::msg)?;
         Ok(LoadConfig {
             schedule,
             out: step_path(&self.out, n),
@@ -125,6 +161,23 @@ fn records_in(path: &Path) -> anyhow::Result<Vec<crate::results::Record>> {
     }
 }
 
+/// The timing of a step's records ([`StepTiming`]); `None` when it has none.
+fn timing(records: &[crate::results::Record]) -> Option<StepTiming> {
+    let spans: Vec<RequestSpan> = records
+        .iter()
+        .filter_map(|r| {
+            let (load, trace) = (r.load.as_ref()?, r.trace.as_ref()?);
+            Some(RequestSpan {
+                scheduled_ns: load.scheduled_ns,
+                sent_ns: load.sent_ns,
+                end_ns: load.sent_ns.saturating_add(trace.end_ns),
+                ok: r.error.is_none(),
+            })
+        })
+        .collect();
+    StepTiming::of(&spans)
+}
+
 /// A step file being resumed must be of the step's schedule: the same rate and arrivals (a search
 /// resumed with other flags would otherwise read steps of another search as its own).
 fn check_step_file(step: &LoadConfig) -> anyhow::Result<()> {
@@ -152,7 +205,8 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
             Next::Done(answer) => return Ok(cfg.outcome(rows, &answer, resumed_steps, false)),
         };
         let n = rows.len();
-        let step = cfg.step_config(n, rate)?;
+        let stop = cfg.step_stop(rate, &rows);
+        let step = cfg.step_config(n, rate, stop)?;
         let existing = if cfg.resume {
             records_in(&step.out)?
         } else {
@@ -161,12 +215,16 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         if !existing.is_empty() {
             check_step_file(&step)?;
         }
-        let complete = matches!(cfg.stop, Stop::Requests(k) if existing.len() as u64 >= k);
+        let complete = matches!(stop, Stop::Requests(k) if existing.len() as u64 >= k);
         if complete {
             resumed_steps += 1;
         } else {
+            let length = match stop {
+                Stop::Requests(k) => format!("{k} requests"),
+                Stop::Duration(d) => format!("{:.1} s", d.as_secs_f64()),
+            };
             eprintln!(
-                "capacity step {n}: {rate:.3} {} into {}",
+                "capacity step {n}: {rate:.3} {}, {length}, into {}",
                 cfg.level().unit(),
                 step.out.display()
             );
@@ -174,22 +232,39 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
             if outcome.interrupted {
                 let answer = crate::measure::capacity::CapacityAnswer {
                     rate: None,
+                    achieved: None,
                     first_fail: None,
                     server_failing: None,
                 };
                 return Ok(cfg.outcome(rows, &answer, resumed_steps, true));
             }
         }
-        let summary = LoadSummary::from_records(&records_in(&step.out)?, cfg.load.slo);
-        let mut row = CapacityRow::new(n, rate, &summary, false, step.out.display().to_string());
+        let records = records_in(&step.out)?;
+        let summary = LoadSummary::from_records(&records, cfg.load.slo);
+        let t = timing(&records);
+        let open = cfg.level() == Level::Rate;
+        let mut row = CapacityRow::new(
+            n,
+            rate,
+            &summary,
+            t.as_ref(),
+            open,
+            step.out.display().to_string(),
+        );
+        row.kept_up = cfg.plan.keeps_up(&row.result());
         row.passed = cfg.plan.passes(&row.result());
+        row.too_short = cfg.plan.too_short(&row.result());
+        let achieved = match (row.request_throughput, row.offered_rate) {
+            (Some(a), Some(o)) => format!(", {a:.3} req/s achieved of {o:.3} arrived"),
+            _ => String::new(),
+        };
         eprintln!(
-            "capacity step {n}: {rate:.3} {}, {}/{} requests met the SLO ({:.1}%): {}",
+            "capacity step {n}: {rate:.3} {}, {}/{} requests met the SLO ({:.1}%){achieved}: {}",
             cfg.level().unit(),
             row.good,
             row.requests,
             row.goodput_share * 100.0,
-            if row.passed { "pass" } else { "fail" }
+            row.verdict()
         );
         rows.push(row);
     }

@@ -78,29 +78,28 @@ pub struct LoadConfig {
     pub engine: Option<super::MockConfig>,
 }
 
+/// Warm-up requests before a load run when none are asked for.
+pub const DEFAULT_WARMUP: u32 = 0;
+
 impl LoadConfig {
     /// A load run of `workload` on `schedule` against `target` into `out`, with the command line's
-    /// defaults: a 600 s first-token deadline that does not scale with the prompt, no warm-up, one
-    /// shard, seed 0x5eed, no SLO, `/metrics` scraped, kernel stamps, no progress bar.
+    /// defaults: the default deadlines, no warm-up, one shard, the default seed, no SLO,
+    /// `/metrics` scraped, kernel stamps, no progress bar.
     pub fn new(target: Target, schedule: Schedule, workload: Workload, out: PathBuf) -> Self {
         Self {
             target,
-            timeouts: Timeouts {
-                first_token_base: Duration::from_secs(600),
-                first_token_per_1k: Duration::ZERO,
-                ..Timeouts::default()
-            },
+            timeouts: Timeouts::default(),
             stamping: Stamping::Kernel,
             schedule,
             workload,
-            warmup: 0,
+            warmup: DEFAULT_WARMUP,
             max_concurrency: None,
             shard: Shard::default(),
             start_at_unix_ms: None,
             prompt_salt: None,
             out,
             resume: false,
-            seed: 0x5eed,
+            seed: crate::plan::DEFAULT_SEED,
             token_id_range: crate::plan::DEFAULT_ID_RANGE,
             slo: Slo::default(),
             scrape_metrics: true,

@@ -7,9 +7,101 @@
 //! 0 when the first step already fails). A step whose failed-request share is above `max_failed`
 //! ends the search at once: the server is failing requests, and a higher rate would not say more.
 //!
+//! A step passes when it meets the SLO target, keeps up with its offered rate (its achieved
+//! throughput is within `throughput_tolerance` of the rate its requests arrived at) and ran in
+//! steady state ([`StepTiming::steady`]). A step whose requests met the target but that was too
+//! short is not a verdict (nor is its throughput: the drain weighs on a short step): the search
+//! runs the same level again, longer (at most [`MAX_RERUNS`] times; a step
+//! still too short after them fails, so an answer always rests on a steady step).
+//!
 //! The levels are request rates, or, for a search by concurrency (`integer`), whole numbers of
 //! requests in flight: bisection then picks whole numbers and ends when none is left between the
 //! last passing and the first failing level.
+
+/// A step is in steady state when its arrivals span at least this many times its requests' mean
+/// time (send to end): the ramp-up and the drain (the requests in flight at the start and at the
+/// end) then add at most 1/20 = 5% to its length, and a queue that grows by the step's end shows
+/// in its TTFT and throughput instead of hiding in a burst the server absorbs.
+pub const STEADY_SPANS: f64 = 20.0;
+
+/// How often a level whose step would pass but was too short for [`STEADY_SPANS`] is run again.
+pub const MAX_RERUNS: usize = 2;
+
+/// The default share by which a step's achieved throughput may fall short of its arrival rate:
+/// the drain's 5% (see [`STEADY_SPANS`]) and the noise of a few hundred arrivals.
+pub const DEFAULT_THROUGHPUT_TOLERANCE: f64 = 0.10;
+
+/// One request of a step, as the timing of the step sees it: instants in ns on one clock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestSpan {
+    /// Scheduled start (open loop) or send (closed loop).
+    pub scheduled_ns: u64,
+    /// Send.
+    pub sent_ns: u64,
+    /// End of the stream.
+    pub end_ns: u64,
+    /// Whether the request succeeded.
+    pub ok: bool,
+}
+
+/// A step's timing: how long its arrivals lasted, how long its requests took, what it achieved.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepTiming {
+    /// Requests.
+    pub requests: u64,
+    /// First to last scheduled start, seconds.
+    pub arrival_span_s: f64,
+    /// First scheduled start to last end, seconds.
+    pub duration_s: f64,
+    /// Mean send-to-end time, seconds.
+    pub mean_request_s: f64,
+    /// Requests that succeeded.
+    pub succeeded: u64,
+}
+
+impl StepTiming {
+    /// The timing of a step's requests; `None` when there are none.
+    pub fn of(requests: &[RequestSpan]) -> Option<Self> {
+        let first = requests.iter().map(|r| r.scheduled_ns).min()?;
+        let last = requests.iter().map(|r| r.scheduled_ns).max()?;
+        let end = requests.iter().map(|r| r.end_ns).max()?;
+        let busy: u128 = requests
+            .iter()
+            .map(|r| u128::from(r.end_ns.saturating_sub(r.sent_ns)))
+            .sum();
+        let n = requests.len() as u64;
+        Some(StepTiming {
+            requests: n,
+            arrival_span_s: (last - first) as f64 / 1e9,
+            duration_s: end.saturating_sub(first) as f64 / 1e9,
+            mean_request_s: busy as f64 / 1e9 / n as f64,
+            succeeded: requests.iter().filter(|r| r.ok).count() as u64,
+        })
+    }
+
+    /// The rate the requests arrived at, (n - 1) / arrival span; `None` below 2 requests or a
+    /// zero span.
+    pub fn offered(&self) -> Option<f64> {
+        (self.requests >= 2 && self.arrival_span_s > 0.0)
+            .then(|| (self.requests - 1) as f64 / self.arrival_span_s)
+    }
+
+    /// Successful requests per second, first scheduled start to last end (as `load` reports
+    /// request throughput).
+    pub fn achieved(&self) -> Option<f64> {
+        (self.duration_s > 0.0).then(|| self.succeeded as f64 / self.duration_s)
+    }
+
+    /// The arrival span steady state needs: [`STEADY_SPANS`] mean request times.
+    pub fn span_needed_s(&self) -> f64 {
+        STEADY_SPANS * self.mean_request_s
+    }
+
+    /// Whether the arrivals lasted long enough for steady state.
+    pub fn steady(&self) -> bool {
+        self.arrival_span_s >= self.span_needed_s()
+    }
+}
 
 /// How to search.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +116,8 @@ pub struct CapacityPlan {
     pub max_failed: f64,
     /// The levels are whole numbers (concurrencies): bisection rounds down.
     pub integer: bool,
+    /// A step whose achieved throughput is below `(1 - this) x` its arrival rate fails.
+    pub throughput_tolerance: f64,
 }
 
 /// What one step measured.
@@ -37,6 +131,12 @@ pub struct StepResult {
     pub succeeded: u64,
     /// Requests that met the SLO.
     pub good: u64,
+    /// The rate the requests arrived at (open loop); `None` for a closed loop.
+    pub offered: Option<f64>,
+    /// Successful requests per second.
+    pub achieved: Option<f64>,
+    /// The step ran long enough for steady state ([`StepTiming::steady`]).
+    pub steady: bool,
 }
 
 impl StepResult {
@@ -68,6 +168,8 @@ fn share(n: u64, of: u64) -> f64 {
 pub struct CapacityAnswer {
     /// The highest passing rate, `None` when no step passed.
     pub rate: Option<f64>,
+    /// The throughput achieved at that rate: the answer is never above it.
+    pub achieved: Option<f64>,
     /// The lowest failing rate above it, `None` when every step passed (the capacity is at least `rate`).
     pub first_fail: Option<f64>,
     /// The index of the step whose failed share stopped the search.
@@ -84,28 +186,71 @@ pub enum Next {
 }
 
 impl CapacityPlan {
-    /// Whether a step passes.
+    /// Whether a step kept up with its offered rate: achieved throughput within the tolerance
+    /// of the arrival rate (a closed loop offers no rate and always keeps up).
+    pub fn keeps_up(&self, s: &StepResult) -> bool {
+        match (s.offered, s.achieved) {
+            (Some(o), Some(a)) => a >= (1.0 - self.throughput_tolerance) * o,
+            (Some(_), None) => false,
+            (None, _) => true,
+        }
+    }
+
+    /// Whether a step's own figures pass: the SLO target met and the offered rate kept up with
+    /// (steady state aside).
+    pub fn meets(&self, s: &StepResult) -> bool {
+        s.requests > 0 && s.goodput_share() >= self.target && self.keeps_up(s)
+    }
+
+    /// Whether a step passes: it meets the target, keeps up, and ran in steady state.
     pub fn passes(&self, s: &StepResult) -> bool {
-        s.requests > 0 && s.goodput_share() >= self.target
+        self.meets(s) && s.steady
+    }
+
+    /// Whether a step was too short to judge: its requests met the target, but its arrivals were
+    /// too short for steady state. Its throughput is no verdict either: in a short step the drain
+    /// (the requests still running after the last arrival) is a large part of its length.
+    pub fn too_short(&self, s: &StepResult) -> bool {
+        s.requests > 0 && s.goodput_share() >= self.target && !s.steady
+    }
+
+    /// Whether a step is no verdict: too short, and its level may be run again (fewer than
+    /// [`MAX_RERUNS`] earlier too-short steps at the same level).
+    fn rerun(&self, steps: &[StepResult], i: usize) -> bool {
+        let s = &steps[i];
+        let earlier = steps[..i]
+            .iter()
+            .filter(|e| e.rate == s.rate && self.too_short(e))
+            .count();
+        self.too_short(s) && earlier < MAX_RERUNS
     }
 
     /// The next move after `steps` (in the order they ran).
     pub fn next(&self, steps: &[StepResult]) -> Next {
         let mut lo: Option<f64> = None;
+        let mut achieved: Option<f64> = None;
         let mut hi: Option<f64> = None;
         let mut coarse_done = 0usize;
         let mut in_coarse = !self.coarse.is_empty();
         let mut refined = 0u32;
         for (i, s) in steps.iter().enumerate() {
+            if s.failed_share() <= self.max_failed && self.rerun(steps, i) {
+                // No verdict: the same level runs again, longer.
+                continue;
+            }
             let pass = self.passes(s);
             if pass {
-                lo = Some(lo.map_or(s.rate, |l| l.max(s.rate)));
+                if lo.is_none_or(|l| s.rate > l) {
+                    lo = Some(s.rate);
+                    achieved = s.achieved;
+                }
             } else {
                 hi = Some(hi.map_or(s.rate, |h| h.min(s.rate)));
             }
             if s.failed_share() > self.max_failed {
                 return Next::Done(CapacityAnswer {
                     rate: lo,
+                    achieved,
                     first_fail: hi,
                     server_failing: Some(i),
                 });
@@ -120,6 +265,7 @@ impl CapacityPlan {
         }
         let done = CapacityAnswer {
             rate: lo,
+            achieved,
             first_fail: hi,
             server_failing: None,
         };
@@ -157,6 +303,7 @@ mod tests {
             target: 0.95,
             max_failed: 0.05,
             integer: false,
+            throughput_tolerance: DEFAULT_THROUGHPUT_TOLERANCE,
         }
     }
 
@@ -183,6 +330,9 @@ mod tests {
             requests: 100,
             succeeded: 100,
             good: if rate <= cap { 100 } else { 0 },
+            offered: Some(rate),
+            achieved: Some(rate),
+            steady: true,
         }
     }
 
@@ -240,12 +390,14 @@ mod tests {
             requests: 100,
             succeeded: 90,
             good: 90,
+            ..ok
         };
         let a = p.next(&[ok, failing]);
         assert_eq!(
             a,
             Next::Done(CapacityAnswer {
                 rate: Some(1.0),
+                achieved: Some(1.0),
                 first_fail: Some(2.0),
                 server_failing: Some(1),
             })
@@ -267,6 +419,9 @@ mod tests {
             requests: 20,
             succeeded: 19,
             good: 18,
+            offered: None,
+            achieved: None,
+            steady: true,
         };
         assert!((s.goodput_share() - 0.9).abs() < 1e-12);
         assert!((s.failed_share() - 0.05).abs() < 1e-12);
@@ -276,7 +431,87 @@ mod tests {
             requests: 0,
             succeeded: 0,
             good: 0,
+            ..s
         };
         assert_eq!(none.failed_share(), 1.0);
+    }
+
+    #[test]
+    fn a_step_that_does_not_keep_up_with_its_rate_fails_though_every_request_met_the_slo() {
+        let p = plan(0);
+        let burst = StepResult {
+            achieved: Some(150.0),
+            ..step(2048.0, 1e9)
+        };
+        assert_eq!(burst.goodput_share(), 1.0);
+        assert!(!p.passes(&burst));
+        let close = StepResult {
+            achieved: Some(2048.0 * 0.91),
+            ..burst
+        };
+        assert!(p.passes(&close));
+    }
+
+    #[test]
+    fn a_short_passing_step_is_run_again_at_its_rate_and_never_counts_as_a_pass() {
+        let p = plan(0);
+        let short = StepResult {
+            steady: false,
+            ..step(1.0, 10.0)
+        };
+        assert_eq!(p.next(&[short]), Next::Run(1.0));
+        assert_eq!(p.next(&[short, short]), Next::Run(1.0));
+        // After MAX_RERUNS reruns a step still too short fails: the search goes down from it.
+        match p.next(&[short, short, short]) {
+            Next::Done(a) => assert_eq!((a.rate, a.first_fail), (None, Some(1.0))),
+            n => panic!("{n:?}"),
+        }
+        // A steady rerun is the verdict.
+        assert_eq!(p.next(&[short, step(1.0, 10.0)]), Next::Run(2.0));
+        // A short step that falls behind is no verdict: its drain weighs on its throughput.
+        let behind = StepResult {
+            steady: false,
+            achieved: Some(0.8),
+            ..step(1.0, 10.0)
+        };
+        assert_eq!(p.next(&[behind]), Next::Run(1.0));
+        // A short step whose requests miss the SLO is a verdict at once: more time only grows a
+        // queue.
+        let failing = StepResult {
+            steady: false,
+            ..step(1.0, 0.5)
+        };
+        assert!(matches!(p.next(&[failing]), Next::Done(_)));
+    }
+
+    #[test]
+    fn the_answer_carries_the_throughput_achieved_at_the_passing_rate() {
+        let (_, a) = search(&plan(0), 5.0);
+        assert_eq!((a.rate, a.achieved), (Some(4.0), Some(4.0)));
+    }
+
+    #[test]
+    fn step_timing_counts_arrivals_duration_and_mean_request_time() {
+        let s = |at: u64, len: u64, ok: bool| RequestSpan {
+            scheduled_ns: at,
+            sent_ns: at,
+            end_ns: at + len,
+            ok,
+        };
+        let reqs: Vec<_> = (0..11)
+            .map(|k| s(k * 100_000_000, 50_000_000, k != 3))
+            .collect();
+        let t = StepTiming::of(&reqs).unwrap();
+        assert!((t.arrival_span_s - 1.0).abs() < 1e-12);
+        assert!((t.duration_s - 1.05).abs() < 1e-12);
+        assert!((t.mean_request_s - 0.05).abs() < 1e-12);
+        assert!((t.offered().unwrap() - 10.0).abs() < 1e-9);
+        assert!((t.achieved().unwrap() - 10.0 / 1.05).abs() < 1e-9);
+        assert!(t.steady(), "1 s of arrivals is 20 requests of 50 ms");
+        let long: Vec<_> = (0..11)
+            .map(|k| s(k * 100_000_000, 60_000_000, true))
+            .collect();
+        assert!(!StepTiming::of(&long).unwrap().steady());
+        assert_eq!(StepTiming::of(&[]), None);
     }
 }

@@ -12,6 +12,9 @@ pub mod tokenizer;
 pub mod trace;
 pub mod workload;
 
+/// The seed of schedules and prompts when none is given.
+pub const DEFAULT_SEED: u64 = 0x5eed;
+
 pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
 pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
 pub use request::{RequestSpec, StreamCaps, Timeouts};

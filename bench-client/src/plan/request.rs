@@ -87,7 +87,7 @@ impl Default for Timeouts {
     fn default() -> Self {
         Self {
             connect: Duration::from_secs(10),
-            first_token_base: Duration::from_secs(60),
+            first_token_base: Duration::from_secs(600),
             first_token_per_1k: Duration::from_secs(2),
             idle: Duration::from_secs(60),
             total: Duration::from_secs(3600),

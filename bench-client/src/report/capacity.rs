@@ -3,8 +3,9 @@
 
 use serde::Serialize;
 
-use crate::measure::capacity::{CapacityAnswer, StepResult};
+use crate::measure::capacity::{CapacityAnswer, StepResult, StepTiming};
 use crate::measure::ms;
+use crate::report::gate::SloGate;
 use crate::report::load::LoadSummary;
 
 /// What a search steps through.
@@ -62,8 +63,21 @@ pub struct CapacityRow {
     pub tpot_unmeasured: u64,
     /// `good / requests`.
     pub goodput_share: f64,
-    /// Whether the step met the target.
+    /// Whether the step met the target, kept up with its rate and ran in steady state.
     pub passed: bool,
+    /// Open loop: the rate the requests arrived at, (n - 1) / arrival span.
+    pub offered_rate: Option<f64>,
+    /// Whether the achieved throughput was within the tolerance of the offered rate.
+    pub kept_up: bool,
+    /// First to last arrival, seconds.
+    pub arrival_span_s: Option<f64>,
+    /// Mean send-to-end time of the step's requests, seconds.
+    pub mean_request_s: Option<f64>,
+    /// Whether the arrivals spanned enough mean request times for steady state.
+    pub steady: bool,
+    /// The step's requests met the target but it was too short for steady state: no verdict, its
+    /// level runs again longer (after the last rerun allowed, it fails).
+    pub too_short: bool,
     /// Completed requests per second.
     pub request_throughput: Option<f64>,
     /// Output tokens per second.
@@ -85,8 +99,16 @@ pub struct CapacityRow {
 }
 
 impl CapacityRow {
-    /// The row of a step at `rate` summarised by `s`.
-    pub fn new(step: usize, rate: f64, s: &LoadSummary, passed: bool, file: String) -> Self {
+    /// The row of a step at `rate` summarised by `s`, timed by `t`; `open`: an open-loop step
+    /// (its offered rate is judged).
+    pub fn new(
+        step: usize,
+        rate: f64,
+        s: &LoadSummary,
+        t: Option<&StepTiming>,
+        open: bool,
+        file: String,
+    ) -> Self {
         let d = s.derived();
         let p = |key: &str, q: f64| s.metrics.get(key).and_then(|m| m.percentile(q)).map(ms);
         let r = StepResult {
@@ -94,6 +116,9 @@ impl CapacityRow {
             requests: s.requests,
             succeeded: s.succeeded,
             good: s.good,
+            offered: None,
+            achieved: None,
+            steady: false,
         };
         CapacityRow {
             step,
@@ -103,7 +128,13 @@ impl CapacityRow {
             good: s.good,
             tpot_unmeasured: s.tpot_unmeasured,
             goodput_share: r.goodput_share(),
-            passed,
+            passed: false,
+            offered_rate: t.filter(|_| open).and_then(StepTiming::offered),
+            kept_up: false,
+            arrival_span_s: t.map(|t| t.arrival_span_s),
+            mean_request_s: t.map(|t| t.mean_request_s),
+            steady: t.is_some_and(StepTiming::steady),
+            too_short: false,
             request_throughput: d.request_throughput,
             output_throughput: d.output_throughput,
             goodput: d.goodput,
@@ -123,6 +154,19 @@ impl CapacityRow {
             requests: self.requests,
             succeeded: self.succeeded,
             good: self.good,
+            offered: self.offered_rate,
+            achieved: self.request_throughput,
+            steady: self.steady,
+        }
+    }
+
+    /// The step's verdict in a word or two: pass, FAIL and why, or too short (run again).
+    pub fn verdict(&self) -> &'static str {
+        match (self.passed, self.too_short, self.kept_up) {
+            (true, _, _) => "pass",
+            (false, true, _) => "too short",
+            (false, false, false) => "FAIL: fell behind",
+            (false, false, true) => "FAIL",
         }
     }
 }
@@ -138,8 +182,11 @@ pub struct CapacityReport {
     pub level: Level,
     /// The steps in the order they ran.
     pub steps: Vec<CapacityRow>,
-    /// The highest passing rate, `None` when no step passed.
+    /// The answer: the highest passing rate, or the throughput achieved there when that is
+    /// lower (never above it); `None` when no step passed.
     pub capacity: Option<f64>,
+    /// The highest passing rate as offered.
+    pub passing_rate: Option<f64>,
     /// The lowest failing rate above it, `None` when every step passed.
     pub first_fail: Option<f64>,
     /// The step whose failed-request share stopped the search.
@@ -160,7 +207,8 @@ impl CapacityReport {
             target,
             level,
             steps,
-            capacity: answer.rate,
+            capacity: answer.rate.map(|r| answer.achieved.map_or(r, |a| a.min(r))),
+            passing_rate: answer.rate,
             first_fail: answer.first_fail,
             server_failing: answer.server_failing,
         }
@@ -173,6 +221,49 @@ impl CapacityReport {
         v
     }
 
+    /// ", achieved at an offered R" when the answer is the throughput achieved below the
+    /// passing rate.
+    fn offered_note(&self) -> String {
+        match (self.capacity, self.passing_rate) {
+            (Some(c), Some(r)) if c < r => {
+                format!(" achieved at an offered {}", self.level.show(r))
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// The SLO gate of the search: over the step at the highest passing level; when none passed,
+    /// failed, over the step at the lowest level tried.
+    pub fn gate(&self, slo: &crate::measure::Slo) -> SloGate {
+        let passing = self
+            .passing_rate
+            .and_then(|r| self.steps.iter().rev().find(|s| s.passed && s.rate == r));
+        let lowest = self.steps.iter().min_by(|a, b| a.rate.total_cmp(&b.rate));
+        let Some(row) = passing.or(lowest) else {
+            let mut g = SloGate::new(slo, self.target, 0, 0);
+            g.failed_because = Some("no step ran".into());
+            return g;
+        };
+        let mut g = SloGate::new(slo, self.target, row.good, row.requests);
+        if passing.is_some() {
+            g.scope = Some(format!(
+                "at {}, the highest passing",
+                self.level.show(row.rate)
+            ));
+        } else {
+            g.scope = Some(format!(
+                "at {}, the lowest tried",
+                self.level.show(row.rate)
+            ));
+            g.failed_because = Some(format!(
+                "no {} passed: {}",
+                self.level.name(),
+                row.verdict()
+            ));
+        }
+        g
+    }
+
     /// The answer in one line.
     pub fn answer(&self) -> String {
         let pct = self.target * 100.0;
@@ -183,14 +274,16 @@ impl CapacityReport {
                 self.slo
             ),
             (Some(r), Some(f)) => format!(
-                "capacity: {} ({pct:.0}% of requests meet {}; {} does not)",
+                "capacity: {}{} ({pct:.0}% of requests meet {}; {} does not)",
                 l.show(r),
+                self.offered_note(),
                 self.slo,
                 l.show(f)
             ),
             (Some(r), None) => format!(
-                "capacity: at least {} ({pct:.0}% of requests meet {} at every {name} tried; try higher)",
+                "capacity: at least {}{} ({pct:.0}% of requests meet {} at every {name} tried; try higher)",
                 l.show(r),
+                self.offered_note(),
                 self.slo
             ),
         };
@@ -229,6 +322,12 @@ mod tests {
             tpot_unmeasured: unmeasured,
             goodput_share: good as f64 / 12.0,
             passed,
+            offered_rate: None,
+            kept_up: true,
+            arrival_span_s: None,
+            mean_request_s: None,
+            steady: true,
+            too_short: false,
             request_throughput: Some(6.0),
             output_throughput: Some(192.0),
             goodput: Some(good as f64 / 2.0),
@@ -248,6 +347,7 @@ mod tests {
             level: Level::Concurrency,
             steps,
             capacity,
+            passing_rate: capacity,
             first_fail,
             server_failing: None,
         }

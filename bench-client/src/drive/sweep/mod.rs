@@ -81,9 +81,12 @@ pub struct SweepConfig {
     pub engine: Option<super::MockConfig>,
 }
 
+/// Warm-up requests before each context length when none are asked for.
+pub const DEFAULT_WARMUP: u32 = 1;
+
 impl SweepConfig {
     /// A streaming sweep of `target` into `out` with the command line's defaults: the default
-    /// contexts, 64 output tokens, 3 runs and 1 warm-up per context, seed 0x5eed, kernel stamps,
+    /// contexts, 64 output tokens, 3 runs and 1 warm-up per context, the default seed, kernel stamps,
     /// default deadlines, stop on a crash, no progress bar.
     pub fn new(target: Target, out: PathBuf) -> Self {
         Self {
@@ -92,14 +95,14 @@ impl SweepConfig {
                 .unwrap_or_default(),
             output_tokens: 64,
             runs: 3,
-            warmup: 1,
+            warmup: DEFAULT_WARMUP,
             interleave: false,
             method: Method::Streaming,
             flush_cache: false,
             two_point_tokens: (1, 17),
             out,
             resume: false,
-            seed: 0x5eed,
+            seed: crate::plan::DEFAULT_SEED,
             token_id_range: crate::plan::DEFAULT_ID_RANGE,
             return_token_ids: false,
             timeouts: Timeouts::default(),
@@ -417,7 +420,7 @@ pub async fn run_sweep_with(
         url: Some(cfg.target.shown_url()),
         dialect: Some(cfg.target.dialect),
         model: cfg.target.model.clone(),
-        server_info,
+        server_info: server_info.clone(),
         seed: Some(cfg.seed),
         invocation: Some(nonce),
         settings: Some(SweepSettings {

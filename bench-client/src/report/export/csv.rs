@@ -1,8 +1,10 @@
-//! CSV: one row per context length of a sweep; one row per statistic of a comparison.
+//! CSV: one row per context length of a sweep; one row per request of a load run; one row per
+//! step of a capacity search; one row per statistic of a comparison.
 
 use std::collections::BTreeMap;
 
 use crate::measure::compare::Direction;
+use crate::measure::Slo;
 use crate::report::compare::CompareReport;
 use crate::report::sweep::Report;
 
@@ -105,6 +107,90 @@ pub fn compare(r: &CompareReport) -> anyhow::Result<String> {
             row.runs_base.to_string(),
             row.runs_new.to_string(),
         ])?;
+    }
+    Ok(String::from_utf8(
+        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?)
+}
+
+/// CSV of a load run: one row per request, in the order of the records; times in ms (TTFT from
+/// the scheduled start, as the summary's `ttft`), `met_slo` empty without an SLO, `error` the
+/// failure kind of a failed request.
+pub fn load_requests(records: &[crate::results::Record], slo: Slo) -> anyhow::Result<String> {
+    use crate::measure::{load_numbers, measure};
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "index",
+        "shard",
+        "rid",
+        "scheduled_ms",
+        "sent_ms",
+        "client_queue_ms",
+        "ttft_ms",
+        "ttft_server_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "prompt_tokens",
+        "cached_tokens",
+        "output_tokens",
+        "error",
+        "met_slo",
+    ])?;
+    let ms = |ns: u64| (ns as f64 / 1e6).to_string();
+    let o = |x: Option<u64>| x.map_or(String::new(), ms);
+    let n = |x: Option<u32>| x.map_or(String::new(), |v| v.to_string());
+    for r in records {
+        let (Some(load), Some(trace)) = (&r.load, &r.trace) else {
+            continue;
+        };
+        let m = measure(trace).ok().filter(|_| r.error.is_none());
+        let nums = m
+            .as_ref()
+            .map(|m| load_numbers(trace, m, load.client_queue_ns));
+        let output = m
+            .as_ref()
+            .and_then(|m| m.completion_tokens)
+            .map(u64::from)
+            .unwrap_or(0);
+        let met = match (&nums, slo.is_set()) {
+            (_, false) => String::new(),
+            (Some(x), true) => slo.met(x, output).to_string(),
+            (None, true) => "false".into(),
+        };
+        let error = match (&r.error, &m) {
+            (Some(e), _) => e.kind.to_string(),
+            (None, None) => "no-output".to_string(),
+            (None, Some(_)) => String::new(),
+        };
+        w.write_record([
+            load.index.to_string(),
+            load.shard.to_string(),
+            r.rid.clone(),
+            ms(load.scheduled_ns),
+            ms(load.sent_ns),
+            ms(load.client_queue_ns),
+            o(nums.as_ref().map(|x| x.ttft_from_schedule_ns)),
+            o(nums.as_ref().map(|x| x.ttft_ns)),
+            o(nums.as_ref().and_then(|x| x.tpot_ns)),
+            o(nums.as_ref().map(|x| x.e2e_ns)),
+            n(m.as_ref().and_then(|m| m.prompt_tokens)),
+            n(m.as_ref().and_then(|m| m.cached_tokens)),
+            n(m.as_ref().and_then(|m| m.completion_tokens)),
+            error,
+            met,
+        ])?;
+    }
+    Ok(String::from_utf8(
+        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?)
+}
+
+/// CSV of a capacity search: one row per step, in the order the steps ran (the fields of the
+/// JSON's `steps`); the answer is not part of it.
+pub fn capacity(r: &crate::report::capacity::CapacityReport) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for s in &r.steps {
+        w.serialize(s)?;
     }
     Ok(String::from_utf8(
         w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,

@@ -501,7 +501,7 @@ pub fn capacity(r: &crate::report::capacity::CapacityReport) -> String {
                 cell(s.goodput, 2),
                 format!("{:.1}%", s.goodput_share * 100.0),
                 cell(s.cache_hit_rate, 3),
-                if s.passed { "pass" } else { "FAIL" }.to_string(),
+                s.verdict().to_string(),
             ]
         })
         .collect();
