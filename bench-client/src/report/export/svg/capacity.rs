@@ -46,19 +46,27 @@ pub fn capacity(r: &CapacityReport) -> anyhow::Result<String> {
     }
     let x_max = pts.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-3);
     let slo = Slo::parse(&r.slo).ok();
+    // The answer's step is the passing one at the highest passing rate; the answer may be below
+    // that rate (the throughput achieved there), never above.
     let answer = r.capacity.and_then(|c| {
-        let step = r.steps.iter().find(|s| s.rate == c)?;
-        Some((step.request_throughput?, c))
+        let offered = r.passing_rate.unwrap_or(c);
+        let step = r.steps.iter().find(|s| s.passed && s.rate == offered)?;
+        Some((step.request_throughput?, c, offered))
     });
     let marks = |metric: &str, slo_ms: Option<f64>| {
         let mut m: Vec<Mark> = slo_ms
             .map(|v| Mark::slo(MarkAt::Y(v), metric, v))
             .into_iter()
             .collect();
-        if let Some((x, c)) = answer {
+        if let Some((x, c, offered)) = answer {
             m.push(Mark {
                 at: MarkAt::X(x),
                 label: match r.level {
+                    Level::Rate if c < offered => format!(
+                        "capacity {} ({} offered)",
+                        r.level.show(c),
+                        r.level.show(offered)
+                    ),
                     Level::Rate => format!("capacity {} offered", r.level.show(c)),
                     Level::Concurrency => format!("capacity {}", r.level.show(c)),
                 },

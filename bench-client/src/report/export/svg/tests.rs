@@ -270,7 +270,7 @@ fn a_narrow_cdf_stays_linear() {
     assert!(!t.iter().any(|s| s.contains("log scale")), "{t:?}");
 }
 
-/// A capacity search by rate: passes to 80 req/s (71.6 completed), fails at 84.
+/// A capacity search by rate: passes to 80 req/s (71.6 completed: the answer), fails at 84.
 fn capacity_report() -> crate::report::capacity::CapacityReport {
     use crate::report::capacity::{CapacityReport, CapacityRow, Level};
     let row = |step, rate: f64, tput, ttft: (f64, f64), tpot: (f64, f64), passed| CapacityRow {
@@ -282,6 +282,12 @@ fn capacity_report() -> crate::report::capacity::CapacityReport {
         tpot_unmeasured: 0,
         goodput_share: if passed { 1.0 } else { 0.5 },
         passed,
+        offered_rate: Some(rate),
+        kept_up: true,
+        arrival_span_s: Some(200.0 / rate),
+        mean_request_s: Some(0.01),
+        steady: true,
+        too_short: false,
         request_throughput: Some(tput),
         output_throughput: Some(tput * 128.0),
         goodput: Some(tput),
@@ -304,7 +310,8 @@ fn capacity_report() -> crate::report::capacity::CapacityReport {
             row(4, 84.0, 75.0, (2.9, 5.4), (1.6, 2.05), false),
             row(5, 128.0, 108.1, (4.0, 8.2), (2.82, 3.41), false),
         ],
-        capacity: Some(80.0),
+        capacity: Some(71.6),
+        passing_rate: Some(80.0),
         first_fail: Some(84.0),
         server_failing: None,
     }
@@ -318,7 +325,7 @@ fn a_capacity_plot_marks_the_slo_and_the_answer() {
     assert!(t.iter().any(|s| s == "TPOT SLO 2 ms"), "{t:?}");
     assert_eq!(
         t.iter()
-            .filter(|s| *s == "capacity 80.000 req/s offered")
+            .filter(|s| *s == "capacity 71.600 req/s (80.000 req/s offered)")
             .count(),
         2,
         "{t:?}"
