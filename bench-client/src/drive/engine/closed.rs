@@ -169,7 +169,8 @@ impl Loop {
             ignore_eos: true,
             stop_token_ids: Vec::new(),
         };
-        self.sim
+        let key = self
+            .sim
             .submit(at_ns, req)
             .map_err(|r| ClosedError::Refused {
                 isl: self.shape.isl,
@@ -185,7 +186,7 @@ impl Loop {
             self.first_sent_ns.get_or_insert(at_ns);
         }
         self.flight.insert(
-            id,
+            key,
             Flight {
                 sent_ns: at_ns,
                 first_ns: None,
@@ -251,10 +252,7 @@ impl Loop {
             }
             for ev in self.sim.step() {
                 match ev {
-                    SimEvent::Stream { rid, at_ns, event } => {
-                        let id: u64 = rid
-                            .parse()
-                            .map_err(|_| ClosedError::Failed(format!("unknown request {rid}")))?;
+                    SimEvent::Stream { id, at_ns, event } => {
                         let last = match event {
                             StreamEvent::Tokens { finish, .. } => finish.is_some(),
                             StreamEvent::Error(m) | StreamEvent::Crash(m) => {
