@@ -117,9 +117,7 @@ impl Engine {
                 // Its locked node holds the sequence's first `locked_len` tokens.
                 debug_assert_eq!(self.tree.depth(r.node), r.locked_len);
                 let seq = r.target();
-                let (_, node) = self
-                    .tree
-                    .insert_below(r.node, &seq[r.locked_len..r.kv_len]);
+                let (_, node) = self.tree.insert_below(r.node, &seq[r.locked_len..r.kv_len]);
                 let r = &mut self.prefilling[i];
                 self.tree.unlock(r.node);
                 self.tree.lock(node);

@@ -329,6 +329,47 @@ mod tests {
     }
 
     #[test]
+    fn jumping_while_requests_wait_moves_no_instant() {
+        // Saturated loops, whose queue never empties: by `max_running_requests`, and by a KV
+        // pool that holds about seven of the twelve requests (each 340 tokens at its end).
+        for mixed in [false, true] {
+            let mut c = plain();
+            c.mixed_batches = mixed;
+            c.chunked_prefill_size = 700;
+            c.max_running_requests = 3;
+            let shape = Shape {
+                isl: 300,
+                osl: 40,
+                concurrency: 8,
+            };
+            let n = search_requests(8) + 3;
+            let fast = closed_loop(&c, shape, n, true).unwrap();
+            let slow = closed_loop(&c, shape, n, false).unwrap();
+            assert_eq!(fast, slow, "mixed {mixed}, max running 3");
+
+            let mut c = plain();
+            c.mixed_batches = mixed;
+            c.chunked_prefill_size = 700;
+            c.kv_bytes_per_token =
+                ((c.static_bytes() - c.weights_bytes as f64) / 2400.0).ceil() as u64;
+            assert!(
+                (2300..2400).contains(&c.kv_pool_tokens()),
+                "{}",
+                c.kv_pool_tokens()
+            );
+            let shape = Shape {
+                isl: 300,
+                osl: 40,
+                concurrency: 12,
+            };
+            let n = search_requests(12) + 5;
+            let fast = closed_loop(&c, shape, n, true).unwrap();
+            let slow = closed_loop(&c, shape, n, false).unwrap();
+            assert_eq!(fast, slow, "mixed {mixed}, KV-bound");
+        }
+    }
+
+    #[test]
     fn measured_counts_are_whole_waves() {
         assert_eq!(measured_requests(1), 200);
         assert_eq!(measured_requests(16), 208);

@@ -313,11 +313,15 @@ impl EngineServer {
             }
         }
         // The engine went idle without ending the stream: cut it where it stands.
-        streams.cut_all(self.now_ns).pop().map(|(_, t)| t).unwrap_or_else(|| {
-            let mut t = Streams::head(&spec.rid, prompt_tokens, spec.max_tokens);
-            t.end = StreamEnd::Eof;
-            t
-        })
+        streams
+            .cut_all(self.now_ns)
+            .pop()
+            .map(|(_, t)| t)
+            .unwrap_or_else(|| {
+                let mut t = Streams::head(&spec.rid, prompt_tokens, spec.max_tokens);
+                t.end = StreamEnd::Eof;
+                t
+            })
     }
 
     /// Runs the steps due before now (held results, a pass after the last stream ended), so a
