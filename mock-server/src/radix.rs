@@ -98,7 +98,7 @@ impl RadixTree {
         let parent = self.nodes[child].parent;
         // The head keeps the key's buffer (shrunk); only the tail is copied.
         let tail: Vec<u32> = self.nodes[child].key.split_off(at);
-        let mut head = std::mem::replace(&mut self.nodes[child].key, Vec::new());
+        let mut head = std::mem::take(&mut self.nodes[child].key);
         head.shrink_to_fit();
         let first = head[0];
         let mid = self.alloc(head, parent);

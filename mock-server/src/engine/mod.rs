@@ -184,6 +184,8 @@ struct Engine {
     tree: RadixTree,
     waiting: VecDeque<Box<RequestState>>,
     prefilling: VecDeque<Box<RequestState>>,
+    // Boxed on purpose: every pass moves each running request out of this set and back.
+    #[allow(clippy::vec_box)]
     running: Vec<Box<RequestState>>,
     shared: Arc<Shared>,
     /// When the last pass of the current busy period ended, in model time (None while idle).
