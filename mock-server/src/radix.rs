@@ -1,7 +1,7 @@
 //! A radix tree over token ids, like SGLang's RadixCache: longest-prefix match, lock references
 //! that protect a running request's prefix, and LRU eviction of unlocked leaves.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Index of a node in the tree; the root is [`RadixTree::ROOT`].
 pub type NodeId = usize;
@@ -39,7 +39,7 @@ impl RadixTree {
             nodes: vec![Node {
                 key: Vec::new(),
                 parent: 0,
-                children: HashMap::new(),
+                children: HashMap::default(),
                 lock_ref: 0,
                 last_access: 0,
                 alive: true,
@@ -79,7 +79,7 @@ impl RadixTree {
         let node = Node {
             key,
             parent,
-            children: HashMap::new(),
+            children: HashMap::default(),
             lock_ref: 0,
             last_access: self.clock,
             alive: true,
@@ -96,8 +96,10 @@ impl RadixTree {
     /// Splits `child` so that its first `at` tokens become a new parent node; returns that node.
     fn split(&mut self, child: NodeId, at: usize) -> NodeId {
         let parent = self.nodes[child].parent;
-        let head: Vec<u32> = self.nodes[child].key[..at].to_vec();
-        let tail: Vec<u32> = self.nodes[child].key[at..].to_vec();
+        // The head keeps the key's buffer (shrunk); only the tail is copied.
+        let tail: Vec<u32> = self.nodes[child].key.split_off(at);
+        let mut head = std::mem::take(&mut self.nodes[child].key);
+        head.shrink_to_fit();
         let first = head[0];
         let mid = self.alloc(head, parent);
         self.nodes[mid].lock_ref = self.nodes[child].lock_ref;
@@ -113,7 +115,11 @@ impl RadixTree {
     /// Splits a node when the match ends inside it, so the returned node covers exactly the match.
     pub fn match_prefix(&mut self, tokens: &[u32]) -> (usize, NodeId) {
         let now = self.tick();
-        let mut node = Self::ROOT;
+        self.match_from(Self::ROOT, tokens, now)
+    }
+
+    /// The longest match of `tokens` below `node`, touching the nodes it passes at `now`.
+    fn match_from(&mut self, mut node: NodeId, tokens: &[u32], now: u64) -> (usize, NodeId) {
         let mut pos = 0;
         while pos < tokens.len() {
             let Some(&child) = self.nodes[node].children.get(&tokens[pos]) else {
@@ -135,6 +141,27 @@ impl RadixTree {
     /// Inserts `tokens`; returns (tokens newly added, node covering the whole sequence).
     pub fn insert(&mut self, tokens: &[u32]) -> (usize, NodeId) {
         let (matched, node) = self.match_prefix(tokens);
+        self.add_leaf(tokens, matched, node)
+    }
+
+    /// Inserts the sequence that `node`'s prefix begins and `rest` ends, exactly as
+    /// [`RadixTree::insert`] of the whole sequence does (the same nodes touched, split and
+    /// added), without comparing the prefix again: a request's locked node stands for the
+    /// tokens it has in the cache. Returns (tokens newly added, node covering the sequence).
+    pub fn insert_below(&mut self, node: NodeId, rest: &[u32]) -> (usize, NodeId) {
+        let now = self.tick();
+        // A match from the root passes every node above `node`, to its end.
+        let mut up = node;
+        while up != Self::ROOT {
+            self.nodes[up].last_access = now;
+            up = self.nodes[up].parent;
+        }
+        let (matched, end) = self.match_from(node, rest, now);
+        self.add_leaf(rest, matched, end)
+    }
+
+    /// Adds `tokens[matched..]` as a leaf below `node` (where `tokens[..matched]` ends).
+    fn add_leaf(&mut self, tokens: &[u32], matched: usize, node: NodeId) -> (usize, NodeId) {
         if matched == tokens.len() {
             return (0, node);
         }
@@ -200,7 +227,7 @@ impl RadixTree {
             self.nodes[parent].children.remove(&first);
             self.nodes[id].alive = false;
             self.nodes[id].key = Vec::new();
-            self.nodes[id].children = HashMap::new();
+            self.nodes[id].children = HashMap::default();
             self.free.push(id);
             self.size -= len;
             freed += len;

@@ -2,7 +2,7 @@
 //! (accepted drafts, EOS, stop tokens), and putting finished requests away.
 
 use super::events::{Finish, SpeculativeStats, StreamEvent};
-use super::output::{Drawn, Outgoing};
+use super::output::{Drawn, OutQueue, Outgoing};
 use super::stats::PassStats;
 use super::{Engine, RequestState};
 use crate::clock::Clock;
@@ -239,13 +239,15 @@ impl Engine {
             let at = r.ns(model_at);
             let chunk = r.chunks;
             r.chunks += 1;
+            // The engine path's driver reads the event itself: no stream, no ground-truth chunk.
+            let stage = matches!(self.out, OutQueue::Stage(_));
             event = Some(Outgoing {
-                tx: r.tx.clone(),
+                tx: stage.then(|| r.tx.clone()),
                 model_ns: at,
                 tokens,
                 completion: r.output.len(),
                 verify_ct: r.verify_ct,
-                hist: r.hist.clone(),
+                hist: if stage { r.hist.clone() } else { Vec::new() },
                 event: StreamEvent::Tokens {
                     chunk,
                     at_ns: at,
@@ -258,7 +260,8 @@ impl Engine {
                     times: r.times,
                 },
                 at: model_at,
-                rid: r.request.rid.clone(),
+                rid: r.rid.clone(),
+                key: r.key,
                 received: r.request.received,
             });
             let t = model_at
@@ -284,21 +287,35 @@ impl Engine {
 
     /// Puts a finished request away: counters, cache, KV. Its finish goes into the ground truth
     /// with its final chunk, when the output stage sends it (`emit`).
-    pub(super) fn complete(&mut self, mut r: RequestState) {
+    pub(super) fn complete(&mut self, mut r: Box<RequestState>) {
         if let Ok(mut s) = self.shared.stats.lock() {
             s.requests_total += 1;
             s.prompt_tokens_total += r.request.input_ids.len() as u64;
             s.cached_tokens_total += r.cached as u64;
         }
         if !self.cfg.disable_radix_cache {
-            // Prompt and output but the last token, in a buffer kept between requests.
-            let mut seq = std::mem::take(&mut self.scratch);
-            seq.clear();
-            seq.extend_from_slice(&r.request.input_ids);
-            seq.extend_from_slice(&r.output);
-            seq.pop();
-            self.tree.insert(&seq);
-            self.scratch = seq;
+            // Prompt and output but the last token, inserted below the request's locked node
+            // (which holds its first `locked_len` tokens): only the rest is copied, into a
+            // buffer kept between requests.
+            let prompt = &r.request.input_ids;
+            let len = (prompt.len() + r.output.len()).saturating_sub(1);
+            let from = if r.locked_len <= len { r.locked_len } else { 0 };
+            let mut rest = std::mem::take(&mut self.scratch);
+            rest.clear();
+            if from < prompt.len() {
+                rest.extend_from_slice(&prompt[from..]);
+                rest.extend_from_slice(&r.output);
+            } else {
+                rest.extend_from_slice(&r.output[from - prompt.len()..]);
+            }
+            rest.truncate(len - from);
+            debug_assert!(from == 0 || self.tree.depth(r.node) == from);
+            if from == 0 {
+                self.tree.insert(&rest);
+            } else {
+                self.tree.insert_below(r.node, &rest);
+            }
+            self.scratch = rest;
         }
         self.release(&mut r);
     }

@@ -14,10 +14,11 @@ use tokio::time::Instant;
 
 impl Engine {
     /// Whether the next steps can be jumped: plain decoding (no speculation, no held results)
-    /// of a running batch with nothing waiting, every request ignoring EOS and already streaming.
+    /// of a running batch, every request ignoring EOS and already streaming, with no request
+    /// waiting that a step's admission could take ([`Engine::waiting_stays`]).
     fn jumpable(&self) -> bool {
         !self.cfg.speculative()
-            && self.waiting.is_empty()
+            && self.waiting_stays()
             && self.prefilling.is_empty()
             && !self.running.is_empty()
             && self.lagged.is_empty()
@@ -25,6 +26,28 @@ impl Engine {
                 .running
                 .iter()
                 .all(|r| r.request.ignore_eos && r.last_chunk_at.is_some())
+    }
+
+    /// Whether no request leaves the waiting queue in the coming steps, and trying to admit it
+    /// changes nothing: none waits, or the running batch is at `max_running_requests` (no
+    /// admission is tried), or, with the radix cache off (nothing to evict, no prefix to match),
+    /// the KV pool cannot hold the head of the queue beside the batch's next step now, and so
+    /// neither after any later step (each adds KV). This is a saturated closed loop, whose
+    /// queue is never empty.
+    fn waiting_stays(&self) -> bool {
+        let Some(head) = self.waiting.front() else {
+            return true;
+        };
+        if self.running.len() + self.prefilling.len() >= self.cfg.max_running_requests {
+            return true;
+        }
+        // `plan_prefill`'s sum for the head alone: the KV in use, one step for the batch, the
+        // head's whole sequence and its first step (one token each: no speculation here).
+        let per_step = self.tokens_per_step();
+        self.cfg.disable_radix_cache
+            && self.tree.size() == 0
+            && self.kv_used() + per_step * self.running.len() + head.target_len() + per_step
+                > self.shared.budget.kv_pool_tokens
     }
 
     /// Runs as one the decode steps from `start` that send nothing, each starting no later than

@@ -11,7 +11,7 @@ impl Engine {
             .prefilling
             .iter()
             .chain(self.running.iter())
-            .map(RequestState::private)
+            .map(|r| r.private())
             .sum();
         self.tree.size() + private
     }

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::memory::MemoryBudget;
 use crate::radix::{NodeId, RadixTree};
 use crate::truth::{FinishTruth, GroundTruth, RequestTruth};
-use output::{output_stage, Outgoing};
+use output::{output_stage, OutQueue, Outgoing};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
@@ -38,7 +38,9 @@ use tokio::time::{Duration, Instant};
 pub struct EngineStopped;
 
 enum Msg {
-    Submit(GenRequest, mpsc::UnboundedSender<StreamEvent>),
+    /// A request, its stream, and the key its events carry (the engine path's handle; 0 over
+    /// HTTP, where each request has its own stream).
+    Submit(GenRequest, mpsc::UnboundedSender<StreamEvent>, u64),
     Flush(oneshot::Sender<bool>),
 }
 
@@ -87,7 +89,7 @@ impl EngineHandle {
     ) -> Result<mpsc::UnboundedReceiver<StreamEvent>, EngineStopped> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.tx
-            .send(Msg::Submit(req, tx))
+            .send(Msg::Submit(req, tx, 0))
             .map_err(|_| EngineStopped)?;
         Ok(rx)
     }
@@ -117,15 +119,20 @@ enum Stepped {
     /// A pass ran and ended at this instant.
     Pass(Instant),
     /// Nothing could run: the head of the queue (this request) was refused, and the chain of
-    /// passes breaks.
-    Refused(Option<String>),
+    /// passes breaks (its id and key).
+    Refused(Option<(String, u64)>),
     /// The server died in the pass.
     Died,
 }
 
-/// A request inside the engine: what was asked, its KV and cache lock, its output so far.
+/// A request inside the engine: what was asked, its KV and cache lock, its output so far. The
+/// queues hold it boxed: a pass moves every running request out of its set and back.
 struct RequestState {
     request: GenRequest,
+    /// The request id, shared with each of its events.
+    rid: Arc<str>,
+    /// The key its events carry ([`Msg::Submit`]).
+    key: u64,
     tx: mpsc::UnboundedSender<StreamEvent>,
     /// Tokens whose KV exists (cached prefix included).
     kv_len: usize,
@@ -175,15 +182,17 @@ struct Engine {
     cfg: Config,
     rng: ChaCha8Rng,
     tree: RadixTree,
-    waiting: VecDeque<RequestState>,
-    prefilling: VecDeque<RequestState>,
-    running: Vec<RequestState>,
+    waiting: VecDeque<Box<RequestState>>,
+    prefilling: VecDeque<Box<RequestState>>,
+    // Boxed on purpose: every pass moves each running request out of this set and back.
+    #[allow(clippy::vec_box)]
+    running: Vec<Box<RequestState>>,
     shared: Arc<Shared>,
     /// When the last pass of the current busy period ended, in model time (None while idle).
     last_wake: Option<Instant>,
     clock: Clock,
     /// Events for the output stage, in order.
-    out_tx: mpsc::UnboundedSender<Outgoing>,
+    out: OutQueue,
     /// When the modelled output stage is free for the next event.
     output_free: Option<Instant>,
     /// With `results_after_next_pass`, the last pass's events, held until the next pass ends.
@@ -214,6 +223,11 @@ impl Engine {
             dead: std::sync::atomic::AtomicBool::new(false),
         });
         let (out_tx, out_rx) = mpsc::unbounded_channel();
+        // The engine path's driver takes the events after each step: no output stage runs.
+        let out = match vnow {
+            Some(_) => OutQueue::Direct(Vec::new()),
+            None => OutQueue::Stage(out_tx),
+        };
         let engine = Engine {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             tree: RadixTree::new(),
@@ -222,7 +236,7 @@ impl Engine {
             running: Vec::new(),
             shared,
             last_wake: None,
-            out_tx,
+            out,
             output_free: None,
             lagged: Vec::new(),
             cfg: config,
@@ -263,14 +277,16 @@ impl Engine {
 
     fn handle(&mut self, m: Msg) {
         match m {
-            Msg::Submit(request, tx) => {
+            Msg::Submit(request, tx, key) => {
                 let mut t = RequestTruth::new(&request.rid);
                 t.prompt_tokens = request.input_ids.len();
                 t.max_new_tokens = request.max_new_tokens;
                 t.received_unix_ns = unix_ns_at(request.received);
                 t.socket_arrival_unix_ns = request.arrived_unix_ns;
                 self.shared.truth.insert(t);
-                self.waiting.push_back(RequestState {
+                self.waiting.push_back(Box::new(RequestState {
+                    rid: Arc::from(request.rid.as_str()),
+                    key,
                     request,
                     tx,
                     kv_len: 0,
@@ -286,7 +302,7 @@ impl Engine {
                     last_chunk_at: None,
                     chunks: 0,
                     times: RequestTimes::default(),
-                });
+                }));
             }
             Msg::Flush(reply) => {
                 let ok = self.idle();
@@ -360,7 +376,7 @@ impl Engine {
                 );
                 let _ = r.tx.send(StreamEvent::Error(msg.clone()));
                 self.finish_truth(&r, FinishTruth::Error(msg));
-                refused = Some(r.request.rid);
+                refused = Some((r.request.rid, r.key));
             }
             self.release_lagged(start).await;
             Stepped::Refused(refused)

@@ -11,26 +11,38 @@ use tokio::time::{Duration, Instant};
 
 /// A stream event due at its modelled instant.
 pub(super) struct Outgoing {
-    pub(super) tx: mpsc::UnboundedSender<StreamEvent>,
+    /// The request's stream; `None` on the engine path, whose driver takes events by key.
+    pub(super) tx: Option<mpsc::UnboundedSender<StreamEvent>>,
     pub(super) event: StreamEvent,
     /// The modelled emission instant.
     pub(super) at: Instant,
     /// The same, in ns since the request was received.
     pub(super) model_ns: u64,
-    pub(super) rid: String,
+    pub(super) rid: Arc<str>,
+    /// The request's key ([`super::Msg::Submit`]).
+    pub(super) key: u64,
     pub(super) received: Instant,
     pub(super) tokens: usize,
     pub(super) completion: usize,
     pub(super) verify_ct: usize,
+    /// The accept histogram so far, for the ground truth the output stage records (empty on the
+    /// engine path, which records no chunks; the final event's statistics carry it).
     pub(super) hist: Vec<u64>,
+}
+
+/// Where a pass's events go: the output stage's queue, or on the engine path a list its driver
+/// empties after each step.
+pub(super) enum OutQueue {
+    Stage(mpsc::UnboundedSender<Outgoing>),
+    Direct(Vec<Outgoing>),
 }
 
 /// A request a pass drew tokens for, and where it goes when the pass ends.
 pub(super) enum Drawn {
     /// It finished: into the cache, its KV released.
-    Finished(RequestState),
+    Finished(Box<RequestState>),
     /// It goes on decoding.
-    Running(RequestState),
+    Running(Box<RequestState>),
 }
 
 impl Engine {
@@ -108,12 +120,23 @@ impl Engine {
     /// task from: until the engine yields, the events due now would wait behind the rest of the
     /// pass's bookkeeping and the next scheduling step, which grows with the running batch (see
     /// BENCHMARKS.md).
-    pub(super) async fn hand_over(&self, events: Vec<Outgoing>) {
+    pub(super) async fn hand_over(&mut self, events: Vec<Outgoing>) {
         if events.is_empty() {
             return;
         }
-        for o in events {
-            let _ = self.out_tx.send(o);
+        match &mut self.out {
+            OutQueue::Stage(tx) => {
+                for o in events {
+                    let _ = tx.send(o);
+                }
+            }
+            OutQueue::Direct(out) => {
+                if out.is_empty() {
+                    *out = events;
+                } else {
+                    out.extend(events);
+                }
+            }
         }
         self.let_others_run().await;
     }
@@ -207,5 +230,7 @@ fn emit(mut o: Outgoing, shared: &Shared) {
             t.finish = f;
         }
     });
-    let _ = o.tx.send(o.event);
+    if let Some(tx) = o.tx {
+        let _ = tx.send(o.event);
+    }
 }

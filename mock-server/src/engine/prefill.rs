@@ -114,8 +114,10 @@ impl Engine {
             let r = &mut self.prefilling[i];
             r.kv_len += n;
             if radix {
+                // Its locked node holds the sequence's first `locked_len` tokens.
+                debug_assert_eq!(self.tree.depth(r.node), r.locked_len);
                 let seq = r.target();
-                let (_, node) = self.tree.insert(&seq[..r.kv_len]);
+                let (_, node) = self.tree.insert_below(r.node, &seq[r.locked_len..r.kv_len]);
                 let r = &mut self.prefilling[i];
                 self.tree.unlock(r.node);
                 self.tree.lock(node);
@@ -208,7 +210,7 @@ impl Engine {
 
     /// The server dies: every request's stream is cut and the server stops (or restarts).
     pub(super) fn die(&mut self, reason: String, finish: FinishTruth) {
-        let all: Vec<RequestState> = self
+        let all: Vec<Box<RequestState>> = self
             .waiting
             .drain(..)
             .chain(self.prefilling.drain(..))

@@ -7,7 +7,7 @@
 //! the engine admits only requests received before a pass begins, so a request received at the
 //! instant a pass begins waits for the next one, as on the HTTP path (see `plan_prefill`).
 
-use super::output::Outgoing;
+use super::output::OutQueue;
 use super::{Engine, GenRequest, Msg, Stepped, StreamEvent};
 use crate::clock::Clock;
 use crate::config::Config;
@@ -46,9 +46,10 @@ pub enum Refusal {
 /// What the engine path tells the driver.
 #[derive(Debug, Clone)]
 pub enum SimEvent {
-    /// An event of one request's stream, at its modelled instant.
+    /// An event of one request's stream (the key [`Simulator::submit`] gave it), at its
+    /// modelled instant.
     Stream {
-        rid: String,
+        id: u64,
         at_ns: u64,
         event: StreamEvent,
     },
@@ -60,8 +61,11 @@ pub enum SimEvent {
 pub struct Simulator {
     config: Config,
     engine: Engine,
-    out_rx: mpsc::UnboundedReceiver<Outgoing>,
-    streams: HashMap<String, mpsc::UnboundedReceiver<StreamEvent>>,
+    /// The streams in flight, by key: the engine sends on them only an error or a crash (its
+    /// token events come through its output list).
+    streams: HashMap<u64, mpsc::UnboundedReceiver<StreamEvent>>,
+    /// The key of the next request submitted.
+    next_id: u64,
     base: Instant,
     /// The end of the last pass while passes follow each other.
     chain: Option<Instant>,
@@ -106,12 +110,11 @@ impl Simulator {
         config.validate()?;
         let base = Instant::now();
         let engine = Self::fresh_engine(&config, base);
-        let (engine, out_rx) = engine;
         Ok(Simulator {
             config,
             engine,
-            out_rx,
             streams: HashMap::new(),
+            next_id: 0,
             base,
             chain: None,
             woke: None,
@@ -123,7 +126,7 @@ impl Simulator {
         })
     }
 
-    fn fresh_engine(config: &Config, at: Instant) -> (Engine, mpsc::UnboundedReceiver<Outgoing>) {
+    fn fresh_engine(config: &Config, at: Instant) -> Engine {
         let crashed = Arc::new(watch::channel(None::<String>).0);
         Engine::new(
             config.clone(),
@@ -132,6 +135,7 @@ impl Simulator {
             Clock::Tokio,
             Some(at),
         )
+        .0
     }
 
     /// The server's configuration.
@@ -147,8 +151,9 @@ impl Simulator {
         u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Submits a request received at `at_ns` (never before an instant the engine has reached).
-    pub fn submit(&mut self, at_ns: u64, req: SimRequest) -> Result<(), Refusal> {
+    /// Submits a request received at `at_ns` (never before an instant the engine has reached);
+    /// returns the key its stream's events carry (distinct for every request of a run).
+    pub fn submit(&mut self, at_ns: u64, req: SimRequest) -> Result<u64, Refusal> {
         if self.down {
             return Err(Refusal::Down);
         }
@@ -164,7 +169,8 @@ impl Simulator {
             req.max_new_tokens,
         )
         .map_err(Refusal::Length)?;
-        if self.streams.contains_key(&req.rid) || self.engine.shared.truth.contains(&req.rid) {
+        // Every request in flight has its ground truth until its stream ends.
+        if self.engine.shared.truth.contains(&req.rid) {
             return Err(Refusal::DuplicateRid);
         }
         let received = self.at(at_ns);
@@ -173,7 +179,9 @@ impl Simulator {
             self.woke.get_or_insert(received.max(free_at));
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        self.streams.insert(req.rid.clone(), rx);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.streams.insert(id, rx);
         self.engine.handle(Msg::Submit(
             GenRequest {
                 rid: req.rid,
@@ -186,8 +194,9 @@ impl Simulator {
                 arrived_unix_ns: None,
             },
             tx,
+            id,
         ));
-        Ok(())
+        Ok(id)
     }
 
     /// When the engine's next step is due (ns), or `None` while it is idle with nothing held.
@@ -234,14 +243,14 @@ impl Simulator {
                     self.chain = None;
                 }
             }
-            Some(Stepped::Refused(rid)) => {
+            Some(Stepped::Refused(refused)) => {
                 self.chain = None;
                 self.free_at = start;
-                if let Some(rid) = rid {
-                    if let Some(mut rx) = self.streams.remove(&rid) {
+                if let Some((rid, id)) = refused {
+                    if let Some(mut rx) = self.streams.remove(&id) {
                         while let Ok(event) = rx.try_recv() {
                             out.push(SimEvent::Stream {
-                                rid: rid.clone(),
+                                id,
                                 at_ns: self.ns(start),
                                 event,
                             });
@@ -310,9 +319,7 @@ impl Simulator {
         if self.config.restart_on_oom {
             let startup =
                 Duration::from_secs_f64(self.config.startup_s.max(0.0) / self.config.time_scale);
-            let (engine, out_rx) = Self::fresh_engine(&self.config, at);
-            self.engine = engine;
-            self.out_rx = out_rx;
+            self.engine = Self::fresh_engine(&self.config, at);
             self.starting_until = Some(self.ns(at + startup));
         } else {
             self.down = true;
@@ -322,8 +329,12 @@ impl Simulator {
     /// The output stage's events of the last step, each at its modelled instant; a request's
     /// final event takes its ground truth out of the store (constant memory over a long run).
     fn drain(&mut self) -> Vec<SimEvent> {
-        let mut out = Vec::new();
-        while let Ok(o) = self.out_rx.try_recv() {
+        let events = match &mut self.engine.out {
+            OutQueue::Direct(events) => std::mem::take(events),
+            OutQueue::Stage(_) => Vec::new(),
+        };
+        let mut out = Vec::with_capacity(events.len());
+        for o in events {
             let at_ns = self.ns(o.at);
             let last = matches!(
                 o.event,
@@ -333,11 +344,11 @@ impl Simulator {
                 }
             );
             if last {
-                self.streams.remove(&o.rid);
+                self.streams.remove(&o.key);
                 self.engine.shared.truth.take(&o.rid);
             }
             out.push(SimEvent::Stream {
-                rid: o.rid,
+                id: o.key,
                 at_ns,
                 event: o.event,
             });

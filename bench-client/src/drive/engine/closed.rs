@@ -169,7 +169,8 @@ impl Loop {
             ignore_eos: true,
             stop_token_ids: Vec::new(),
         };
-        self.sim
+        let key = self
+            .sim
             .submit(at_ns, req)
             .map_err(|r| ClosedError::Refused {
                 isl: self.shape.isl,
@@ -185,7 +186,7 @@ impl Loop {
             self.first_sent_ns.get_or_insert(at_ns);
         }
         self.flight.insert(
-            id,
+            key,
             Flight {
                 sent_ns: at_ns,
                 first_ns: None,
@@ -251,10 +252,7 @@ impl Loop {
             }
             for ev in self.sim.step() {
                 match ev {
-                    SimEvent::Stream { rid, at_ns, event } => {
-                        let id: u64 = rid
-                            .parse()
-                            .map_err(|_| ClosedError::Failed(format!("unknown request {rid}")))?;
+                    SimEvent::Stream { id, at_ns, event } => {
                         let last = match event {
                             StreamEvent::Tokens { finish, .. } => finish.is_some(),
                             StreamEvent::Error(m) | StreamEvent::Crash(m) => {
@@ -327,6 +325,47 @@ mod tests {
                 let slow = closed_loop(&c, shape, n, false).unwrap();
                 assert_eq!(fast, slow, "mixed {mixed} {shape:?}");
             }
+        }
+    }
+
+    #[test]
+    fn jumping_while_requests_wait_moves_no_instant() {
+        // Saturated loops, whose queue never empties: by `max_running_requests`, and by a KV
+        // pool that holds about seven of the twelve requests (each 340 tokens at its end).
+        for mixed in [false, true] {
+            let mut c = plain();
+            c.mixed_batches = mixed;
+            c.chunked_prefill_size = 700;
+            c.max_running_requests = 3;
+            let shape = Shape {
+                isl: 300,
+                osl: 40,
+                concurrency: 8,
+            };
+            let n = search_requests(8) + 3;
+            let fast = closed_loop(&c, shape, n, true).unwrap();
+            let slow = closed_loop(&c, shape, n, false).unwrap();
+            assert_eq!(fast, slow, "mixed {mixed}, max running 3");
+
+            let mut c = plain();
+            c.mixed_batches = mixed;
+            c.chunked_prefill_size = 700;
+            c.kv_bytes_per_token =
+                ((c.static_bytes() - c.weights_bytes as f64) / 2400.0).ceil() as u64;
+            assert!(
+                (2300..2400).contains(&c.kv_pool_tokens()),
+                "{}",
+                c.kv_pool_tokens()
+            );
+            let shape = Shape {
+                isl: 300,
+                osl: 40,
+                concurrency: 12,
+            };
+            let n = search_requests(12) + 5;
+            let fast = closed_loop(&c, shape, n, true).unwrap();
+            let slow = closed_loop(&c, shape, n, false).unwrap();
+            assert_eq!(fast, slow, "mixed {mixed}, KV-bound");
         }
     }
 

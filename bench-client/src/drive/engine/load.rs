@@ -6,11 +6,12 @@
 //! the HTTP path's does on the paused clock.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use mock_server::engine::StreamEvent;
 use mock_server::{SimEvent, SimRequest, Simulator};
+use rustc_hash::FxHashMap;
 
 use super::Streams;
 use crate::drive::load::{LoadConfig, LoadOutcome};
@@ -28,8 +29,8 @@ pub(super) enum Due {
     Arrival { index: u64, scheduled_ns: u64 },
     /// Multi-turn: the next turn of the session in this slot is due.
     Turn { slot: usize },
-    /// A stream event the engine produced.
-    Stream { rid: String, event: StreamEvent },
+    /// A stream event the engine produced (for the request of this key).
+    Stream { id: u64, event: StreamEvent },
     /// The server died.
     Died,
 }
@@ -59,27 +60,63 @@ impl Ord for Entry {
     }
 }
 
-/// The client's pending events, in order of their instants.
+/// The client's pending events, in order of their instants, ties in order of insertion.
+///
+/// The engine's stream events come out of its output queue in order of their instants, so
+/// they wait in a plain queue (`stream`) while each is no earlier than the one before; any
+/// other event, and a stream event out of that order, goes to the heap. `pop` takes the
+/// earlier of the two heads by (instant, insertion), which is the order one heap would give.
 #[derive(Default)]
 pub(super) struct Agenda {
     heap: BinaryHeap<Reverse<Entry>>,
+    stream: VecDeque<(u64, u64, u64, StreamEvent)>,
     seq: u64,
 }
 
 impl Agenda {
     pub(super) fn push(&mut self, at_ns: u64, due: Due) {
         self.seq += 1;
+        if let Due::Stream { id, event } = due {
+            if self.stream.back().is_none_or(|b| b.0 <= at_ns) {
+                self.stream.push_back((at_ns, self.seq, id, event));
+                return;
+            }
+            return self.push_heap(at_ns, Due::Stream { id, event });
+        }
+        self.push_heap(at_ns, due);
+    }
+    fn push_heap(&mut self, at_ns: u64, due: Due) {
         self.heap.push(Reverse(Entry {
             at_ns,
             seq: self.seq,
             due: Box::new(due),
         }));
     }
+    /// Whether the stream queue's head comes before the heap's.
+    fn stream_first(&self) -> Option<bool> {
+        let h = self.heap.peek().map(|Reverse(e)| (e.at_ns, e.seq));
+        let s = self.stream.front().map(|f| (f.0, f.1));
+        match (h, s) {
+            (None, None) => None,
+            (Some(_), None) => Some(false),
+            (None, Some(_)) => Some(true),
+            (Some(h), Some(s)) => Some(s < h),
+        }
+    }
     fn peek_ns(&self) -> Option<u64> {
-        self.heap.peek().map(|Reverse(e)| e.at_ns)
+        match self.stream_first()? {
+            true => self.stream.front().map(|f| f.0),
+            false => self.heap.peek().map(|Reverse(e)| e.at_ns),
+        }
     }
     fn pop(&mut self) -> Option<(u64, Due)> {
-        self.heap.pop().map(|Reverse(e)| (e.at_ns, *e.due))
+        match self.stream_first()? {
+            true => self
+                .stream
+                .pop_front()
+                .map(|(at, _, id, event)| (at, Due::Stream { id, event })),
+            false => self.heap.pop().map(|Reverse(e)| (e.at_ns, *e.due)),
+        }
     }
 }
 
@@ -102,7 +139,7 @@ pub(super) struct Run<'a> {
     pub(super) sim: Simulator,
     pub(super) agenda: Agenda,
     streams: Streams,
-    flight: HashMap<String, InFlight>,
+    flight: FxHashMap<u64, InFlight>,
     pub(super) start_unix_ms: u64,
     /// The run's start on the virtual clock (after the warm-up).
     pub(super) base_ns: u64,
@@ -184,11 +221,11 @@ impl Run<'_> {
             stop_token_ids: Vec::new(),
         };
         match self.sim.submit(now_ns, req) {
-            Ok(()) => {
+            Ok(id) => {
                 let keep_ids = info.slot.is_some();
                 self.streams
-                    .opened(&rid, prompt_tokens, output_len, now_ns, keep_ids);
-                self.flight.insert(rid, info);
+                    .opened(id, &rid, prompt_tokens, output_len, now_ns, keep_ids);
+                self.flight.insert(id, info);
             }
             Err(r) => {
                 let trace = Streams::refused(&rid, prompt_tokens, output_len, &r);
@@ -273,16 +310,16 @@ impl Run<'_> {
                 scheduled_ns,
             } => self.arrival(index, scheduled_ns, now_ns),
             Due::Turn { slot } => self.send_turn(slot, now_ns),
-            Due::Stream { rid, event } => {
-                if let Some(trace) = self.streams.event(&rid, now_ns, event) {
-                    if let Some(f) = self.flight.remove(&rid) {
+            Due::Stream { id, event } => {
+                if let Some(trace) = self.streams.event(id, now_ns, event) {
+                    if let Some(f) = self.flight.remove(&id) {
                         self.ended(trace, f, now_ns);
                     }
                 }
             }
             Due::Died => {
-                for trace in self.streams.cut_all(now_ns) {
-                    if let Some(f) = self.flight.remove(&trace.rid) {
+                for (id, trace) in self.streams.cut_all(now_ns) {
+                    if let Some(f) = self.flight.remove(&id) {
                         self.ended(trace, f, now_ns);
                     }
                 }
@@ -310,8 +347,8 @@ impl Run<'_> {
             }
             for ev in self.sim.step() {
                 match ev {
-                    SimEvent::Stream { rid, at_ns, event } => {
-                        self.agenda.push(at_ns, Due::Stream { rid, event })
+                    SimEvent::Stream { id, at_ns, event } => {
+                        self.agenda.push(at_ns, Due::Stream { id, event })
                     }
                     SimEvent::Died { at_ns, .. } => self.agenda.push(at_ns, Due::Died),
                 }
@@ -361,7 +398,7 @@ pub fn run_load_engine(
         sim,
         agenda: Agenda::default(),
         streams: Streams::default(),
-        flight: HashMap::new(),
+        flight: FxHashMap::default(),
         start_unix_ms,
         base_ns: 0,
         next_indices: Box::new(std::iter::empty()),

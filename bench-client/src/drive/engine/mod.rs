@@ -11,8 +11,9 @@ pub mod closed;
 pub mod load;
 mod sessions;
 
-use std::collections::HashMap;
 use std::time::Duration;
+
+use rustc_hash::FxHashMap;
 
 use mock_server::engine::{Finish, StreamEvent};
 use mock_server::{Refusal, SimEvent, SimRequest, Simulator};
@@ -29,10 +30,10 @@ struct Open {
     first_ns: Option<u64>,
 }
 
-/// Streams in flight on the engine path, by request id.
+/// Streams in flight on the engine path, by the key the engine gave each request.
 #[derive(Default)]
 pub(crate) struct Streams {
-    open: HashMap<String, Open>,
+    open: FxHashMap<u64, Open>,
 }
 
 impl Streams {
@@ -100,10 +101,11 @@ impl Streams {
         t
     }
 
-    /// A request the engine took at `sent_ns`; with `keep_ids` its trace lists the output ids
-    /// (a session's next turn sends them back).
+    /// A request the engine took at `sent_ns` under key `id`; with `keep_ids` its trace lists
+    /// the output ids (a session's next turn sends them back).
     pub(crate) fn opened(
         &mut self,
+        id: u64,
         rid: &str,
         prompt_tokens: u32,
         max_tokens: u32,
@@ -118,7 +120,7 @@ impl Streams {
         trace.status = Some(200);
         trace.headers_ns = Some(0);
         self.open.insert(
-            rid.to_string(),
+            id,
             Open {
                 trace,
                 sent_ns,
@@ -131,11 +133,11 @@ impl Streams {
     /// the stream's last.
     pub(crate) fn event(
         &mut self,
-        rid: &str,
+        id: u64,
         at_ns: u64,
         event: StreamEvent,
     ) -> Option<RequestTrace> {
-        let o = self.open.get_mut(rid)?;
+        let o = self.open.get_mut(&id)?;
         let rel = at_ns.saturating_sub(o.sent_ns);
         o.trace.reads += 1;
         let last = match event {
@@ -188,33 +190,34 @@ impl Streams {
                     message: "connection closed: the simulated server died".into(),
                 };
                 o.trace.end_ns = rel;
-                return self.open.remove(rid).map(|o| o.trace);
+                return self.open.remove(&id).map(|o| o.trace);
             }
         };
         if !last {
             return None;
         }
-        let mut o = self.open.remove(rid)?;
+        let mut o = self.open.remove(&id)?;
         o.trace.done_ns = Some(rel);
         o.trace.end_ns = rel;
         o.trace.end = StreamEnd::Done;
         Some(o.trace)
     }
 
-    /// The server died at `at_ns`: every open stream is cut there.
-    pub(crate) fn cut_all(&mut self, at_ns: u64) -> Vec<RequestTrace> {
-        let mut out: Vec<RequestTrace> = self
+    /// The server died at `at_ns`: every open stream is cut there (with its key, in order of
+    /// request id).
+    pub(crate) fn cut_all(&mut self, at_ns: u64) -> Vec<(u64, RequestTrace)> {
+        let mut out: Vec<(u64, RequestTrace)> = self
             .open
             .drain()
-            .map(|(_, mut o)| {
+            .map(|(id, mut o)| {
                 o.trace.end = StreamEnd::Reset {
                     message: "connection closed: the simulated server died".into(),
                 };
                 o.trace.end_ns = at_ns.saturating_sub(o.sent_ns);
-                o.trace
+                (id, o.trace)
             })
             .collect();
-        out.sort_by(|a, b| a.rid.cmp(&b.rid));
+        out.sort_by(|a, b| a.1.rid.cmp(&b.1.rid));
         out
     }
 }
@@ -284,24 +287,25 @@ impl EngineServer {
         };
         self.settle();
         let sent = self.now_ns;
-        if let Err(r) = self.sim.submit(sent, req) {
-            return Streams::refused(&spec.rid, prompt_tokens, spec.max_tokens, &r);
-        }
+        let id = match self.sim.submit(sent, req) {
+            Ok(id) => id,
+            Err(r) => return Streams::refused(&spec.rid, prompt_tokens, spec.max_tokens, &r),
+        };
         let mut streams = Streams::default();
-        streams.opened(&spec.rid, prompt_tokens, spec.max_tokens, sent, false);
+        streams.opened(id, &spec.rid, prompt_tokens, spec.max_tokens, sent, false);
         while let Some(due) = self.sim.next_step_ns() {
             self.now_ns = self.now_ns.max(due);
             for ev in self.sim.step() {
                 match ev {
-                    SimEvent::Stream { rid, at_ns, event } => {
-                        if let Some(t) = streams.event(&rid, at_ns, event) {
+                    SimEvent::Stream { id, at_ns, event } => {
+                        if let Some(t) = streams.event(id, at_ns, event) {
                             self.now_ns = self.now_ns.max(at_ns);
                             return t;
                         }
                     }
                     SimEvent::Died { at_ns, .. } => {
                         self.now_ns = self.now_ns.max(at_ns);
-                        if let Some(t) = streams.cut_all(at_ns).pop() {
+                        if let Some((_, t)) = streams.cut_all(at_ns).pop() {
                             return t;
                         }
                     }
@@ -309,11 +313,15 @@ impl EngineServer {
             }
         }
         // The engine went idle without ending the stream: cut it where it stands.
-        streams.cut_all(self.now_ns).pop().unwrap_or_else(|| {
-            let mut t = Streams::head(&spec.rid, prompt_tokens, spec.max_tokens);
-            t.end = StreamEnd::Eof;
-            t
-        })
+        streams
+            .cut_all(self.now_ns)
+            .pop()
+            .map(|(_, t)| t)
+            .unwrap_or_else(|| {
+                let mut t = Streams::head(&spec.rid, prompt_tokens, spec.max_tokens);
+                t.end = StreamEnd::Eof;
+                t
+            })
     }
 
     /// Runs the steps due before now (held results, a pass after the last stream ended), so a
