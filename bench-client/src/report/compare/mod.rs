@@ -14,6 +14,7 @@
 
 mod cache;
 mod manifest;
+pub mod workload;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +29,7 @@ use crate::measure::compare::{
 use crate::measure::{load_numbers, measure};
 use crate::results::{read_records, Method, Record};
 
-pub use manifest::{manifest_differences, manifest_slo};
+pub use manifest::{manifest_differences, manifest_slo, workload_differences};
 
 /// What kind of run a side holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +98,10 @@ pub struct CompareReport {
     pub kind: Kind,
     /// Bootstrap settings used.
     pub bootstrap: Bootstrap,
-    /// Manifest differences, printed first.
+    /// How the workloads differ, in sentences (compared anyway only when the user allowed it),
+    /// printed first.
+    pub workload: Vec<String>,
+    /// Manifest differences.
     pub differences: Vec<Difference>,
     /// The rows.
     pub rows: Vec<Row>,
@@ -204,7 +208,7 @@ fn row(
 
 /// The rows of `specs`, compared together ([`compare_many`]: statistics of one shape share their
 /// resamples); `progress` is told the rounds done and in all.
-fn compare_rows(specs: Vec<Spec>, b: &Bootstrap, progress: &Progress) -> Vec<Row> {
+fn compare_rows(specs: Vec<Spec>, b: &Bootstrap, progress: &(dyn Fn(u64, u64) + Sync)) -> Vec<Row> {
     let pairs: Vec<Pair> = specs
         .iter()
         .filter_map(|s| match (&s.base, &s.new) {
@@ -244,9 +248,6 @@ fn compare_rows(specs: Vec<Spec>, b: &Bootstrap, progress: &Progress) -> Vec<Row
         })
         .collect()
 }
-
-/// Told the bootstrap rounds done and the rounds in all.
-pub type Progress = dyn Fn(u64, u64) + Sync;
 
 fn sample(side: &'static str, runs: Vec<Run>, st: Statistic) -> Result<Sample, String> {
     Sample::new(side, runs, st).map_err(|e| e.to_string())
@@ -493,7 +494,7 @@ pub fn compare_records_with(
     new: &[Vec<Record>],
     slo: Slo,
     b: &Bootstrap,
-    progress: &Progress,
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> anyhow::Result<CompareReport> {
     let kb = kind_of("BASE", base)?;
     let kn = kind_of("NEW", new)?;
@@ -530,6 +531,7 @@ pub fn compare_records_with(
     Ok(CompareReport {
         kind: kb,
         bootstrap: *b,
+        workload: Vec::new(),
         differences: Vec::new(),
         rows,
         notes,
