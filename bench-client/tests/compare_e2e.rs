@@ -40,13 +40,19 @@ fn sweep(dir: &Path, name: &str, seed: u64, extra: &[&str]) -> PathBuf {
 }
 
 fn compare_json(base: &Path, new: &Path) -> Value {
-    let o = run(&[
+    compare_json_with(base, new, &[])
+}
+
+fn compare_json_with(base: &Path, new: &Path, extra: &[&str]) -> Value {
+    let mut args = vec![
         "compare",
         base.to_str().unwrap(),
         new.to_str().unwrap(),
         "--format",
         "json",
-    ]);
+    ];
+    args.extend(extra);
+    let o = run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -396,7 +402,12 @@ fn the_prefix_cache_is_in_every_view_of_a_load_run() {
         assert!(table.contains(needle), "{needle} missing in\n{table}");
     }
     // compare: the hit ratio fell to an eighth (worse), with TTFT of the hits and misses beside it.
-    let v = compare_json(&base, &new);
+    // The prefixes differ, so the workloads do: compared only when allowed.
+    let v = compare_json_with(&base, &new, &["--allow-different-workloads"]);
+    assert_eq!(
+        v["workload_differences"][0],
+        "prefix settings differ: BASE 2 groups sharing a 256-token prefix, NEW 2 groups sharing a 32-token prefix"
+    );
     let rows = v["rows"].as_array().unwrap();
     let ratio = rows
         .iter()

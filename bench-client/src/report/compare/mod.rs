@@ -13,6 +13,7 @@
 //! ([`crate::measure::compare`]).
 
 mod cache;
+pub mod html;
 mod manifest;
 pub mod workload;
 
