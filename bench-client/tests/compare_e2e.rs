@@ -466,8 +466,21 @@ fn the_prefix_cache_is_in_every_view_of_a_load_run() {
 /// A simulated load run of 20 short requests with `arrivals` (`--concurrency 4`, say).
 fn small_load(dir: &Path, name: &str, arrivals: &[&str], input: &str) -> PathBuf {
     let out = dir.join(name);
-    let mut args = vec!["load", "--simulate", "--num-requests", "20", "--input-len", input];
-    args.extend(["--output-len", "8", "--no-progress", "--out", out.to_str().unwrap()]);
+    let mut args = vec![
+        "load",
+        "--simulate",
+        "--num-requests",
+        "20",
+        "--input-len",
+        input,
+    ];
+    args.extend([
+        "--output-len",
+        "8",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     args.extend(arrivals);
     let o = run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -494,7 +507,10 @@ fn runs_of_different_workloads_are_refused_in_words_unless_allowed() {
     ] {
         assert!(err.contains(sentence), "{sentence}: {err}");
     }
-    assert!(!err.contains("Closed {") && !err.contains("Fixed {"), "{err}");
+    assert!(
+        !err.contains("Closed {") && !err.contains("Fixed {"),
+        "{err}"
+    );
     // Allowed: compared, with the differences as warnings on stderr and atop the table.
     let allowed = run(&[
         "compare",
@@ -510,13 +526,29 @@ fn runs_of_different_workloads_are_refused_in_words_unless_allowed() {
         table.starts_with("WARNING: workload differs: BASE is a closed loop at 64 in flight"),
         "{table}"
     );
-    assert!(!table.contains("Closed {") && !table.contains("Open {"), "{table}");
+    assert!(
+        !table.contains("Closed {") && !table.contains("Open {"),
+        "{table}"
+    );
     assert!(stderr(&allowed).contains("WARNING: compared anyway"));
     // The same workload with another seed is compared without a word about it.
     let again = dir.path().join("again.jsonl");
     let o2 = run(&[
-        "load", "--simulate", "--num-requests", "20", "--input-len", "64", "--output-len", "8",
-        "--concurrency", "64", "--seed", "9", "--no-progress", "--out", again.to_str().unwrap(),
+        "load",
+        "--simulate",
+        "--num-requests",
+        "20",
+        "--input-len",
+        "64",
+        "--output-len",
+        "8",
+        "--concurrency",
+        "64",
+        "--seed",
+        "9",
+        "--no-progress",
+        "--out",
+        again.to_str().unwrap(),
     ]);
     assert_eq!(o2.status.code(), Some(0), "{}", stderr(&o2));
     let same = run(&["compare", c, again.to_str().unwrap(), "--resamples", "50"]);

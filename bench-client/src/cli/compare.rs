@@ -101,8 +101,10 @@ fn progress_bar(show: bool) -> indicatif::ProgressBar {
     }
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} bootstrap rounds, {elapsed} so far, about {eta} left")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} bootstrap rounds, {elapsed} so far, about {eta} left",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar
 }

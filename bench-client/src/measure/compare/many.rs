@@ -43,10 +43,7 @@ fn ratio(p: &Pair, db: &Draw, dn: &Draw) -> Result<f64, CompareError> {
 
 /// The outcomes of `rounds` for every pair of a group: one list per round.
 fn evaluate(pairs: &[Pair], rounds: &[(Draw, Draw)]) -> Vec<Vec<Result<f64, CompareError>>> {
-    let per_round: usize = pairs
-        .iter()
-        .map(|p| p.base.values() + p.new.values())
-        .sum();
+    let per_round: usize = pairs.iter().map(|p| p.base.values() + p.new.values()).sum();
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(rounds.len().max(1));

@@ -359,7 +359,10 @@ mod tests {
             }
             Statistic::Rate => {
                 let sum: f64 = units().flatten().sum();
-                let d: f64 = drawn.iter().map(|&r| s.runs[r].duration_s.unwrap_or(0.0)).sum();
+                let d: f64 = drawn
+                    .iter()
+                    .map(|&r| s.runs[r].duration_s.unwrap_or(0.0))
+                    .sum();
                 (d > 0.0).then(|| sum / d)
             }
             Statistic::RatioOfSums => {
@@ -370,7 +373,10 @@ mod tests {
     }
 
     fn runs() -> impl Strategy<Value = Vec<Vec<Vec<f64>>>> {
-        let unit = prop::collection::vec(prop::sample::select(vec![0.0, 1.0, 2.5, 3.0, 7.0, 40.0]), 0..5);
+        let unit = prop::collection::vec(
+            prop::sample::select(vec![0.0, 1.0, 2.5, 3.0, 7.0, 40.0]),
+            0..5,
+        );
         prop::collection::vec(prop::collection::vec(unit, 1..30), 1..4)
     }
 

@@ -124,7 +124,11 @@ pub fn page(r: &CompareReport, svg: Option<&str>) -> String {
         esc(&title),
         esc(&title)
     );
-    let _ = writeln!(o, "<p class=\"headline\" id=\"headline\">{}</p>", esc(&headline(r)));
+    let _ = writeln!(
+        o,
+        "<p class=\"headline\" id=\"headline\">{}</p>",
+        esc(&headline(r))
+    );
     if !r.workload.is_empty() {
         o.push_str("<div class=\"warning\" id=\"workload\"><b>The workloads differ: these verdicts compare different experiments, not only the servers.</b><ul>\n");
         for w in &r.workload {

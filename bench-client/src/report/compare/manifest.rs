@@ -109,7 +109,11 @@ pub fn manifest_differences(
     let diffs = keys
         .into_iter()
         .filter(|k| b.get(*k) != n.get(*k))
-        .filter(|k| !WORKLOAD.iter().any(|w| *k == w || k.starts_with(&format!("{w}."))))
+        .filter(|k| {
+            !WORKLOAD
+                .iter()
+                .any(|w| *k == w || k.starts_with(&format!("{w}.")))
+        })
         .map(|k| Difference {
             key: k.clone(),
             base: shown(b.get(k)),
@@ -148,7 +152,9 @@ pub fn workload_differences(base: &[PathBuf], new: &[PathBuf]) -> (Vec<String>, 
             }
         }
         if seen.is_empty() {
-            notes.push(format!("{name}: no manifest, so its workload is not checked"));
+            notes.push(format!(
+                "{name}: no manifest, so its workload is not checked"
+            ));
         }
         seen
     };
@@ -181,14 +187,19 @@ fn workload_of(line: &Value) -> Workload {
         other => Some(other.to_string()),
     });
     let max_concurrency = line.get("max_concurrency").and_then(Value::as_u64);
-    let sweep = line.get("settings").and_then(|s| s.get("contexts")).is_some();
+    let sweep = line
+        .get("settings")
+        .and_then(|s| s.get("contexts"))
+        .is_some();
     if sweep {
         return Workload {
             dialect,
             arrivals: Some(Arrivals::Sweep),
             max_concurrency: None,
             prompts: Prompts::Sweep {
-                output_tokens: line["settings"].get("output_tokens").and_then(Value::as_u64),
+                output_tokens: line["settings"]
+                    .get("output_tokens")
+                    .and_then(Value::as_u64),
             },
         };
     }
@@ -254,9 +265,14 @@ fn lengths(v: &Value) -> String {
     let f = |k: &str| v.pointer(k).and_then(Value::as_f64).map(num);
     if let Some(n) = f("/Fixed/n").or(f("/n")) {
         format!("{n} tokens")
-    } else if let (Some(lo), Some(hi)) = (f("/Uniform/lo").or(f("/lo")), f("/Uniform/hi").or(f("/hi"))) {
+    } else if let (Some(lo), Some(hi)) =
+        (f("/Uniform/lo").or(f("/lo")), f("/Uniform/hi").or(f("/hi")))
+    {
         format!("uniform {lo}-{hi} tokens")
-    } else if let (Some(m), Some(s)) = (f("/Normal/mean").or(f("/mean")), f("/Normal/std").or(f("/std"))) {
+    } else if let (Some(m), Some(s)) = (
+        f("/Normal/mean").or(f("/mean")),
+        f("/Normal/std").or(f("/std")),
+    ) {
         format!("normal, mean {m}, sd {s} tokens")
     } else {
         v.to_string()
@@ -499,10 +515,16 @@ mod tests {
             "Trace(Trace { format: Mooncake, requests: 12, limit: Some(5), scale: 0.5, source: \"a \\\"b\\\".jsonl\", .. })",
         );
         assert_eq!(t.pointer("/Trace/Trace/limit"), Some(&serde_json::json!(5)));
-        assert_eq!(t.pointer("/Trace/Trace/source"), Some(&serde_json::json!("a \"b\".jsonl")));
+        assert_eq!(
+            t.pointer("/Trace/Trace/source"),
+            Some(&serde_json::json!("a \"b\".jsonl"))
+        );
         // Cut short: what came before the cut.
         let cut = debug_value("SharedPrefix { groups: 4, prefix_len: 512, input: Fixed { n: 2");
-        assert_eq!(cut.pointer("/SharedPrefix/prefix_len"), Some(&serde_json::json!(512)));
+        assert_eq!(
+            cut.pointer("/SharedPrefix/prefix_len"),
+            Some(&serde_json::json!(512))
+        );
         assert_eq!(debug_value("[1, 2]"), serde_json::json!([1, 2]));
     }
 }

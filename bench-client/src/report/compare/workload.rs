@@ -133,7 +133,16 @@ pub fn differences(b: &Workload, n: &Workload) -> Vec<String> {
     };
     say("in-flight cap differs", cap(b), cap(n));
     match (&b.prompts, &n.prompts) {
-        (Prompts::Random { input: i1, output: o1 }, Prompts::Random { input: i2, output: o2 }) => {
+        (
+            Prompts::Random {
+                input: i1,
+                output: o1,
+            },
+            Prompts::Random {
+                input: i2,
+                output: o2,
+            },
+        ) => {
             say("input lengths differ", i1.clone(), i2.clone());
             say("output lengths differ", o1.clone(), o2.clone());
         }
@@ -151,11 +160,7 @@ pub fn differences(b: &Workload, n: &Workload) -> Vec<String> {
                 output: o2,
             },
         ) => {
-            say(
-                "prefix settings differ",
-                prefix(*g1, *p1),
-                prefix(*g2, *p2),
-            );
+            say("prefix settings differ", prefix(*g1, *p1), prefix(*g2, *p2));
             say("input lengths differ", i1.clone(), i2.clone());
             say("output lengths differ", o1.clone(), o2.clone());
         }
