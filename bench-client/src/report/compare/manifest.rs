@@ -167,6 +167,13 @@ pub fn workload_differences(base: &[PathBuf], new: &[PathBuf]) -> (Vec<String>, 
             }
         }
     }
+    for (name, runs) in [("BASE", &b), ("NEW", &n)] {
+        if let Some(what) = runs.first().and_then(Workload::unknown) {
+            notes.push(format!(
+                "{name}: the manifest does not say {what} (an imported run's does not), so they are not checked"
+            ));
+        }
+    }
     if let (Some(x), Some(y)) = (b.first(), n.first()) {
         // A sweep against a load run is refused by kind, with its own message.
         let sweep = |w: &Workload| w.arrivals == Some(Arrivals::Sweep);

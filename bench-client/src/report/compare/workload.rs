@@ -92,6 +92,18 @@ pub struct Workload {
     pub prompts: Prompts,
 }
 
+impl Workload {
+    /// What its manifest does not say, in words (none: everything is known).
+    pub fn unknown(&self) -> Option<&'static str> {
+        match (&self.arrivals, &self.prompts) {
+            (None, Prompts::Other(_)) => Some("its arrivals and prompts"),
+            (None, _) => Some("its arrivals"),
+            (_, Prompts::Other(_)) => Some("its prompts"),
+            _ => None,
+        }
+    }
+}
+
 /// A number without a trailing `.0`.
 pub(super) fn num(x: f64) -> String {
     if x.fract() == 0.0 && x.abs() < 1e15 {
@@ -106,6 +118,7 @@ fn or_none<T: fmt::Display>(v: &Option<T>, none: &str) -> String {
 }
 
 /// Sentences saying how `b` (BASE) and `n` (NEW) differ; none when they are the same workload.
+/// Arrivals or prompts unknown on either side are not compared ([`Workload::unknown`]).
 pub fn differences(b: &Workload, n: &Workload) -> Vec<String> {
     let mut out = Vec::new();
     let mut say = |what: &str, x: String, y: String| {
@@ -113,7 +126,8 @@ pub fn differences(b: &Workload, n: &Workload) -> Vec<String> {
             out.push(format!("{what}: BASE {x}, NEW {y}"));
         }
     };
-    if b.arrivals != n.arrivals {
+    // What a side's manifest does not say (an imported run's) cannot be held against the other.
+    if b.arrivals.is_some() && n.arrivals.is_some() && b.arrivals != n.arrivals {
         say(
             "workload differs",
             format!("is {}", or_none(&b.arrivals, "of unknown arrivals")),
@@ -201,6 +215,7 @@ pub fn differences(b: &Workload, n: &Workload) -> Vec<String> {
             or_none(a, "unknown"),
             or_none(b, "unknown"),
         ),
+        (Prompts::Other(_), _) | (_, Prompts::Other(_)) => {}
         (x, y) => say("prompts differ", prompts(x), prompts(y)),
     }
     out
@@ -273,5 +288,14 @@ mod tests {
             ]
         );
         assert!(differences(&a, &a).is_empty());
+        // An imported run's manifest says neither: nothing to hold against the other side.
+        let imported = Workload {
+            dialect: Some("sglang".into()),
+            arrivals: None,
+            max_concurrency: None,
+            prompts: Prompts::Other(String::new()),
+        };
+        assert!(differences(&imported, &a).is_empty());
+        assert_eq!(imported.unknown(), Some("its arrivals and prompts"));
     }
 }
