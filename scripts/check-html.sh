@@ -31,6 +31,8 @@ mkdir -p "$OUT"
 mkdir -p "$OUT/capacity"
 "$BIN" capacity --simulate --slo ttft=5,tpot=2 --num-requests 100 --input-len 1024 --output-len 128 \
     --out "$OUT/capacity/step" --plot "$OUT/capacity.svg" >/dev/null 2>"$OUT/capacity.log"
+"$BIN" load --concurrency 4 --num-requests 40 --input-len 512 --output-len 32 --slo ttft=200,tpot=20 --mock-set decode_base_s=0.0024 \
+    --out "$OUT/load-new.jsonl" --no-progress >/dev/null 2>"$OUT/load-new.log"
 
 fail=0
 check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match the pattern
@@ -40,8 +42,9 @@ check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match th
     fi
 }
 "$BIN" compare "$OUT/sweep.jsonl" "$OUT/sweep-new.jsonl" --html "$OUT/compare.html" >/dev/null 2>"$OUT/compare.log"
-for page in sweep load kimi compare; do
-    if [[ "$page" != compare ]]; then
+"$BIN" compare "$OUT/load.jsonl" "$OUT/load-new.jsonl" --html "$OUT/compare-load.html" >/dev/null 2>"$OUT/compare-load.log"
+for page in sweep load kimi compare compare-load; do
+    if [[ "$page" != compare* ]]; then
         "$BIN" report "$OUT/$page.jsonl" --html "$OUT/$page.html" >/dev/null 2>>"$OUT/$page.log"
     fi
     if grep -qiE '(src|href)=|@import|url\(' "$OUT/$page.html"; then
@@ -86,7 +89,18 @@ done
 check compare "differences table" 'id="differences"'
 check compare "comparison table" 'id="compare-table"'
 check compare "overlay plot" 'id="compare-plot"><svg'
+for page in compare compare-load; do
+    check "$page" "headline" 'id="headline">(NEW is|mixed|the data cannot)'
+    check "$page" "comparison as a table" '<table id="compare-table">'
+    check "$page" "coloured verdict" '<td class="(better|worse|same|unclear)">'
+    if grep -q '<pre' "$OUT/$page.dom"; then
+        echo "check-html: $page.html shows the comparison as preformatted text" >&2
+        fail=1
+    fi
+done
+check compare-load "headline saying a slower decode is worse" 'id="headline">NEW is worse'
+check compare-load "worse row under a slower decode" '<td class="worse">worse</td>'
 if [[ "$fail" == 0 ]]; then
-    echo "check-html: sweep.html, load.html, kimi.html, compare.html and capacity.svg render with their tables, plots and lines; screenshots in $OUT/"
+    echo "check-html: sweep.html, load.html, kimi.html, compare.html, compare-load.html and capacity.svg render with their tables, plots and lines; screenshots in $OUT/"
 fi
 exit "$fail"

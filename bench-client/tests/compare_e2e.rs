@@ -40,13 +40,19 @@ fn sweep(dir: &Path, name: &str, seed: u64, extra: &[&str]) -> PathBuf {
 }
 
 fn compare_json(base: &Path, new: &Path) -> Value {
-    let o = run(&[
+    compare_json_with(base, new, &[])
+}
+
+fn compare_json_with(base: &Path, new: &Path, extra: &[&str]) -> Value {
+    let mut args = vec![
         "compare",
         base.to_str().unwrap(),
         new.to_str().unwrap(),
         "--format",
         "json",
-    ]);
+    ];
+    args.extend(extra);
+    let o = run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -396,7 +402,12 @@ fn the_prefix_cache_is_in_every_view_of_a_load_run() {
         assert!(table.contains(needle), "{needle} missing in\n{table}");
     }
     // compare: the hit ratio fell to an eighth (worse), with TTFT of the hits and misses beside it.
-    let v = compare_json(&base, &new);
+    // The prefixes differ, so the workloads do: compared only when allowed.
+    let v = compare_json_with(&base, &new, &["--allow-different-workloads"]);
+    assert_eq!(
+        v["workload_differences"][0],
+        "prefix settings differ: BASE 2 groups sharing a 256-token prefix, NEW 2 groups sharing a 32-token prefix"
+    );
     let rows = v["rows"].as_array().unwrap();
     let ratio = rows
         .iter()
@@ -450,4 +461,97 @@ fn the_prefix_cache_is_in_every_view_of_a_load_run() {
     ] {
         assert!(page.contains(needle), "{needle} missing in\n{page}");
     }
+}
+
+/// A simulated load run of 20 short requests with `arrivals` (`--concurrency 4`, say).
+fn small_load(dir: &Path, name: &str, arrivals: &[&str], input: &str) -> PathBuf {
+    let out = dir.join(name);
+    let mut args = vec![
+        "load",
+        "--simulate",
+        "--num-requests",
+        "20",
+        "--input-len",
+        input,
+    ];
+    args.extend([
+        "--output-len",
+        "8",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    args.extend(arrivals);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    out
+}
+
+#[test]
+fn runs_of_different_workloads_are_refused_in_words_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = small_load(dir.path(), "closed.jsonl", &["--concurrency", "64"], "64");
+    let open = small_load(dir.path(), "open.jsonl", &["--request-rate", "20"], "256");
+    let (c, o) = (closed.to_str().unwrap(), open.to_str().unwrap());
+    let args = ["compare", c, o, "--resamples", "50"];
+    refused(
+        &args,
+        65,
+        "the runs' workloads differ, so a verdict would compare two experiments",
+    );
+    let err = stderr(&run(&args));
+    for sentence in [
+        "workload differs: BASE is a closed loop at 64 in flight, NEW an open loop at 20 req/s (Poisson)",
+        "input lengths differ: BASE 64 tokens, NEW 256 tokens",
+        "--allow-different-workloads",
+    ] {
+        assert!(err.contains(sentence), "{sentence}: {err}");
+    }
+    assert!(
+        !err.contains("Closed {") && !err.contains("Fixed {"),
+        "{err}"
+    );
+    // Allowed: compared, with the differences as warnings on stderr and atop the table.
+    let allowed = run(&[
+        "compare",
+        c,
+        o,
+        "--resamples",
+        "50",
+        "--allow-different-workloads",
+    ]);
+    assert_eq!(allowed.status.code(), Some(0), "{}", stderr(&allowed));
+    let table = String::from_utf8(allowed.stdout.clone()).unwrap();
+    assert!(
+        table.starts_with("WARNING: workload differs: BASE is a closed loop at 64 in flight"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("Closed {") && !table.contains("Open {"),
+        "{table}"
+    );
+    assert!(stderr(&allowed).contains("WARNING: compared anyway"));
+    // The same workload with another seed is compared without a word about it.
+    let again = dir.path().join("again.jsonl");
+    let o2 = run(&[
+        "load",
+        "--simulate",
+        "--num-requests",
+        "20",
+        "--input-len",
+        "64",
+        "--output-len",
+        "8",
+        "--concurrency",
+        "64",
+        "--seed",
+        "9",
+        "--no-progress",
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(o2.status.code(), Some(0), "{}", stderr(&o2));
+    let same = run(&["compare", c, again.to_str().unwrap(), "--resamples", "50"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stderr(&same));
+    assert!(!stderr(&same).contains("WARNING"), "{}", stderr(&same));
 }

@@ -156,7 +156,11 @@ fn every_fixture_imports_with_its_figures_the_same_or_explained_and_reports_read
         one("bench_serving-sglang.jsonl", "bs.jsonl"),
         one("vllm-bench-serve.json", "vllm.jsonl"),
     );
+    // The two tools spoke different dialects (SGLang's native, OpenAI's): compared only when allowed.
     let o = run(&["compare", &bs, &vllm]);
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    assert!(stderr(&o).contains("dialect differs: BASE sglang, NEW openai"));
+    let o = run(&["compare", &bs, &vllm, "--allow-different-workloads"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let compared = String::from_utf8_lossy(&o.stdout);
     assert!(compared.contains("ttft_p50_ms"), "{compared}");

@@ -12,7 +12,8 @@ use super::common::Format;
 use super::exit::{self, CliError};
 use crate::measure::compare::Bootstrap;
 use crate::report::compare::{
-    compare_records, manifest_differences, manifest_slo, read_side, CompareReport, Kind,
+    compare_records_with, manifest_differences, manifest_slo, read_side, workload_differences,
+    CompareReport, Kind,
 };
 use crate::report::Report;
 use crate::report::{export, Slo};
@@ -33,8 +34,15 @@ several runs a side for a verdict. Verdict: `same` when the interval lies within
 `better` or `worse` when it lies wholly beyond it (lower is better for latencies, higher for
 rates); `unclear` otherwise. What differs between the runs' manifests is printed first.
 
+Two runs of different workloads are different experiments, and a verdict between them says
+nothing about the server: compare refuses them (exit 65), naming each difference (the dialect, a
+closed loop's concurrency against an open loop's rate or a trace, input and output lengths,
+shared prefixes, the trace's file, speedup, limit and scale, the sessions' settings).
+--allow-different-workloads compares them anyway and prints the differences as a warning.
+
 Exit codes: 0 compared, 1 a row is `worse` and --fail-on-regression was given, 64 bad usage,
-65 files that cannot be compared (empty, failed-only, sweep against load, no shared context).";
+65 files that cannot be compared (empty, failed-only, sweep against load, no shared context,
+different workloads without --allow-different-workloads).";
 
 #[derive(Args, Debug)]
 #[command(long_about = ABOUT)]
@@ -73,6 +81,32 @@ pub(super) struct CompareArgs {
     /// Write one self-contained HTML page: the differences, the rows, and the plot for sweeps.
     #[arg(long)]
     html: Option<PathBuf>,
+    /// Compare runs whose workloads differ (arrivals, lengths, prefixes, trace, sessions,
+    /// dialect), with a warning, instead of refusing them.
+    #[arg(long)]
+    allow_different_workloads: bool,
+    /// No progress bar (it shows only on a terminal, for sides of more than 1,000 records).
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// Records a side must exceed before the bootstrap shows its progress.
+const PROGRESS_FROM: usize = 1000;
+
+/// The bootstrap's progress bar on stderr, when it is a terminal and the input is long.
+fn progress_bar(show: bool) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    if !(show && std::io::IsTerminal::is_terminal(&std::io::stderr())) {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} bootstrap rounds, {elapsed} so far, about {eta} left",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 /// `--threshold` as a fraction: a percentage in (0, 100), with or without `%`.
@@ -144,12 +178,36 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         &super::paths::written(&[("--plot", a.plot.as_ref()), ("--html", a.html.as_ref())]),
     )
     .map_err(CliError::Usage)?;
+    let (workload, workload_notes) = workload_differences(&base_files, &new_files);
+    if !workload.is_empty() && !a.allow_different_workloads {
+        return Err(CliError::Data(anyhow::anyhow!(
+            "the runs' workloads differ, so a verdict would compare two experiments, not two servers:\n  {}\nrerun one side with the other's workload, or pass --allow-different-workloads to compare anyway",
+            workload.join("\n  ")
+        )));
+    }
+    for w in &workload {
+        eprintln!("WARNING: {w}");
+    }
+    if !workload.is_empty() {
+        eprintln!("WARNING: compared anyway (--allow-different-workloads): the verdicts compare different workloads, not only the servers");
+    }
     let base = read_side("BASE", &base_files).map_err(CliError::Data)?;
     let new = read_side("NEW", &new_files).map_err(CliError::Data)?;
     let slo = slo
         .or_else(|| manifest_slo(&base_files).filter(|s| Some(*s) == manifest_slo(&new_files)))
         .unwrap_or_default();
-    let mut report = compare_records(&base, &new, slo, &b).map_err(CliError::Data)?;
+    let long = [&base, &new]
+        .iter()
+        .any(|side| side.iter().map(Vec::len).sum::<usize>() > PROGRESS_FROM);
+    let bar = progress_bar(long && !a.no_progress);
+    let tick = |done: u64, total: u64| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let mut report = compare_records_with(&base, &new, slo, &b, &tick).map_err(CliError::Data)?;
+    bar.finish_and_clear();
+    report.workload = workload;
+    report.notes.extend(workload_notes);
     let (base, new): (Vec<_>, Vec<_>) = (
         base.into_iter().flatten().collect(),
         new.into_iter().flatten().collect(),

@@ -24,13 +24,16 @@
 //!
 //! Each run's units, and each side's runs, are put in a canonical order first, so the result does
 //! not depend on the order of the input, only on the values and the seed.
+//!
+//! A resample is kept as the count of draws of each unit ([`sample`]), and statistics whose sides
+//! have the same shape (units per run) share their resamples ([`many`]): each would draw the same
+//! ones from the same seed, so the result is the same as comparing each alone.
 
-use std::cmp::Ordering;
+mod many;
+mod sample;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-
-use super::percentile::percentile_sorted;
+pub use many::{compare_many, Pair};
+pub use sample::{Run, Sample};
 
 /// The statistic of one side.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -101,220 +104,6 @@ pub enum CompareError {
     BadSettings(String),
 }
 
-/// One run of a side: its units (requests) and, for throughputs, its duration.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Run {
-    units: Vec<Vec<f64>>,
-    duration_s: Option<f64>,
-}
-
-impl Run {
-    /// One value per unit.
-    pub fn scalar(values: &[f64]) -> Self {
-        Self::clustered(values.iter().map(|&v| vec![v]).collect())
-    }
-
-    /// Several values per unit (a request's gaps); units without values still count as units
-    /// (they are drawn, and add nothing).
-    pub fn clustered(units: Vec<Vec<f64>>) -> Self {
-        Self {
-            units,
-            duration_s: None,
-        }
-    }
-
-    /// The run's duration in seconds, which [`Statistic::Rate`] divides by.
-    pub fn lasting(mut self, duration_s: f64) -> Self {
-        self.duration_s = Some(duration_s);
-        self
-    }
-}
-
-/// Lexicographic order of two sorted value lists, then by length.
-fn cmp_values(a: &[f64], b: &[f64]) -> Ordering {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| x.total_cmp(y))
-        .find(|o| o.is_ne())
-        .unwrap_or_else(|| a.len().cmp(&b.len()))
-}
-
-/// One side of a comparison: its runs in canonical order and its statistic.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sample {
-    runs: Vec<Run>,
-    statistic: Statistic,
-}
-
-impl Sample {
-    /// One run, one value per unit.
-    pub fn scalar(
-        side: &'static str,
-        values: &[f64],
-        statistic: Statistic,
-    ) -> Result<Self, CompareError> {
-        Self::new(side, vec![Run::scalar(values)], statistic)
-    }
-
-    /// One run, several values per unit.
-    pub fn clustered(
-        side: &'static str,
-        units: &[Vec<f64>],
-        statistic: Statistic,
-    ) -> Result<Self, CompareError> {
-        Self::new(side, vec![Run::clustered(units.to_vec())], statistic)
-    }
-
-    /// A side of one or more runs. Runs without units are left out; a side with no values at all,
-    /// a value that is not a finite non-negative number, or (for a rate) a run without a positive
-    /// duration is refused.
-    pub fn new(
-        side: &'static str,
-        runs: Vec<Run>,
-        statistic: Statistic,
-    ) -> Result<Self, CompareError> {
-        if let Statistic::Percentile(p) = statistic {
-            if !(0.0..=100.0).contains(&p) {
-                return Err(CompareError::BadStatistic(format!("percentile {p}")));
-            }
-        }
-        let mut runs: Vec<Run> = runs.into_iter().filter(|r| !r.units.is_empty()).collect();
-        if runs.iter().flat_map(|r| &r.units).all(Vec::is_empty) {
-            return Err(CompareError::Empty(side));
-        }
-        if runs
-            .iter()
-            .flat_map(|r| r.units.iter().flatten())
-            .any(|v| !(v.is_finite() && *v >= 0.0))
-        {
-            return Err(CompareError::BadValue(side));
-        }
-        if statistic == Statistic::RatioOfSums {
-            if let Some(u) = runs.iter().flat_map(|r| &r.units).find(|u| u.len() != 2) {
-                return Err(CompareError::BadStatistic(format!(
-                    "{side}: a ratio's unit has {} values, not [numerator, denominator]",
-                    u.len()
-                )));
-            }
-        }
-        if statistic == Statistic::Rate {
-            if let Some(d) = runs
-                .iter()
-                .map(|r| r.duration_s.unwrap_or(f64::NAN))
-                .find(|d| !(d.is_finite() && *d > 0.0))
-            {
-                return Err(CompareError::BadStatistic(format!(
-                    "{side}: a run's duration is {d} s"
-                )));
-            }
-        }
-        for r in &mut runs {
-            // A ratio's pair is ordered (numerator first); any other unit's values are a set.
-            if statistic != Statistic::RatioOfSums {
-                for u in &mut r.units {
-                    u.sort_by(f64::total_cmp);
-                }
-            }
-            r.units.sort_by(|a, b| cmp_values(a, b));
-        }
-        runs.sort_by(|a, b| {
-            a.units
-                .iter()
-                .zip(&b.units)
-                .map(|(x, y)| cmp_values(x, y))
-                .find(|o| o.is_ne())
-                .unwrap_or_else(|| a.units.len().cmp(&b.units.len()))
-                .then_with(|| {
-                    let d = |r: &Run| r.duration_s.unwrap_or(0.0);
-                    d(a).total_cmp(&d(b))
-                })
-        });
-        Ok(Self { runs, statistic })
-    }
-
-    /// Units (requests) over all runs.
-    pub fn len(&self) -> usize {
-        self.runs.iter().map(|r| r.units.len()).sum()
-    }
-
-    /// Whether there are no units (never true of a built sample).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Runs.
-    pub fn runs(&self) -> usize {
-        self.runs.len()
-    }
-
-    /// The statistic of the whole sample.
-    pub fn value(&self) -> Option<f64> {
-        let draws: Vec<(usize, usize)> = self
-            .runs
-            .iter()
-            .enumerate()
-            .flat_map(|(r, run)| (0..run.units.len()).map(move |u| (r, u)))
-            .collect();
-        let runs: Vec<usize> = (0..self.runs.len()).collect();
-        self.of(&draws, &runs, &mut Vec::new())
-    }
-
-    /// One resample into `draws` (run, unit) and `drawn` (runs, with repeats): with one run its
-    /// units; with R > 1, R - 1 runs first, then each drawn run's units.
-    fn resample(
-        &self,
-        rng: &mut ChaCha8Rng,
-        draws: &mut Vec<(usize, usize)>,
-        drawn: &mut Vec<usize>,
-    ) {
-        draws.clear();
-        drawn.clear();
-        let n = self.runs.len();
-        if n == 1 {
-            drawn.push(0);
-        } else {
-            drawn.extend((1..n).map(|_| rng.random_range(0..n)));
-        }
-        for &r in drawn.iter() {
-            let k = self.runs[r].units.len();
-            draws.extend((0..k).map(|_| (r, rng.random_range(0..k))));
-        }
-        draws.sort_unstable();
-    }
-
-    /// The statistic of the units at `draws` (sorted ascending) of the runs `drawn`; `pool` is
-    /// scratch space.
-    fn of(&self, draws: &[(usize, usize)], drawn: &[usize], pool: &mut Vec<f64>) -> Option<f64> {
-        let values = draws
-            .iter()
-            .flat_map(|&(r, u)| self.runs[r].units[u].iter().copied());
-        match self.statistic {
-            Statistic::Percentile(p) => {
-                pool.clear();
-                pool.extend(values);
-                // Scalar units of one run in canonical order drawn in index order are already
-                // sorted; the sort is then one linear pass.
-                pool.sort_by(f64::total_cmp);
-                percentile_sorted(pool, p)
-            }
-            Statistic::Rate => {
-                let sum: f64 = values.sum();
-                let duration: f64 = drawn
-                    .iter()
-                    .map(|&r| self.runs[r].duration_s.unwrap_or(0.0))
-                    .sum();
-                (duration > 0.0).then(|| sum / duration)
-            }
-            Statistic::RatioOfSums => {
-                let (num, den) = draws
-                    .iter()
-                    .map(|&(r, u)| &self.runs[r].units[u])
-                    .fold((0.0, 0.0), |(n, d), u| (n + u[0], d + u[1]));
-                (den > 0.0).then(|| num / den)
-            }
-        }
-    }
-}
 /// Bootstrap settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bootstrap {
@@ -393,57 +182,14 @@ pub fn compare(
     dir: Direction,
     b: &Bootstrap,
 ) -> Result<Comparison, CompareError> {
-    if b.resamples == 0 {
-        return Err(CompareError::BadSettings("0 resamples".into()));
-    }
-    if !(b.threshold.is_finite() && b.threshold > 0.0 && b.threshold < 1.0) {
-        return Err(CompareError::BadSettings(format!(
-            "threshold {} is not in (0, 1)",
-            b.threshold
-        )));
-    }
-    let (Some(bv), Some(nv)) = (base.value(), new.value()) else {
-        return Err(CompareError::Empty("a side"));
+    let pair = Pair {
+        base,
+        new,
+        direction: dir,
     };
-    if bv <= 0.0 {
-        return Err(CompareError::ZeroBase);
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(b.seed);
-    let mut pool = Vec::new();
-    let (mut db, mut dn) = (Vec::new(), Vec::new());
-    let (mut rb, mut rn) = (Vec::new(), Vec::new());
-    let mut ratios = Vec::with_capacity(b.resamples as usize);
-    for _ in 0..b.resamples {
-        base.resample(&mut rng, &mut db, &mut rb);
-        new.resample(&mut rng, &mut dn, &mut rn);
-        let (Some(sb), Some(sn)) = (base.of(&db, &rb, &mut pool), new.of(&dn, &rn, &mut pool))
-        else {
-            // A resample drew only units without values: its statistic is undefined.
-            return Err(CompareError::Empty("a resample"));
-        };
-        if sb <= 0.0 {
-            return Err(CompareError::ZeroBase);
-        }
-        ratios.push(sn / sb);
-    }
-    ratios.sort_by(f64::total_cmp);
-    let lo = percentile_sorted(&ratios, 2.5).ok_or(CompareError::ZeroBase)?;
-    let hi = percentile_sorted(&ratios, 97.5).ok_or(CompareError::ZeroBase)?;
-    let one_run = base.runs() < 2 || new.runs() < 2;
-    let verdict = match base.statistic {
-        Statistic::Rate if one_run => Verdict::Unclear,
-        _ => verdict(lo, hi, b.threshold, dir),
-    };
-    Ok(Comparison {
-        base: bv,
-        new: nv,
-        ratio: nv / bv,
-        lo,
-        hi,
-        base_runs: base.runs(),
-        new_runs: new.runs(),
-        verdict,
-    })
+    compare_many(&[pair], b, &|_, _| {})
+        .pop()
+        .unwrap_or(Err(CompareError::Empty("a side")))
 }
 
 #[cfg(test)]

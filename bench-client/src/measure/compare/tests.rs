@@ -2,6 +2,8 @@
 
 use super::*;
 use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 
 const P50: Statistic = Statistic::Percentile(50.0);
 
@@ -140,12 +142,12 @@ fn drawing_one_run_fewer_gives_the_unbiased_between_run_variance() {
         .collect();
     let s = Sample::new("S", runs, Statistic::Rate).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let (mut draws, mut drawn, mut pool) = (Vec::new(), Vec::new(), Vec::new());
+    let mut draw = sample::Draw::default();
     let n = 40_000;
     let xs: Vec<f64> = (0..n)
         .map(|_| {
-            s.resample(&mut rng, &mut draws, &mut drawn);
-            s.of(&draws, &drawn, &mut pool).unwrap()
+            s.resample(&mut rng, &mut draw);
+            s.of(&draw).unwrap()
         })
         .collect();
     let mean = xs.iter().sum::<f64>() / f64::from(n);

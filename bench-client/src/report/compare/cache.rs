@@ -2,8 +2,8 @@
 //! totals resampled by request) and TTFT p50/p99 of the hits and of the misses. They appear when
 //! either side has a hit; without one there is nothing to compare.
 
-use super::{row, sample, LoadValues, Row};
-use crate::measure::compare::{Bootstrap, Direction, Run, Statistic};
+use super::{row, sample, LoadValues, Spec};
+use crate::measure::compare::{Direction, Run, Statistic};
 
 /// A run's prefix-cache values, from its successful requests that reported a cached count.
 #[derive(Default)]
@@ -31,7 +31,7 @@ impl CacheValues {
 }
 
 /// The rows, or none when neither side hit the cache.
-pub(super) fn cache_rows(x: &[LoadValues], y: &[LoadValues], b: &Bootstrap) -> Vec<Row> {
+pub(super) fn cache_rows(x: &[LoadValues], y: &[LoadValues]) -> Vec<Spec> {
     let hit = |v: &[LoadValues]| v.iter().any(|r| !r.cache.ttft_hit_ms.is_empty());
     if !hit(x) && !hit(y) {
         return Vec::new();
@@ -49,7 +49,6 @@ pub(super) fn cache_rows(x: &[LoadValues], y: &[LoadValues], b: &Bootstrap) -> V
             Statistic::RatioOfSums,
         ),
         sample("NEW", y.iter().map(pairs).collect(), Statistic::RatioOfSums),
-        b,
     ));
     type Pick = fn(&LoadValues) -> Run;
     let split: [([&'static str; 2], Pick); 2] = [
@@ -69,7 +68,6 @@ pub(super) fn cache_rows(x: &[LoadValues], y: &[LoadValues], b: &Bootstrap) -> V
                 Direction::LowerIsBetter,
                 sample("BASE", x.iter().map(pick).collect(), st),
                 sample("NEW", y.iter().map(pick).collect(), st),
-                b,
             ));
         }
     }

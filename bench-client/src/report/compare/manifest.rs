@@ -7,9 +7,21 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde_json::Value;
 
+use super::workload::{self, num, Arrivals, Prompts, TraceSettings, Workload};
 use super::Difference;
 use crate::report::load::Slo;
 use crate::results::{manifest_path, Manifest};
+
+/// Manifest keys that [`workload_differences`] says in words.
+const WORKLOAD: [&str; 7] = [
+    "dialect",
+    "schedule",
+    "workload",
+    "stop",
+    "max_concurrency",
+    "sessions",
+    "settings.output_tokens",
+];
 
 /// Manifest keys that differ between every two runs and say nothing about the setup.
 const VOLATILE: [&str; 5] = [
@@ -98,6 +110,11 @@ pub fn manifest_differences(
     let diffs = keys
         .into_iter()
         .filter(|k| b.get(*k) != n.get(*k))
+        .filter(|k| {
+            !WORKLOAD
+                .iter()
+                .any(|w| *k == w || k.starts_with(&format!("{w}.")))
+        })
         .map(|k| Difference {
             key: k.clone(),
             base: shown(b.get(k)),
@@ -105,6 +122,337 @@ pub fn manifest_differences(
         })
         .collect();
     Ok((diffs, notes))
+}
+
+/// The run lines (those with a `command`) of the manifest beside each file, in order.
+fn run_lines(files: &[PathBuf]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(manifest_path(f)) else {
+            continue;
+        };
+        out.extend(
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v.get("command").is_some()),
+        );
+    }
+    out
+}
+
+/// What differs between the workloads of the two sides, in sentences (none: the same workload, or
+/// a side whose manifests are missing), and notes on what could not be checked. A side whose runs
+/// had different workloads among themselves is a difference too.
+pub fn workload_differences(base: &[PathBuf], new: &[PathBuf]) -> (Vec<String>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut side = |name: &str, files: &[PathBuf]| -> Vec<Workload> {
+        let mut seen: Vec<Workload> = Vec::new();
+        for w in run_lines(files).iter().map(workload_of) {
+            if !seen.contains(&w) {
+                seen.push(w);
+            }
+        }
+        if seen.is_empty() {
+            notes.push(format!(
+                "{name}: no manifest, so its workload is not checked"
+            ));
+        }
+        seen
+    };
+    let (b, n) = (side("BASE", base), side("NEW", new));
+    let mut out = Vec::new();
+    for (name, runs) in [("BASE", &b), ("NEW", &n)] {
+        for w in runs.iter().skip(1) {
+            for d in workload::differences(&runs[0], w) {
+                out.push(format!("{name}'s runs differ among themselves: {d}"));
+            }
+        }
+    }
+    for (name, runs) in [("BASE", &b), ("NEW", &n)] {
+        if let Some(what) = runs.first().and_then(Workload::unknown) {
+            notes.push(format!(
+                "{name}: the manifest does not say {what} (an imported run's does not), so they are not checked"
+            ));
+        }
+    }
+    if let (Some(x), Some(y)) = (b.first(), n.first()) {
+        // A sweep against a load run is refused by kind, with its own message.
+        let sweep = |w: &Workload| w.arrivals == Some(Arrivals::Sweep);
+        if sweep(x) == sweep(y) {
+            out.extend(workload::differences(x, y));
+        }
+    }
+    (out, notes)
+}
+
+/// A run line's workload. The manifest writes `schedule` and `workload` as Rust's debug text of
+/// the run's settings (`Closed { concurrency: 64 }`); they are read back with [`debug_value`].
+fn workload_of(line: &Value) -> Workload {
+    let text = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or("");
+    let dialect = line.get("dialect").and_then(|d| match d {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    });
+    let max_concurrency = line.get("max_concurrency").and_then(Value::as_u64);
+    let sweep = line
+        .get("settings")
+        .and_then(|s| s.get("contexts"))
+        .is_some();
+    if sweep {
+        return Workload {
+            dialect,
+            arrivals: Some(Arrivals::Sweep),
+            max_concurrency: None,
+            prompts: Prompts::Sweep {
+                output_tokens: line["settings"]
+                    .get("output_tokens")
+                    .and_then(Value::as_u64),
+            },
+        };
+    }
+    if let Some(s) = line.get("sessions").filter(|s| !s.is_null()) {
+        return Workload {
+            dialect,
+            arrivals: Some(Arrivals::Sessions(text("schedule").to_string())),
+            max_concurrency,
+            prompts: Prompts::Sessions(sessions(s)),
+        };
+    }
+    let schedule = debug_value(text("schedule"));
+    let arrivals = if let Some(c) = schedule.pointer("/Closed/concurrency") {
+        c.as_u64().map(Arrivals::Closed)
+    } else if let Some(o) = schedule.get("Open") {
+        Some(Arrivals::Open {
+            rate: o["rate"].as_f64().unwrap_or(f64::NAN),
+            process: o["kind"].as_str().unwrap_or("?").to_string(),
+            burstiness: o["burstiness"].as_f64().unwrap_or(1.0),
+        })
+    } else if schedule.get("Trace").is_some() {
+        Some(Arrivals::Trace)
+    } else {
+        None
+    };
+    let w = debug_value(text("workload"));
+    let prompts = if let Some(r) = w.get("Random") {
+        Prompts::Random {
+            input: lengths(&r["input"]),
+            output: lengths(&r["output"]),
+        }
+    } else if let Some(p) = w.get("SharedPrefix") {
+        Prompts::SharedPrefix {
+            groups: p["groups"].as_u64().unwrap_or(0),
+            prefix_len: p["prefix_len"].as_u64().unwrap_or(0),
+            input: lengths(&p["input"]),
+            output: lengths(&p["output"]),
+        }
+    } else if let Some(t) = w.pointer("/Trace/Trace") {
+        Prompts::Trace(TraceSettings {
+            source: t["source"].as_str().unwrap_or("?").to_string(),
+            format: t["format"].as_str().unwrap_or("?").to_string(),
+            requests: t["requests"].as_u64(),
+            speedup: t["speedup"].as_f64().unwrap_or(f64::NAN),
+            limit: t["limit"].as_u64(),
+            scale: t["scale"].as_f64().unwrap_or(f64::NAN),
+            block_size: t["block_size"].as_u64().unwrap_or(0),
+            prefix_len: t["prefix_len"].as_u64().unwrap_or(0),
+        })
+    } else {
+        Prompts::Other(text("workload").to_string())
+    };
+    Workload {
+        dialect,
+        arrivals,
+        max_concurrency,
+        prompts,
+    }
+}
+
+/// A length distribution (`Fixed { n: 256 }`, or its JSON `{"kind": "fixed", "n": 256}`) in words.
+fn lengths(v: &Value) -> String {
+    let f = |k: &str| v.pointer(k).and_then(Value::as_f64).map(num);
+    if let Some(n) = f("/Fixed/n").or(f("/n")) {
+        format!("{n} tokens")
+    } else if let (Some(lo), Some(hi)) =
+        (f("/Uniform/lo").or(f("/lo")), f("/Uniform/hi").or(f("/hi")))
+    {
+        format!("uniform {lo}-{hi} tokens")
+    } else if let (Some(m), Some(s)) = (
+        f("/Normal/mean").or(f("/mean")),
+        f("/Normal/std").or(f("/std")),
+    ) {
+        format!("normal, mean {m}, sd {s} tokens")
+    } else {
+        v.to_string()
+    }
+}
+
+/// A sessions setting (the manifest's JSON of it) in words.
+fn sessions(s: &Value) -> String {
+    let think = &s["think"];
+    let ms = |k: &str| think[k].as_f64().map(|ns| format!("{} ms", num(ns / 1e6)));
+    let think = match think["kind"].as_str() {
+        Some("fixed") => ms("ns").unwrap_or_default(),
+        Some("uniform") => format!(
+            "uniform {}-{}",
+            ms("lo_ns").unwrap_or_default(),
+            ms("hi_ns").unwrap_or_default()
+        ),
+        Some("exponential") => format!("exponential, mean {}", ms("mean_ns").unwrap_or_default()),
+        _ => think.to_string(),
+    };
+    format!(
+        "{} sessions of {} turns, first turn {} in, later turns {} in, {} out, think time {think}",
+        s["sessions"],
+        s["turns"],
+        lengths(&s["first_input"]),
+        lengths(&s["turn_input"]),
+        lengths(&s["output"]),
+    )
+}
+
+/// Rust's debug text of a value as JSON: `Name { a: 1, b: x }` is `{"Name": {"a": 1, "b": "x"}}`,
+/// `Name(x)` is `{"Name": x}`, `Some(x)` is `x`, `None` is null, a bare name a string. Text cut
+/// short (the manifest keeps 400 characters) gives what was read before the cut.
+fn debug_value(s: &str) -> Value {
+    let mut p = DebugText {
+        s: s.as_bytes(),
+        i: 0,
+    };
+    p.value()
+}
+
+struct DebugText<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl DebugText<'_> {
+    fn ws(&mut self) {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        self.ws();
+        let hit = self.s.get(self.i) == Some(&c);
+        if hit {
+            self.i += 1;
+        }
+        hit
+    }
+
+    fn word(&mut self, ok: impl Fn(u8) -> bool) -> String {
+        let start = self.i;
+        while self.s.get(self.i).is_some_and(|&c| ok(c)) {
+            self.i += 1;
+        }
+        String::from_utf8_lossy(&self.s[start..self.i]).into_owned()
+    }
+
+    fn value(&mut self) -> Value {
+        self.ws();
+        match self.s.get(self.i) {
+            None => Value::Null,
+            Some(b'"') => {
+                self.i += 1;
+                let mut out = Vec::new();
+                while let Some(&c) = self.s.get(self.i) {
+                    self.i += 1;
+                    match c {
+                        b'"' => break,
+                        b'\\' => {
+                            if let Some(&e) = self.s.get(self.i) {
+                                out.push(e);
+                                self.i += 1;
+                            }
+                        }
+                        c => out.push(c),
+                    }
+                }
+                Value::String(String::from_utf8_lossy(&out).into_owned())
+            }
+            Some(b'[') => {
+                self.i += 1;
+                let mut items = Vec::new();
+                while self.i < self.s.len() && !self.eat(b']') {
+                    items.push(self.value());
+                    if !self.eat(b',') {
+                        self.eat(b']');
+                        break;
+                    }
+                }
+                Value::Array(items)
+            }
+            Some(c) if c.is_ascii_digit() || *c == b'-' => {
+                let w = self.word(|c| c.is_ascii_alphanumeric() || b"-+._".contains(&c));
+                w.parse::<u64>()
+                    .map(Value::from)
+                    .or_else(|_| w.parse::<f64>().map(Value::from))
+                    .unwrap_or(Value::String(w))
+            }
+            Some(_) => {
+                let name = self.word(|c| c.is_ascii_alphanumeric() || c == b'_');
+                if name.is_empty() {
+                    // Not debug text: stop here.
+                    self.i = self.s.len();
+                    return Value::Null;
+                }
+                if self.eat(b'{') {
+                    let mut fields = serde_json::Map::new();
+                    loop {
+                        self.ws();
+                        if self.i >= self.s.len() || self.eat(b'}') {
+                            break;
+                        }
+                        if self.s[self.i..].starts_with(b"..") {
+                            self.i += 2;
+                            continue;
+                        }
+                        let key = self.word(|c| c.is_ascii_alphanumeric() || c == b'_');
+                        if key.is_empty() || !self.eat(b':') {
+                            self.i = self.s.len();
+                            break;
+                        }
+                        let v = self.value();
+                        fields.insert(key, v);
+                        self.eat(b',');
+                    }
+                    let mut m = serde_json::Map::new();
+                    m.insert(name, Value::Object(fields));
+                    Value::Object(m)
+                } else if self.eat(b'(') {
+                    let mut items = Vec::new();
+                    while self.i < self.s.len() && !self.eat(b')') {
+                        items.push(self.value());
+                        if !self.eat(b',') {
+                            self.eat(b')');
+                            break;
+                        }
+                    }
+                    let inner = if items.len() == 1 {
+                        items.pop().unwrap_or(Value::Null)
+                    } else {
+                        Value::Array(items)
+                    };
+                    if name == "Some" {
+                        return inner;
+                    }
+                    let mut m = serde_json::Map::new();
+                    m.insert(name, inner);
+                    Value::Object(m)
+                } else {
+                    match name.as_str() {
+                        "None" => Value::Null,
+                        "true" => Value::Bool(true),
+                        "false" => Value::Bool(false),
+                        _ => Value::String(name),
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The SLO recorded in the manifests of load runs, when every run that recorded one agrees.
@@ -159,5 +507,28 @@ mod tests {
             }]
         );
         assert_eq!(notes.len(), 1, "{notes:?}");
+    }
+
+    #[test]
+    fn debug_text_is_read_back() {
+        assert_eq!(
+            debug_value("Open { rate: 20.0, kind: Poisson, burstiness: 1.0 }"),
+            serde_json::json!({"Open": {"rate": 20.0, "kind": "Poisson", "burstiness": 1.0}})
+        );
+        let t = debug_value(
+            "Trace(Trace { format: Mooncake, requests: 12, limit: Some(5), scale: 0.5, source: \"a \\\"b\\\".jsonl\", .. })",
+        );
+        assert_eq!(t.pointer("/Trace/Trace/limit"), Some(&serde_json::json!(5)));
+        assert_eq!(
+            t.pointer("/Trace/Trace/source"),
+            Some(&serde_json::json!("a \"b\".jsonl"))
+        );
+        // Cut short: what came before the cut.
+        let cut = debug_value("SharedPrefix { groups: 4, prefix_len: 512, input: Fixed { n: 2");
+        assert_eq!(
+            cut.pointer("/SharedPrefix/prefix_len"),
+            Some(&serde_json::json!(512))
+        );
+        assert_eq!(debug_value("[1, 2]"), serde_json::json!([1, 2]));
     }
 }

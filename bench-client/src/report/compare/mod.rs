@@ -13,7 +13,9 @@
 //! ([`crate::measure::compare`]).
 
 mod cache;
+pub mod html;
 mod manifest;
+pub mod workload;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,12 +24,13 @@ use anyhow::Context;
 
 use super::load::{Instants, Slo};
 use crate::measure::compare::{
-    compare, Bootstrap, Comparison, Direction, Run, Sample, Statistic, Verdict,
+    compare_many, Bootstrap, CompareError, Comparison, Direction, Pair, Run, Sample, Statistic,
+    Verdict,
 };
 use crate::measure::{load_numbers, measure};
 use crate::results::{read_records, Method, Record};
 
-pub use manifest::{manifest_differences, manifest_slo};
+pub use manifest::{manifest_differences, manifest_slo, workload_differences};
 
 /// What kind of run a side holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +99,10 @@ pub struct CompareReport {
     pub kind: Kind,
     /// Bootstrap settings used.
     pub bootstrap: Bootstrap,
-    /// Manifest differences, printed first.
+    /// How the workloads differ, in sentences (compared anyway only when the user allowed it),
+    /// printed first.
+    pub workload: Vec<String>,
+    /// Manifest differences.
     pub differences: Vec<Difference>,
     /// The rows.
     pub rows: Vec<Row>,
@@ -176,31 +182,72 @@ pub fn kind_of(side: &str, files: &[Vec<Record>]) -> anyhow::Result<Kind> {
     Ok(kind)
 }
 
+/// A row before its comparison: the samples of both sides, or why a side has none.
+pub(super) struct Spec {
+    context_tokens: Option<u32>,
+    metric: &'static str,
+    direction: Direction,
+    base: Result<Sample, String>,
+    new: Result<Sample, String>,
+}
+
 fn row(
     context_tokens: Option<u32>,
     metric: &'static str,
     direction: Direction,
     base: Result<Sample, String>,
     new: Result<Sample, String>,
-    b: &Bootstrap,
-) -> Row {
-    let n_base = base.as_ref().map_or(0, Sample::len);
-    let n_new = new.as_ref().map_or(0, Sample::len);
-    let runs_base = base.as_ref().map_or(0, Sample::runs);
-    let runs_new = new.as_ref().map_or(0, Sample::runs);
-    let outcome = base.and_then(|bs| {
-        new.and_then(|ns| compare(&bs, &ns, direction, b).map_err(|e| e.to_string()))
-    });
-    Row {
+) -> Spec {
+    Spec {
         context_tokens,
         metric,
         direction,
-        n_base,
-        n_new,
-        runs_base,
-        runs_new,
-        outcome,
+        base,
+        new,
     }
+}
+
+/// The rows of `specs`, compared together ([`compare_many`]: statistics of one shape share their
+/// resamples); `progress` is told the rounds done and in all.
+fn compare_rows(specs: Vec<Spec>, b: &Bootstrap, progress: &(dyn Fn(u64, u64) + Sync)) -> Vec<Row> {
+    let pairs: Vec<Pair> = specs
+        .iter()
+        .filter_map(|s| match (&s.base, &s.new) {
+            (Ok(base), Ok(new)) => Some(Pair {
+                base,
+                new,
+                direction: s.direction,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut compared = compare_many(&pairs, b, progress).into_iter();
+    specs
+        .into_iter()
+        .map(|s| {
+            let n_base = s.base.as_ref().map_or(0, Sample::len);
+            let n_new = s.new.as_ref().map_or(0, Sample::len);
+            let runs_base = s.base.as_ref().map_or(0, Sample::runs);
+            let runs_new = s.new.as_ref().map_or(0, Sample::runs);
+            let outcome = match (s.base, s.new) {
+                (Ok(_), Ok(_)) => compared
+                    .next()
+                    .unwrap_or(Err(CompareError::Empty("a side")))
+                    .map_err(|e| e.to_string()),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+            Row {
+                context_tokens: s.context_tokens,
+                metric: s.metric,
+                direction: s.direction,
+                n_base,
+                n_new,
+                runs_base,
+                runs_new,
+                outcome,
+            }
+        })
+        .collect()
 }
 
 fn sample(side: &'static str, runs: Vec<Run>, st: Statistic) -> Result<Sample, String> {
@@ -249,9 +296,8 @@ fn list(v: &[u32]) -> String {
 fn sweep_rows(
     base: &[Vec<&Record>],
     new: &[Vec<&Record>],
-    b: &Bootstrap,
     notes: &mut Vec<String>,
-) -> anyhow::Result<Vec<Row>> {
+) -> anyhow::Result<Vec<Spec>> {
     let (bv, nv) = (sweep_values(base), sweep_values(new));
     let shared: Vec<u32> = bv.keys().filter(|k| nv.contains_key(k)).copied().collect();
     type PerRun = BTreeMap<u32, Vec<SweepValues>>;
@@ -297,7 +343,6 @@ fn sweep_rows(
                 dir,
                 sample("BASE", runs(x, pick), p50),
                 sample("NEW", runs(y, pick), p50),
-                b,
             ));
         }
     }
@@ -363,7 +408,7 @@ fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
 
 /// Load rows: TTFT, TPOT, inter-chunk and end-to-end p50/p90/p99, then output and request
 /// throughput and goodput (with an SLO), then the prefix cache (when either side hit it).
-fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo, b: &Bootstrap) -> Vec<Row> {
+fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo) -> Vec<Spec> {
     let x: Vec<LoadValues> = base.iter().map(|r| load_values(r, slo)).collect();
     let y: Vec<LoadValues> = new.iter().map(|r| load_values(r, slo)).collect();
     type Units = fn(&LoadValues) -> Run;
@@ -396,7 +441,6 @@ fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo, b: &Bootstra
                 Direction::LowerIsBetter,
                 sample("BASE", x.iter().map(units).collect(), st),
                 sample("NEW", y.iter().map(units).collect(), st),
-                b,
             ));
         }
     }
@@ -428,10 +472,9 @@ fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo, b: &Bootstra
             higher,
             rate("BASE", &x, pick),
             rate("NEW", &y, pick),
-            b,
         ));
     }
-    rows.extend(cache::cache_rows(&x, &y, b));
+    rows.extend(cache::cache_rows(&x, &y));
     rows
 }
 
@@ -442,6 +485,17 @@ pub fn compare_records(
     new: &[Vec<Record>],
     slo: Slo,
     b: &Bootstrap,
+) -> anyhow::Result<CompareReport> {
+    compare_records_with(base, new, slo, b, &|_, _| {})
+}
+
+/// [`compare_records`], telling `progress` the bootstrap rounds done and in all.
+pub fn compare_records_with(
+    base: &[Vec<Record>],
+    new: &[Vec<Record>],
+    slo: Slo,
+    b: &Bootstrap,
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> anyhow::Result<CompareReport> {
     let kb = kind_of("BASE", base)?;
     let kn = kind_of("NEW", new)?;
@@ -463,20 +517,22 @@ pub fn compare_records(
         }
     }
     let (rb, rn) = (runs_of(base, kb), runs_of(new, kb));
-    let rows = match kb {
-        Kind::Sweep => sweep_rows(&rb, &rn, b, &mut notes)?,
+    let specs = match kb {
+        Kind::Sweep => sweep_rows(&rb, &rn, &mut notes)?,
         Kind::Load => {
-            let rows = load_rows(&rb, &rn, slo, b);
+            let rows = load_rows(&rb, &rn, slo);
             if !slo.is_set() {
                 notes.push("no SLO (--slo or in the manifests): goodput not compared".into());
             }
             rows
         }
     };
+    let rows = compare_rows(specs, b, progress);
     notes.extend(runs_note(kb, rb.len(), rn.len()));
     Ok(CompareReport {
         kind: kb,
         bootstrap: *b,
+        workload: Vec::new(),
         differences: Vec::new(),
         rows,
         notes,

@@ -31,7 +31,7 @@ pub struct Page<'a> {
 }
 
 /// `s` with the five characters HTML gives meaning to escaped.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -55,7 +55,7 @@ fn json_cell(v: &Value) -> String {
     }
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1200px}\
+pub(crate) const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1200px}\
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ddd;padding:.25em .5em;text-align:right}\
 th{background:#f4f4f4}td.l,th.l{text-align:left}pre{background:#f8f8f8;padding:.5em;overflow-x:auto;font-size:.8em}\
@@ -223,41 +223,9 @@ fn sweep_table(o: &mut String, r: &Report) {
     o.push_str("</table>\n");
 }
 
-/// A comparison as one self-contained page: what differs between the runs, every row with its
-/// ratio, interval and verdict, and the overlay plot (`svg`, for sweeps).
+/// A comparison as one self-contained page ([`crate::report::compare::html`]).
 pub fn compare_page(r: &CompareReport, svg: Option<&str>) -> String {
-    let mut o = String::new();
-    let title = format!("llm-bench compare ({})", r.kind.as_str());
-    let _ = writeln!(
-        o,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>",
-        esc(&title),
-        esc(&title)
-    );
-    o.push_str("<h2>What differs between the runs</h2>\n<table id=\"differences\"><tr><th class=\"l\">setting</th><th class=\"l\">BASE</th><th class=\"l\">NEW</th></tr>\n");
-    for d in &r.differences {
-        let _ = writeln!(
-            o,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
-            esc(&d.key),
-            esc(&d.base),
-            esc(&d.new)
-        );
-    }
-    o.push_str("</table>\n<h2>NEW against BASE</h2>\n");
-    let _ = writeln!(
-        o,
-        "<pre id=\"compare-table\">{}</pre>",
-        esc(&table::compare(r))
-    );
-    if let Some(svg) = svg {
-        let _ = writeln!(
-            o,
-            "<figure class=\"plot\" id=\"compare-plot\">{svg}<figcaption>Both runs' medians with their p10-p90 bands, and each row's ratio NEW/BASE with its 95% bootstrap interval; the dashed lines are the threshold of `same`.</figcaption></figure>"
-        );
-    }
-    o.push_str("</body></html>\n");
-    o
+    crate::report::compare::html::page(r, svg)
 }
 
 #[cfg(test)]

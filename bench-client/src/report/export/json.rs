@@ -117,6 +117,7 @@ pub fn compare(r: &CompareReport) -> Value {
         "resamples": r.bootstrap.resamples,
         "seed": r.bootstrap.seed,
         "threshold": r.bootstrap.threshold,
+        "workload_differences": r.workload,
         "differences": r.differences.iter().map(|d| json!({"key": d.key, "base": d.base, "new": d.new})).collect::<Vec<_>>(),
         "rows": rows,
         "counts": r.counts(),

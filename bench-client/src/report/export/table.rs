@@ -363,6 +363,9 @@ fn turns(t: &crate::report::turns::Turns) -> String {
 /// The comparison as text: the manifest differences first, then one row per statistic.
 pub fn compare(r: &CompareReport) -> String {
     let mut o = String::new();
+    for w in &r.workload {
+        let _ = writeln!(o, "WARNING: {w}");
+    }
     if r.differences.is_empty() {
         let _ = writeln!(o, "manifests: no differences in server, model or settings");
     } else {

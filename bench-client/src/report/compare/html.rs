@@ -1,0 +1,245 @@
+//! The comparison as one self-contained HTML page: a one-line headline, the workload warnings, the
+//! rows as a table with a coloured verdict each, what differs between the manifests, the notes,
+//! and the overlay plot for sweeps. Every text from the files is escaped.
+
+use std::fmt::Write as _;
+
+use super::{CompareReport, Row};
+use crate::measure::compare::Verdict;
+use crate::report::export::html::{esc, STYLE};
+
+/// Verdict colours: green better, red worse, grey same, amber unclear.
+const VERDICTS: &str = "td.better{background:#d4f4d4;color:#0a5a0a;font-weight:bold}\
+td.worse{background:#f8d0d0;color:#8a0a0a;font-weight:bold}td.same{background:#eee;color:#444}\
+td.unclear{background:#fbeccb;color:#7a5200}p.headline{font-size:1.25em;font-weight:bold}\
+div.warning{border:2px solid #c00;background:#fff0f0;padding:.5em 1em;margin:1em 0}";
+
+/// A metric's name as people say it: `ttft_p50_ms` is `TTFT p50`.
+fn label(metric: &str) -> String {
+    let words: Vec<String> = metric
+        .split('_')
+        .filter(|w| !matches!(*w, "ms" | "s" | "tok" | "req"))
+        .map(|w| match w {
+            "ttft" | "tpot" | "e2e" => w.to_uppercase(),
+            other => other.to_string(),
+        })
+        .collect();
+    words.join(" ")
+}
+
+fn rows(n: usize) -> String {
+    if n == 1 {
+        "1 row".into()
+    } else {
+        format!("{n} rows")
+    }
+}
+
+/// The change NEW/BASE - 1 in percent, signed.
+fn change(ratio: f64) -> String {
+    format!("{:+.1}%", (ratio - 1.0) * 100.0)
+}
+
+/// One line: which way NEW went overall, then the headline rows with their change and verdict,
+/// e.g. `NEW is better: TTFT p50 -12.0% (better), TPOT p50 +1.0% (same)`.
+pub fn headline(r: &CompareReport) -> String {
+    let count = |v: Verdict| r.rows.iter().filter(|x| x.verdict() == v).count();
+    let (better, worse) = (count(Verdict::Better), count(Verdict::Worse));
+    let overall = match (better, worse) {
+        (0, 0) if count(Verdict::Same) > 0 => "NEW is the same as BASE".to_string(),
+        (0, 0) => "the data cannot tell NEW from BASE".to_string(),
+        (_, 0) => format!("NEW is better ({} better, none worse)", rows(better)),
+        (0, _) => format!("NEW is worse ({} worse, none better)", rows(worse)),
+        _ => format!(
+            "mixed: NEW is better in {} and worse in {worse}",
+            rows(better)
+        ),
+    };
+    let key = [
+        "ttft_p50_ms",
+        "tpot_p50_ms",
+        "decode_p50_tok_s",
+        "output_throughput_tok_s",
+    ];
+    let parts: Vec<String> = key
+        .iter()
+        .filter_map(|k| r.rows.iter().rev().find(|x| x.metric == *k))
+        .filter_map(|x| {
+            let c = x.outcome.as_ref().ok()?;
+            let at = x
+                .context_tokens
+                .map_or(String::new(), |t| format!(" at {t} tokens"));
+            Some(format!(
+                "{}{at} {} ({})",
+                label(x.metric),
+                change(c.ratio),
+                x.verdict().as_str()
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        overall
+    } else {
+        format!("{overall}: {}", parts.join(", "))
+    }
+}
+
+fn row_html(o: &mut String, x: &Row) {
+    let ctx = x.context_tokens.map_or("-".into(), |c| c.to_string());
+    let v = x.verdict().as_str();
+    let (base, new, ch, ci) = match &x.outcome {
+        Ok(c) => (
+            format!("{:.3}", c.base),
+            format!("{:.3}", c.new),
+            change(c.ratio),
+            format!("[{}, {}]", change(c.lo), change(c.hi)),
+        ),
+        Err(e) => ("-".into(), "-".into(), "-".into(), e.clone()),
+    };
+    let better = match x.direction {
+        crate::measure::compare::Direction::LowerIsBetter => "lower",
+        crate::measure::compare::Direction::HigherIsBetter => "higher",
+    };
+    let _ = writeln!(
+        o,
+        "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{v}\">{v}</td><td>{}/{}</td><td>{better}</td></tr>",
+        esc(&ctx),
+        esc(&label(x.metric)),
+        esc(&base),
+        esc(&new),
+        esc(&ch),
+        esc(&ci),
+        x.n_base,
+        x.n_new
+    );
+}
+
+/// The page; `svg` is the overlay plot of sweeps.
+pub fn page(r: &CompareReport, svg: Option<&str>) -> String {
+    let mut o = String::new();
+    let title = format!("llm-bench compare ({})", r.kind.as_str());
+    let _ = writeln!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}{VERDICTS}</style></head><body>\n<h1>{}</h1>",
+        esc(&title),
+        esc(&title)
+    );
+    let _ = writeln!(
+        o,
+        "<p class=\"headline\" id=\"headline\">{}</p>",
+        esc(&headline(r))
+    );
+    if !r.workload.is_empty() {
+        o.push_str("<div class=\"warning\" id=\"workload\"><b>The workloads differ: these verdicts compare different experiments, not only the servers.</b><ul>\n");
+        for w in &r.workload {
+            let _ = writeln!(o, "<li>{}</li>", esc(w));
+        }
+        o.push_str("</ul></div>\n");
+    }
+    o.push_str("<h2>NEW against BASE</h2>\n<table id=\"compare-table\"><tr><th>context</th><th class=\"l\">metric</th><th>BASE</th><th>NEW</th><th>change</th><th>95% interval of the change</th><th>verdict</th><th>n</th><th>better</th></tr>\n");
+    for x in &r.rows {
+        row_html(&mut o, x);
+    }
+    let b = &r.bootstrap;
+    let _ = writeln!(
+        o,
+        "</table>\n<p>Change: NEW/BASE - 1. Interval: 95% percentile bootstrap (Efron &amp; Tibshirani 1993; B = {}, seed {}). same: the interval lies within &plusmn;{}%; better or worse: wholly beyond it; unclear: neither.</p>",
+        b.resamples,
+        b.seed,
+        esc(&format!("{}", b.threshold * 100.0))
+    );
+    if let Some(svg) = svg {
+        let _ = writeln!(
+            o,
+            "<figure class=\"plot\" id=\"compare-plot\">{svg}<figcaption>Both runs' medians with their p10-p90 bands, and each row's ratio NEW/BASE with its 95% bootstrap interval; the dashed lines are the threshold of `same`.</figcaption></figure>"
+        );
+    }
+    o.push_str("<h2>What differs between the runs</h2>\n<table id=\"differences\"><tr><th class=\"l\">setting</th><th class=\"l\">BASE</th><th class=\"l\">NEW</th></tr>\n");
+    for d in &r.differences {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            esc(&d.key),
+            esc(&d.base),
+            esc(&d.new)
+        );
+    }
+    o.push_str("</table>\n");
+    if !r.notes.is_empty() {
+        o.push_str("<h2>Notes</h2>\n<ul id=\"notes\">\n");
+        for n in &r.notes {
+            let _ = writeln!(o, "<li>{}</li>", esc(n));
+        }
+        o.push_str("</ul>\n");
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::compare::{Bootstrap, Comparison, Direction};
+    use crate::report::compare::{Difference, Kind};
+
+    fn row(metric: &'static str, ratio: f64, verdict: Verdict) -> Row {
+        Row {
+            context_tokens: None,
+            metric,
+            direction: Direction::LowerIsBetter,
+            n_base: 10,
+            n_new: 10,
+            runs_base: 1,
+            runs_new: 1,
+            outcome: Ok(Comparison {
+                base: 100.0,
+                new: 100.0 * ratio,
+                ratio,
+                lo: ratio - 0.01,
+                hi: ratio + 0.01,
+                base_runs: 1,
+                new_runs: 1,
+                verdict,
+            }),
+        }
+    }
+
+    fn report() -> CompareReport {
+        CompareReport {
+            kind: Kind::Load,
+            bootstrap: Bootstrap::default(),
+            workload: vec!["workload differs: BASE is <x>, NEW & y".into()],
+            differences: vec![Difference {
+                key: "url".into(),
+                base: "<script>".into(),
+                new: "\"q\"".into(),
+            }],
+            rows: vec![
+                row("ttft_p50_ms", 0.88, Verdict::Better),
+                row("tpot_p50_ms", 1.01, Verdict::Same),
+            ],
+            notes: vec!["a <note>".into()],
+        }
+    }
+
+    #[test]
+    fn the_headline_names_the_direction_and_the_key_rows() {
+        assert_eq!(
+            headline(&report()),
+            "NEW is better (1 row better, none worse): TTFT p50 -12.0% (better), TPOT p50 +1.0% (same)"
+        );
+    }
+
+    #[test]
+    fn the_page_is_a_table_with_coloured_verdicts_and_escaped_text() {
+        let p = page(&report(), None);
+        assert!(p.contains("<td class=\"better\">better</td>"), "{p}");
+        assert!(p.contains("<td class=\"same\">same</td>"), "{p}");
+        assert!(p.contains("<table id=\"compare-table\">"), "{p}");
+        assert!(!p.contains("<pre"), "{p}");
+        for raw in ["<script>", "<x>", "<note>", "\"q\""] {
+            assert!(!p.contains(raw), "{raw} unescaped: {p}");
+        }
+        assert!(p.contains("&lt;script&gt;") && p.contains("&lt;x&gt;"));
+    }
+}
