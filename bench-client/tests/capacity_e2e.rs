@@ -427,8 +427,9 @@ fn on_a_slow_preset_the_capacity_is_the_knee_of_long_runs() {
         "ttft=3000,tpot=100",
     ];
     // Near its knee this server's queue settles over minutes, not over its requests' 2 s: a
-    // 60 s run at 3.3 req/s meets the SLO for 98% of requests, a 300 s one for 94%. Steps as long
-    // as the knee's runs.
+    // 60 s run at 3.3 req/s meets the SLO for 98% of requests, a 300 s one for 94% (a queue near
+    // saturation takes far longer than its request time to show its tail, though its time in the
+    // system does not grow over a step). Steps as long as the knee's runs.
     let (_, knee) = capacity_matches_the_knee(&setup, &["--duration", "300s"], 2.0, 300);
     assert!(knee < 10.0, "{knee}");
 }

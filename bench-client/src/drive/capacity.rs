@@ -7,8 +7,8 @@
 //! or `--num-requests`), lengthened to [`STEADY_SPANS`] x [`MARGIN`] times the mean request time
 //! of the steps that ran before it (a rerun: of the short step at its level; else the longest
 //! of the steps at lower levels that kept up). After it, its own mean request time decides: a step
-//! whose requests met the target but that was too short is run again, longer
-//! ([`CapacityPlan::next`]).
+//! whose requests met the target but that was too short, or whose queue grew over it, is run
+//! again at least twice as long ([`CapacityPlan::next`]).
 //!
 //! Each step's records go to a results file of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
 //! `--resume` of a step needs its own seed and schedule. A resumed search replays the steps whose
@@ -98,15 +98,21 @@ impl CapacityConfig {
     /// How long a step at `level` runs after the steps `rows`: the step rule of the module's
     /// comment.
     pub fn step_stop(&self, level: f64, rows: &[CapacityRow]) -> Stop {
-        let reference = match rows.last() {
-            Some(r) if r.rate == level && !r.steady => r.mean_request_s,
-            _ => rows
-                .iter()
-                .filter(|r| r.rate < level && r.kept_up)
-                .filter_map(|r| r.mean_request_s)
-                .reduce(f64::max),
+        let (reference, rerun_span) = match rows.last() {
+            Some(r) if r.rate == level && !r.steady => (r.mean_request_s, r.arrival_span_s),
+            _ => (
+                rows.iter()
+                    .filter(|r| r.rate < level && r.kept_up)
+                    .filter_map(|r| r.mean_request_s)
+                    .reduce(f64::max),
+                None,
+            ),
         };
-        let need_s = reference.map_or(0.0, |m| STEADY_SPANS * MARGIN * m);
+        // A rerun is at least twice as long as the step it repeats: a queue that grew over that
+        // step either settles or shows over the longer one.
+        let need_s = reference
+            .map_or(0.0, |m| STEADY_SPANS * MARGIN * m)
+            .max(rerun_span.map_or(0.0, |s| 2.0 * s));
         let closed = self.level() == Level::Concurrency;
         match self.stop {
             Stop::Duration(d) => Stop::Duration(d.max(std::time::Duration::from_secs_f64(need_s))),

@@ -24,6 +24,16 @@
 /// in its TTFT and throughput instead of hiding in a burst the server absorbs.
 pub const STEADY_SPANS: f64 = 20.0;
 
+/// A step's queue is growing (it is not in steady state, however long it ran) when the requests
+/// scheduled in the last quarter of its arrivals spend more than this many times as long from their
+/// scheduled start to their end (median) as those of the second quarter (the first is the ramp-up).
+/// A server a little above its knee queues slowly: its step's requests may still meet the SLO while
+/// the time in the system climbs from quarter to quarter.
+pub const GROWTH_LIMIT: f64 = 1.5;
+
+/// Requests a quarter needs before its median time in the system says anything.
+const GROWTH_MIN_QUARTER: usize = 8;
+
 /// How often a level whose step would pass but was too short for [`STEADY_SPANS`] is run again.
 pub const MAX_RERUNS: usize = 2;
 
@@ -57,6 +67,40 @@ pub struct StepTiming {
     pub mean_request_s: f64,
     /// Requests that succeeded.
     pub succeeded: u64,
+    /// The last quarter's median time in the system over the second quarter's ([`GROWTH_LIMIT`]);
+    /// `None` with too few requests a quarter.
+    pub queue_growth: Option<f64>,
+}
+
+/// The median of `v` (sorted in place); `None` when empty.
+fn median(v: &mut [u64]) -> Option<f64> {
+    v.sort_unstable();
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2] as f64),
+        _ => Some((v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0),
+    }
+}
+
+/// The last quarter's median time in the system over the second quarter's, by scheduled start.
+fn queue_growth(requests: &[RequestSpan]) -> Option<f64> {
+    let mut by_start: Vec<&RequestSpan> = requests.iter().collect();
+    by_start.sort_by_key(|r| r.scheduled_ns);
+    let q = by_start.len() / 4;
+    if q < GROWTH_MIN_QUARTER {
+        return None;
+    }
+    let in_system = |rs: &[&RequestSpan]| {
+        let mut v: Vec<u64> = rs
+            .iter()
+            .map(|r| r.end_ns.saturating_sub(r.scheduled_ns))
+            .collect();
+        median(&mut v)
+    };
+    let second = in_system(&by_start[q..2 * q])?;
+    let last = in_system(&by_start[by_start.len() - q..])?;
+    (second > 0.0).then(|| last / second)
 }
 
 impl StepTiming {
@@ -76,6 +120,7 @@ impl StepTiming {
             duration_s: end.saturating_sub(first) as f64 / 1e9,
             mean_request_s: busy as f64 / 1e9 / n as f64,
             succeeded: requests.iter().filter(|r| r.ok).count() as u64,
+            queue_growth: queue_growth(requests),
         })
     }
 
@@ -97,9 +142,15 @@ impl StepTiming {
         STEADY_SPANS * self.mean_request_s
     }
 
-    /// Whether the arrivals lasted long enough for steady state.
+    /// Whether the step was in steady state: its arrivals lasted long enough, and its queue did
+    /// not grow from the second quarter of its arrivals to the last ([`GROWTH_LIMIT`]).
     pub fn steady(&self) -> bool {
-        self.arrival_span_s >= self.span_needed_s()
+        self.arrival_span_s >= self.span_needed_s() && !self.queue_grows()
+    }
+
+    /// Whether the time in the system grew past [`GROWTH_LIMIT`] over the step.
+    pub fn queue_grows(&self) -> bool {
+        self.queue_growth.is_some_and(|g| g > GROWTH_LIMIT)
     }
 }
 
@@ -513,5 +564,42 @@ mod tests {
             .collect();
         assert!(!StepTiming::of(&long).unwrap().steady());
         assert_eq!(StepTiming::of(&[]), None);
+    }
+
+    #[test]
+    fn a_queue_that_grows_over_the_step_is_not_steady_however_long_it_ran() {
+        // 400 arrivals 100 ms apart, each 50 ms in the system: steady.
+        let at = |k: u64| k * 100_000_000;
+        let flat: Vec<_> = (0..400)
+            .map(|k| RequestSpan {
+                scheduled_ns: at(k),
+                sent_ns: at(k),
+                end_ns: at(k) + 50_000_000,
+                ok: true,
+            })
+            .collect();
+        let t = StepTiming::of(&flat).unwrap();
+        assert_eq!(t.queue_growth, Some(1.0));
+        assert!(t.steady());
+        // The same arrivals, each waiting 1 ms longer than the one before: the last quarter spends
+        // about twice as long in the system as the second, though every request is short.
+        let growing: Vec<_> = (0..400)
+            .map(|k| RequestSpan {
+                scheduled_ns: at(k),
+                sent_ns: at(k) + k * 1_000_000,
+                end_ns: at(k) + k * 1_000_000 + 50_000_000,
+                ok: true,
+            })
+            .collect();
+        let g = StepTiming::of(&growing).unwrap();
+        assert!(g.arrival_span_s >= g.span_needed_s());
+        assert!(
+            g.queue_growth.unwrap() > GROWTH_LIMIT,
+            "{:?}",
+            g.queue_growth
+        );
+        assert!(!g.steady());
+        // Too few requests a quarter say nothing.
+        assert_eq!(StepTiming::of(&growing[..20]).unwrap().queue_growth, None);
     }
 }

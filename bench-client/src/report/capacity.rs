@@ -73,8 +73,12 @@ pub struct CapacityRow {
     pub arrival_span_s: Option<f64>,
     /// Mean send-to-end time of the step's requests, seconds.
     pub mean_request_s: Option<f64>,
-    /// Whether the arrivals spanned enough mean request times for steady state.
+    /// Whether the arrivals spanned enough mean request times, and the queue did not grow, for
+    /// steady state.
     pub steady: bool,
+    /// The last quarter's median time in the system over the second quarter's (a growing queue
+    /// is not steady state: [`crate::measure::capacity::GROWTH_LIMIT`]).
+    pub queue_growth: Option<f64>,
     /// The step's requests met the target but it was too short for steady state: no verdict, its
     /// level runs again longer (after the last rerun allowed, it fails).
     pub too_short: bool,
@@ -134,6 +138,7 @@ impl CapacityRow {
             arrival_span_s: t.map(|t| t.arrival_span_s),
             mean_request_s: t.map(|t| t.mean_request_s),
             steady: t.is_some_and(StepTiming::steady),
+            queue_growth: t.and_then(|t| t.queue_growth),
             too_short: false,
             request_throughput: d.request_throughput,
             output_throughput: d.output_throughput,
@@ -162,11 +167,16 @@ impl CapacityRow {
 
     /// The step's verdict in a word or two: pass, FAIL and why, or too short (run again).
     pub fn verdict(&self) -> &'static str {
-        match (self.passed, self.too_short, self.kept_up) {
-            (true, _, _) => "pass",
-            (false, true, _) => "too short",
-            (false, false, false) => "FAIL: fell behind",
-            (false, false, true) => "FAIL",
+        let grows = self
+            .queue_growth
+            .is_some_and(|g| g > crate::measure::capacity::GROWTH_LIMIT);
+        match (self.passed, self.too_short, self.kept_up, grows) {
+            (true, ..) => "pass",
+            (false, true, _, true) => "queue grows",
+            (false, true, _, false) => "too short",
+            (false, false, false, _) => "FAIL: fell behind",
+            (false, false, true, true) => "FAIL: queue grows",
+            (false, false, true, false) => "FAIL",
         }
     }
 }
@@ -327,6 +337,7 @@ mod tests {
             arrival_span_s: None,
             mean_request_s: None,
             steady: true,
+            queue_growth: None,
             too_short: false,
             request_throughput: Some(6.0),
             output_throughput: Some(192.0),

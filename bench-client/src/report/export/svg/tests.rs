@@ -287,6 +287,7 @@ fn capacity_report() -> crate::report::capacity::CapacityReport {
         arrival_span_s: Some(200.0 / rate),
         mean_request_s: Some(0.01),
         steady: true,
+        queue_growth: Some(1.0),
         too_short: false,
         request_throughput: Some(tput),
         output_throughput: Some(tput * 128.0),
