@@ -364,12 +364,18 @@ fn summary_only_files_import_as_the_tools_figures_without_records() {
     assert!(manifest_of(&full)["imported"].get("summary").is_none());
 }
 
-/// This client's small load on the engine path (virtual time), the mock reporting its timings.
-fn own_load(dir: &Path) -> PathBuf {
+/// This client's small load against the embedded mock reporting its timings: on the engine path
+/// (virtual time, where the way there and back is 0), or over HTTP on loopback (where it is not).
+fn own_load(dir: &Path, simulate: bool) -> PathBuf {
     let out = dir.join("own.jsonl");
+    let path = if simulate {
+        "--simulate"
+    } else {
+        "--mock-set=time_scale=0.25"
+    };
     let o = run(&[
         "load",
-        "--simulate",
+        path,
         "--api",
         "sglang",
         "--concurrency",
@@ -406,7 +412,7 @@ fn mean(v: &[f64]) -> f64 {
 fn a_summary_compares_with_a_run_on_the_figures_both_have() {
     let dir = tempfile::tempdir().unwrap();
     let summary = import_to(dir.path(), "bench_serving-summary.jsonl");
-    let own = own_load(dir.path());
+    let own = own_load(dir.path(), true);
     let own_ttft: Vec<f64> = records_of(&own)
         .iter()
         .map(|r| r["load"]["ttft_from_schedule_ms"].as_f64().unwrap())
@@ -488,7 +494,8 @@ fn table(html: &str, id: &str) -> Vec<Vec<String>> {
 #[test]
 fn the_page_holds_the_mocks_ground_truth_beside_the_imported_and_own_figures() {
     let dir = tempfile::tempdir().unwrap();
-    let own = own_load(dir.path());
+    // Over HTTP: the truth and this client's TTFT differ by the way there and back.
+    let own = own_load(dir.path(), false);
     let recs = records_of(&own);
     let truth: Vec<f64> = recs
         .iter()
