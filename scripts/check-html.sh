@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The HTML reports as a person sees them: a sweep, a load run with an SLO, the Kimi sweep (1k..185k)
 # and a compare of two sweeps against the embedded mock (`report --html`, `compare --html`), and a
-# capacity search's plot with its SLO, each loaded in headless Chromium. Fails when a
+# capacity search's plot with its SLO, and a compare of an imported bench_serving summary (the fixture)
+# against a load of this client with the mock's ground truth beside both, each loaded in headless Chromium. Fails when a
 # page logs a console message, refers to anything outside itself, or lacks its tables and plots. Screenshots and the rendered DOM
 # go to target/html-check/ to look at.
 #   scripts/check-html.sh            (BENCH_CLIENT=path picks the binary; default target/debug)
@@ -35,6 +36,11 @@ mkdir -p "$OUT/capacity"
     --out "$OUT/capacity/step" --plot "$OUT/capacity.svg" >/dev/null 2>"$OUT/capacity.log"
 "$BIN" load --simulate --concurrency 4 --num-requests 40 --input-len 512 --output-len 32 --slo ttft=200,tpot=20 --mock-set decode_base_s=0.0024 \
     --out "$OUT/load-new.jsonl" --no-progress >/dev/null 2>"$OUT/load-new.log"
+# An imported tool's summary against this client's run of the embedded mock reporting its timings: the
+# page puts the mock's ground truth beside both.
+"$BIN" import fixtures/import/bench_serving-summary.jsonl --out "$OUT/imported-summary.jsonl" >"$OUT/import.log" 2>&1
+"$BIN" load --api sglang --concurrency 2 --num-requests 8 --input-len 64 --output-len 16 --mock-set time_scale=0.25 \
+    --mock-set enable_metrics=true --out "$OUT/load-truth.jsonl" --no-progress >/dev/null 2>"$OUT/load-truth.log"
 
 fail=0
 check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match the pattern
@@ -45,7 +51,8 @@ check() { # check PAGE WHAT GREP-PATTERN: the rendered DOM of PAGE must match th
 }
 "$BIN" compare "$OUT/sweep.jsonl" "$OUT/sweep-new.jsonl" --html "$OUT/compare.html" >/dev/null 2>"$OUT/compare.log"
 "$BIN" compare "$OUT/load.jsonl" "$OUT/load-new.jsonl" --html "$OUT/compare-load.html" >/dev/null 2>"$OUT/compare-load.log"
-for page in sweep load kimi compare compare-load; do
+"$BIN" compare "$OUT/imported-summary.jsonl" "$OUT/load-truth.jsonl" --html "$OUT/compare-truth.html" >/dev/null 2>"$OUT/compare-truth.log"
+for page in sweep load kimi compare compare-load compare-truth; do
     if [[ "$page" != compare* ]]; then
         "$BIN" report "$OUT/$page.jsonl" --html "$OUT/$page.html" >/dev/null 2>>"$OUT/$page.log"
     fi
@@ -100,9 +107,13 @@ for page in compare compare-load; do
         fail=1
     fi
 done
+check compare-truth "ground-truth table" '<table id="truth-table">'
+check compare-truth "ground truth, bench_serving's figure and error, this client's figure and error" \
+    '<td class="l">TTFT mean</td><td>[0-9.]+</td><td>12\.217</td><td>[-+][0-9.]+ \([-+][0-9.]+%\)</td><td>[0-9.]+</td><td>[-+][0-9.]+ \([-+][0-9.]+%\)</td>'
+check compare-truth "summary rows" '<td class="l">TTFT mean</td><td>12\.217</td>'
 check compare-load "headline saying a slower decode is worse" 'id="headline">NEW is worse'
 check compare-load "worse row under a slower decode" '<td class="worse">worse</td>'
 if [[ "$fail" == 0 ]]; then
-    echo "check-html: sweep.html, load.html, kimi.html, compare.html, compare-load.html and capacity.svg render with their tables, plots and lines; screenshots in $OUT/"
+    echo "check-html: sweep.html, load.html, kimi.html, compare.html, compare-load.html, compare-truth.html and capacity.svg render with their tables, plots and lines; screenshots in $OUT/"
 fi
 exit "$fail"

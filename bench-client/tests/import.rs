@@ -271,3 +271,287 @@ fn an_existing_output_is_refused_as_usage() {
     assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me\n");
 }
+
+/// Import `name` with the binary into `dir`; the results file's path.
+fn import_to(dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(format!("{}.imported.jsonl", name.replace('/', "-")));
+    let o = run(&[
+        "import",
+        fixture(name).to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    out
+}
+
+fn manifest_of(results: &Path) -> Value {
+    let m = std::fs::read_to_string(format!("{}.manifest.jsonl", results.display())).unwrap();
+    serde_json::from_str(m.lines().next().unwrap()).unwrap()
+}
+
+fn read_json(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(name)).unwrap();
+    let first = text.lines().next().unwrap().replace("Infinity", "null");
+    serde_json::from_str(&first)
+        .or_else(|_| serde_json::from_str(&text))
+        .unwrap()
+}
+
+#[test]
+fn summary_only_files_import_as_the_tools_figures_without_records() {
+    let dir = tempfile::tempdir().unwrap();
+    // (fixture, the tool, [(our figure, the file's own value)]), the values read from the file.
+    let bs = read_json("bench_serving-summary.jsonl");
+    let vl = read_json("vllm-bench-serve-summary.json");
+    let ai = read_json("aiperf/profile_export_aiperf.json");
+    let cases = [
+        (
+            "bench_serving-summary.jsonl",
+            "bench_serving",
+            vec![
+                ("ttft_mean_ms", &bs["mean_ttft_ms"]),
+                ("ttft_p50_ms", &bs["median_ttft_ms"]),
+                ("ttft_p99_ms", &bs["p99_ttft_ms"]),
+                ("tpot_mean_ms", &bs["mean_tpot_ms"]),
+                ("inter_chunk_p99_ms", &bs["p99_itl_ms"]),
+                ("e2e_mean_ms", &bs["mean_e2e_latency_ms"]),
+                ("output_throughput_tok_s", &bs["output_throughput"]),
+            ],
+        ),
+        (
+            "vllm-bench-serve-summary.json",
+            "vllm",
+            vec![
+                ("ttft_mean_ms", &vl["mean_ttft_ms"]),
+                ("tpot_p99_ms", &vl["p99_tpot_ms"]),
+                ("request_throughput_req_s", &vl["request_throughput"]),
+            ],
+        ),
+        (
+            "aiperf/profile_export_aiperf.json",
+            "aiperf",
+            vec![
+                ("ttft_mean_ms", &ai["time_to_first_token"]["avg"]),
+                ("ttft_p90_ms", &ai["time_to_first_token"]["p90"]),
+                ("tpot_mean_ms", &ai["inter_token_latency"]["avg"]),
+                ("e2e_p99_ms", &ai["request_latency"]["p99"]),
+                (
+                    "output_throughput_tok_s",
+                    &ai["output_token_throughput"]["avg"],
+                ),
+            ],
+        ),
+    ];
+    for (name, tool, figures) in cases {
+        let out = import_to(dir.path(), name);
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "",
+            "{name}: no records"
+        );
+        let m = manifest_of(&out);
+        assert_eq!(m["imported"]["tool"], tool, "{name}");
+        let s = &m["imported"]["summary"];
+        for (ours, theirs) in figures {
+            assert!(theirs.is_number(), "{name}: {ours}");
+            assert_eq!(&s["figures"][ours], theirs, "{name}: {ours}");
+        }
+        assert!(s["definitions"]["ttft"].is_string(), "{name}: {s}");
+    }
+    // A file with per-request data still imports as records, with no summary in its manifest.
+    let full = import_to(dir.path(), "vllm-bench-serve.json");
+    assert!(manifest_of(&full)["imported"].get("summary").is_none());
+}
+
+/// This client's small load against the embedded mock reporting its timings: on the engine path
+/// (virtual time, where the way there and back is 0), or over HTTP on loopback (where it is not).
+fn own_load(dir: &Path, simulate: bool) -> PathBuf {
+    let out = dir.join("own.jsonl");
+    let path = if simulate {
+        "--simulate"
+    } else {
+        "--mock-set=time_scale=0.25"
+    };
+    let o = run(&[
+        "load",
+        path,
+        "--api",
+        "sglang",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "8",
+        "--input-len",
+        "64",
+        "--output-len",
+        "16",
+        "--mock-set",
+        "enable_metrics=true",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    out
+}
+
+fn records_of(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+#[test]
+fn a_summary_compares_with_a_run_on_the_figures_both_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = import_to(dir.path(), "bench_serving-summary.jsonl");
+    let own = own_load(dir.path(), true);
+    let own_ttft: Vec<f64> = records_of(&own)
+        .iter()
+        .map(|r| r["load"]["ttft_from_schedule_ms"].as_f64().unwrap())
+        .collect();
+    let figures = &manifest_of(&summary)["imported"]["summary"]["figures"];
+    for (base, new, summary_is_base) in [(&summary, &own, true), (&own, &summary, false)] {
+        let o = run(&[
+            "compare",
+            base.to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let rows = v["rows"].as_array().unwrap();
+        let row = |m: &str| rows.iter().find(|r| r["metric"] == m).unwrap();
+        let (fixed, resampled) = if summary_is_base {
+            ("base", "new")
+        } else {
+            ("new", "base")
+        };
+        // Every figure of the summary is a row, its value the tool's; this client's side is its own.
+        let names = figures.as_object().unwrap();
+        assert_eq!(rows.len(), names.len(), "{rows:?}");
+        for (name, value) in names {
+            assert_eq!(&row(name)[fixed], value, "{name}");
+        }
+        let t = row("ttft_mean_ms");
+        assert!((t[resampled].as_f64().unwrap() - mean(&own_ttft)).abs() < 1e-9);
+        // The interval is this client's resamples against the fixed figure: it holds the ratio.
+        let (lo, hi, ratio) = (
+            t["ci_low"].as_f64().unwrap(),
+            t["ci_high"].as_f64().unwrap(),
+            t["ratio"].as_f64().unwrap(),
+        );
+        assert!(lo < hi && lo <= ratio && ratio <= hi, "{t}");
+        assert_eq!(row("output_throughput_tok_s")["verdict"], "unclear");
+        let notes = v["notes"].to_string();
+        assert!(notes.contains("it has no resamples"), "{notes}");
+        assert!(
+            notes.contains("the summary does not have them: ttft_p90_ms"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("bench_serving's ttft: from the request's send"),
+            "{notes}"
+        );
+    }
+    // Two summaries have nothing to resample.
+    let o = run(&[
+        "compare",
+        summary.to_str().unwrap(),
+        summary.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    assert!(stderr(&o).contains("both sides are other tools' summaries"));
+}
+
+/// The cells of the table `id` of an HTML page, row by row (header left out).
+fn table(html: &str, id: &str) -> Vec<Vec<String>> {
+    let start = html.find(&format!("<table id=\"{id}\">")).unwrap();
+    let end = start + html[start..].find("</table>").unwrap();
+    html[start..end]
+        .split("<tr>")
+        .skip(2)
+        .map(|row| {
+            row.split("<td")
+                .skip(1)
+                .map(|c| {
+                    let c = &c[c.find('>').unwrap() + 1..];
+                    c[..c.find("</td>").unwrap()].to_string()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_page_holds_the_mocks_ground_truth_beside_the_imported_and_own_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    // Over HTTP: the truth and this client's TTFT differ by the way there and back.
+    let own = own_load(dir.path(), false);
+    let recs = records_of(&own);
+    let truth: Vec<f64> = recs
+        .iter()
+        .map(|r| r["ttft_ms"].as_f64().unwrap() - r["ttft_split"]["rest_ms"].as_f64().unwrap())
+        .collect();
+    let own_ttft: Vec<f64> = recs
+        .iter()
+        .map(|r| r["ttft_ms"].as_f64().unwrap())
+        .collect();
+    let num = |s: &str| s.split_whitespace().next().unwrap().parse::<f64>().unwrap();
+    // A summary, and records rebuilt from per-request data: the imported column is the tool's.
+    let summary = import_to(dir.path(), "bench_serving-summary.jsonl");
+    let records = import_to(dir.path(), "bench_serving-sglang.jsonl");
+    let imported_ttft: Vec<f64> = records_of(&records)
+        .iter()
+        .filter(|r| r["error"].is_null())
+        .map(|r| r["ttft_ms"].as_f64().unwrap())
+        .collect();
+    let summary_mean = manifest_of(&summary)["imported"]["summary"]["figures"]["ttft_mean_ms"]
+        .as_f64()
+        .unwrap();
+    for (imported, imported_mean) in [(&summary, summary_mean), (&records, mean(&imported_ttft))] {
+        let page = dir.path().join("page.html");
+        let _ = std::fs::remove_file(&page);
+        let o = run(&[
+            "compare",
+            imported.to_str().unwrap(),
+            own.to_str().unwrap(),
+            "--html",
+            page.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let html = std::fs::read_to_string(&page).unwrap();
+        let rows = table(&html, "truth-table");
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        let m = &rows[0];
+        assert_eq!(m[0], "TTFT mean");
+        let close = |a: f64, b: f64| (a - b).abs() < 0.0015;
+        assert!(close(num(&m[1]), mean(&truth)), "{m:?}");
+        assert!(close(num(&m[2]), imported_mean), "{m:?}");
+        assert!(close(num(&m[3]), imported_mean - mean(&truth)), "{m:?}");
+        assert!(close(num(&m[4]), mean(&own_ttft)), "{m:?}");
+        assert!(close(num(&m[5]), mean(&own_ttft) - mean(&truth)), "{m:?}");
+        assert!(html.contains("id=\"truth-note\""));
+    }
+    // Two runs of this client: no imported tool, no truth section.
+    let page = dir.path().join("own.html");
+    let o = run(&[
+        "compare",
+        own.to_str().unwrap(),
+        own.to_str().unwrap(),
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!std::fs::read_to_string(&page)
+        .unwrap()
+        .contains("truth-table"));
+}

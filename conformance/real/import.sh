@@ -10,7 +10,8 @@
 #   import.sh fixtures  a smaller run (8 requests, 2 at a time, 64 in, 16 out) copied into fixtures/import/
 #
 # Env: LLMB_REAL_CACHE, LLMB_BIN_DIR (see common.sh; default: a release build of this checkout),
-# IMPORT_TOOLS (default "sglang-sglang sglang-openai vllm guidellm aiperf"), IMPORT_REQUESTS (24),
+# IMPORT_TOOLS (default "sglang-sglang sglang-openai sglang-summary vllm guidellm aiperf"; sglang-summary is
+# bench_serving without --output-details, the summary only), IMPORT_REQUESTS (24),
 # IMPORT_CONCURRENCY (4), IMPORT_INPUT (256), IMPORT_OUTPUT (32), IMPORT_TIME_SCALE (the mock's
 # time_scale, 0.25: requests of about 0.1 s, so that the tools' own overheads stay small beside
 # them). Never starts SGLang or vLLM servers: the tools only send to the mock, on loopback.
@@ -28,7 +29,7 @@ REQUESTS="${IMPORT_REQUESTS:-24}"
 CONCURRENCY="${IMPORT_CONCURRENCY:-4}"
 INPUT="${IMPORT_INPUT:-256}"
 OUTPUT="${IMPORT_OUTPUT:-32}"
-TOOLS="${IMPORT_TOOLS:-sglang-sglang sglang-openai vllm guidellm aiperf}"
+TOOLS="${IMPORT_TOOLS:-sglang-sglang sglang-openai sglang-summary vllm guidellm aiperf}"
 
 # venv NAME PACKAGES...: a uv venv under $IMPORT_DIR with PACKAGES (idempotent by a stamp file).
 venv() {
@@ -102,7 +103,7 @@ start() {
     bins="$(bin_dir)"
     port="$(pick_port)"
     start_server "$SERVER_NAME" "$port" "$bins/mock-server" --host 127.0.0.1 --port "$port" \
-        --set "time_scale=${IMPORT_TIME_SCALE:-0.25}"
+        --set "time_scale=${IMPORT_TIME_SCALE:-0.25}" --set enable_metrics=true
     wait_ready "$SERVER_NAME" "http://127.0.0.1:$port" 60 || die "the mock did not start"
     echo "http://127.0.0.1:$port"
 }
@@ -116,15 +117,17 @@ run_tool() {
     mkdir -p "$dir"
     log "$name: $REQUESTS requests, $CONCURRENCY at a time, $INPUT in, $OUTPUT out (log: $dir/log.txt)"
     case "$name" in
-    sglang-sglang | sglang-openai)
-        local backend=sglang
+    sglang-sglang | sglang-openai | sglang-summary)
+        local backend=sglang details=--output-details
         [[ "$name" == sglang-openai ]] && backend=sglang-oai
+        [[ "$name" == sglang-summary ]] && details=''
+
         (cd "$dir" && HF_HUB_OFFLINE=1 nice "$IMPORT_DIR/sglang/bin/python" \
             "$IMPORT_DIR/sglang/bench_serving-$SGLANG_VERSION.py" --backend "$backend" --base-url "$url" \
             --model "$MODEL" --tokenizer "$TOKENIZER_DIR" --dataset-name random-ids \
             --random-input-len "$INPUT" --random-output-len "$OUTPUT" --random-range-ratio 1.0 \
             --num-prompts "$REQUESTS" --max-concurrency "$CONCURRENCY" --request-rate inf \
-            --output-details --output-file "$dir/result.jsonl") >"$dir/log.txt" 2>&1
+            ${details:+"$details"} --output-file "$dir/result.jsonl") >"$dir/log.txt" 2>&1
         echo "$dir/result.jsonl"
         ;;
     vllm)
@@ -163,7 +166,7 @@ PY
             >"$dir/log.txt" 2>&1
         echo "$dir/artifacts/profile_export.jsonl"
         ;;
-    *) die "unknown tool $name (sglang-sglang sglang-openai vllm guidellm aiperf)" ;;
+    *) die "unknown tool $name (sglang-sglang sglang-openai sglang-summary vllm guidellm aiperf)" ;;
     esac
 }
 
@@ -186,6 +189,10 @@ run_all() {
         # AIPerf's raw export (per-response instants) beside its per-record export.
         if [[ "$name" == aiperf && -s "$(dirname "$file")/profile_export_raw.jsonl" ]]; then
             echo "aiperf-raw $(dirname "$file")/profile_export_raw.jsonl" >>"$OUT/files.txt"
+        fi
+        # AIPerf's summary alone imports as its figures.
+        if [[ "$name" == aiperf && -s "$(dirname "$file")/profile_export_aiperf.json" ]]; then
+            echo "aiperf-summary $(dirname "$file")/profile_export_aiperf.json" >>"$OUT/files.txt"
         fi
     done
 }
@@ -217,10 +224,22 @@ check() {
             --num-requests "$REQUESTS" --input-len "$INPUT" --output-len "$OUTPUT" --no-progress \
             --out "$OUT/client-load.jsonl" >"$OUT/client-load.txt" 2>&1 &&
             "$bins/bench-client" compare "$OUT/sglang-sglang.imported.jsonl" "$OUT/client-load.jsonl" \
-                >"$OUT/compare.txt" 2>&1; then
+                --html "$OUT/compare.html" >"$OUT/compare.txt" 2>&1; then
             grep -E 'ttft|what differs' "$OUT/compare.txt" || true
+            log "the mock's ground truth beside both: $OUT/compare.html"
         else
             log "FAILED: this client's load or the compare; see $OUT/client-load.txt and $OUT/compare.txt"
+            rc=1
+        fi
+    fi
+    # bench_serving's summary alone against the same run of this client.
+    if grep -q '^sglang-summary ' "$OUT/files.txt" && [[ -s "$OUT/client-load.jsonl" ]]; then
+        if "$bins/bench-client" compare "$OUT/sglang-summary.imported.jsonl" "$OUT/client-load.jsonl" \
+            --html "$OUT/compare-summary.html" >"$OUT/compare-summary.txt" 2>&1; then
+            grep -E 'ttft' "$OUT/compare-summary.txt" || true
+            log "bench_serving's summary against this client, with the ground truth: $OUT/compare-summary.html"
+        else
+            log "FAILED: the compare of bench_serving's summary; see $OUT/compare-summary.txt"
             rc=1
         fi
     fi

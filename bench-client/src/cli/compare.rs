@@ -11,12 +11,15 @@ use clap::Args;
 use super::common::Format;
 use super::exit::{self, CliError};
 use crate::measure::compare::Bootstrap;
+use crate::report::compare::summary::{compare_summary, summary_of};
+use crate::report::compare::truth::{truth, ImportedSide};
 use crate::report::compare::{
     compare_records_with, manifest_differences, manifest_slo, read_side, workload_differences,
     CompareReport, Kind,
 };
 use crate::report::Report;
 use crate::report::{export, Slo};
+use crate::results::read_manifest;
 
 const ABOUT: &str = "\
 Compare two runs: for each statistic (sweeps: TTFT, decode and prefill p50 per context length;
@@ -191,8 +194,26 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     if !workload.is_empty() {
         eprintln!("WARNING: compared anyway (--allow-different-workloads): the verdicts compare different workloads, not only the servers");
     }
-    let base = read_side("BASE", &base_files).map_err(CliError::Data)?;
-    let new = read_side("NEW", &new_files).map_err(CliError::Data)?;
+    let summaries = (
+        summary_of("BASE", &base_files).map_err(CliError::Data)?,
+        summary_of("NEW", &new_files).map_err(CliError::Data)?,
+    );
+    if let (Some(b), Some(n)) = &summaries {
+        return Err(CliError::Data(anyhow::anyhow!(
+            "both sides are other tools' summaries ({} and {}): a summary has no requests to resample, so one side must be a run's records",
+            b.file,
+            n.file
+        )));
+    }
+    let read = |side: &str, files: &[PathBuf], summary: bool| {
+        if summary {
+            Ok(Vec::new())
+        } else {
+            read_side(side, files)
+        }
+    };
+    let base = read("BASE", &base_files, summaries.0.is_some()).map_err(CliError::Data)?;
+    let new = read("NEW", &new_files, summaries.1.is_some()).map_err(CliError::Data)?;
     let slo = slo
         .or_else(|| manifest_slo(&base_files).filter(|s| Some(*s) == manifest_slo(&new_files)))
         .unwrap_or_default();
@@ -204,7 +225,12 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         bar.set_length(total);
         bar.set_position(done);
     };
-    let mut report = compare_records_with(&base, &new, slo, &b, &tick).map_err(CliError::Data)?;
+    let mut report = match &summaries {
+        (Some(sum), _) => compare_summary(sum, true, &new, &b, &tick),
+        (_, Some(sum)) => compare_summary(sum, false, &base, &b, &tick),
+        _ => compare_records_with(&base, &new, slo, &b, &tick),
+    }
+    .map_err(CliError::Data)?;
     bar.finish_and_clear();
     report.workload = workload;
     report.notes.extend(workload_notes);
@@ -224,6 +250,13 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         })
         .collect();
     report.notes.extend(notes);
+    // A summary's figures are the rows' own values: not repeated as manifest differences.
+    report
+        .differences
+        .retain(|d| !d.key.starts_with("imported.summary."));
+    if a.html.is_some() && report.kind == Kind::Load {
+        report.truth = truth_section(&summaries, (&base_files, &base), (&new_files, &new));
+    }
     emit(&report, a.format)?;
     let plot = match report.kind {
         Kind::Sweep if a.plot.is_some() || a.html.is_some() => Some(export::svg::compare_sweeps(
@@ -252,6 +285,52 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::from(exit::REGRESSION));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The imported tool's name, when `files` are one imported run (its manifest says so).
+fn imported_tool(files: &[PathBuf]) -> Option<String> {
+    match files {
+        [f] => read_manifest(f).ok().flatten()?.imported.map(|i| i.tool),
+        _ => None,
+    }
+}
+
+type SideFiles<'a> = (&'a [PathBuf], &'a [crate::results::Record]);
+
+/// The page's ground-truth section, when exactly one side is imported (records or a summary): the
+/// other side is this client's run, whose records carry the mock's truth where it reported it.
+fn truth_section(
+    summaries: &(
+        Option<crate::report::compare::summary::SummarySide>,
+        Option<crate::report::compare::summary::SummarySide>,
+    ),
+    base: SideFiles<'_>,
+    new: SideFiles<'_>,
+) -> Option<crate::report::compare::truth::Truth> {
+    match summaries {
+        (Some(s), None) => {
+            return Some(truth(
+                &s.tool,
+                "BASE",
+                ImportedSide::Summary(&s.figures),
+                new.1,
+            ))
+        }
+        (None, Some(s)) => {
+            return Some(truth(
+                &s.tool,
+                "NEW",
+                ImportedSide::Summary(&s.figures),
+                base.1,
+            ))
+        }
+        _ => {}
+    }
+    match (imported_tool(base.0), imported_tool(new.0)) {
+        (Some(t), None) => Some(truth(&t, "BASE", ImportedSide::Records(base.1), new.1)),
+        (None, Some(t)) => Some(truth(&t, "NEW", ImportedSide::Records(new.1), base.1)),
+        _ => None,
+    }
 }
 
 fn emit(r: &CompareReport, format: Format) -> anyhow::Result<()> {

@@ -22,6 +22,12 @@ Formats (detected from the content, or named with --from): SGLang bench_serving'
 (--output-details), vLLM's `bench serve --save-detailed` JSON, guidellm's benchmarks JSON, AIPerf's
 profile_export.jsonl (its profile_export_aiperf.json summary read from beside it).
 
+Summary-only files (bench_serving without --output-details, `vllm bench serve` without
+--save-detailed, AIPerf's profile_export_aiperf.json alone) give no records: the tool's figures
+(TTFT, TPOT, ITL and end-to-end mean/p50/p90/p99 where it has them, throughputs) and its
+definitions go into the manifest line, and `compare SUMMARY.jsonl RUN.jsonl` holds them against a
+run's records.
+
 Where a file does not say how many tokens each chunk carried, the records say so
 (token_attribution imported-unknown) and their decode rate and TPOT are the source's definition;
 where it has no start times (bench_serving), the schedule is rebuilt as a closed loop of its
@@ -29,7 +35,7 @@ where it has no start times (bench_serving), the schedule is rebuilt as a closed
 printed beside the same figures from the records, with the reason for each difference.
 
 Exit codes: 0 imported; 64 bad usage (an --out that exists); 65 a file that cannot be imported
-(unknown format, truncated JSON, no per-request data, arrays of different lengths); nothing is
+(unknown format, truncated JSON, neither per-request data nor a summary, arrays of different lengths); nothing is
 written then.";
 
 #[derive(Args, Debug)]
@@ -75,6 +81,20 @@ fn jsonl<T: serde::Serialize>(lines: &[T]) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// What a summary-only run gives: the tool's figures, kept in the manifest for `compare`.
+fn summary_lines(file: &str, i: usize, run: &import::Run, f: &import::summary::Figures) -> String {
+    let mut out = format!(
+        "{file} run {i}: {} {}, summary only (no per-request data): {} figures kept in the manifest for compare, no records\n",
+        run.source.as_str(),
+        run.version.as_deref().unwrap_or("(version not in the file)"),
+        f.figures.len(),
+    );
+    for (k, v) in &f.figures {
+        out.push_str(&format!("  {k:<26} {v:>12.3}\n"));
+    }
+    out
+}
+
 pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
     let manifest_out = manifest_path(&a.out);
     let kept: Vec<_> = a
@@ -111,6 +131,11 @@ pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
     let mut report = String::new();
     for f in &files {
         for (i, run) in f.runs.iter().enumerate() {
+            if let Some(figures) = &run.figures {
+                report.push_str(&summary_lines(&f.file, i, run, figures));
+                manifests.push(import::manifest(f, run, i, &command));
+                continue;
+            }
             let recs = import::records(run, i);
             let failed = recs.iter().filter(|r| r.failed()).count();
             report.push_str(&format!(

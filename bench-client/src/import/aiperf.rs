@@ -197,8 +197,92 @@ fn raw_line(o: &Obj<'_>) -> Result<Option<Line>, ImportError> {
     }))
 }
 
+/// The tool's version, dialect, URL, model and settings, as its summary document says them.
+struct Described {
+    version: Option<String>,
+    dialect: Dialect,
+    url: Option<String>,
+    model: Option<String>,
+    settings: Value,
+}
+
+fn described(s: Option<&Value>) -> Described {
+    let config = s.and_then(|d| d.get("input_config"));
+    let endpoint = config.and_then(|c| c.get("endpoint"));
+    let mut settings = config.cloned().unwrap_or(Value::Null);
+    scrub(&mut settings);
+    Described {
+        version: s
+            .and_then(|d| d.get("aiperf_version"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        dialect: match endpoint.and_then(|e| e.get("type")).and_then(Value::as_str) {
+            Some(t) if t.contains("chat") => Dialect::OpenAiChat,
+            _ => Dialect::OpenAi,
+        },
+        url: endpoint
+            .and_then(|e| e.pointer("/urls/0"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        model: config
+            .and_then(|c| c.pointer("/models/items/0/name"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        settings,
+    }
+}
+
+/// A summary document alone: the tool's figures, no requests.
+fn summary_run(file: &str, doc: &Value) -> Result<Run, ImportError> {
+    let figures = super::summary::aiperf(&Obj::top(file, None, doc))?;
+    if figures.is_empty() {
+        return Err(ImportError::new(
+            file,
+            "an AIPerf summary without any figure (time_to_first_token, output_token_throughput): import profile_export.jsonl from the same directory",
+        ));
+    }
+    let d = described(Some(doc));
+    // AIPerf's start_time is a local ISO instant (`2026-12-03T04:32:49.399769`), read as UTC
+    // to the second.
+    let start_unix_ms = doc
+        .get("start_time")
+        .and_then(Value::as_str)
+        .and_then(|t| t.get(..19))
+        .and_then(|t| {
+            let compact: String = t.chars().filter(|c| !matches!(c, '-' | ':')).collect();
+            super::bench_serving::date_ms(&compact.replace('T', "-"))
+        })
+        .unwrap_or(0);
+    Ok(Run {
+        source: Source::Aiperf,
+        version: d.version,
+        dialect: d.dialect,
+        start_unix_ms,
+        start_from: "the summary's start_time",
+        settings: d.settings,
+        url: d.url,
+        model: d.model,
+        server_info: None,
+        requests: Vec::new(),
+        attribution: TokenAttribution::ImportedUnknown,
+        tpot: TpotDef::EndMinusFirst,
+        rebuilt_schedule: None,
+        summary: None,
+        notes: Notes::default(),
+        figures: Some(figures),
+    })
+}
+
 /// The run of an AIPerf `profile_export.jsonl` (its summary read from beside it).
 pub fn runs(path: &Path, file: &str, text: &str) -> Result<Vec<Run>, ImportError> {
+    // The summary alone (profile_export_aiperf.json): one document, no per-request lines.
+    if let Ok(doc) = json::parse(file, None, text) {
+        if doc.get("metadata").is_none()
+            && (doc.get("aiperf_version").is_some() || doc.get("benchmark_duration").is_some())
+        {
+            return summary_run(file, &doc).map(|r| vec![r]);
+        }
+    }
     let mut lines = Vec::new();
     for (i, l) in text.lines().enumerate() {
         if l.trim().is_empty() {
@@ -250,31 +334,16 @@ pub fn runs(path: &Path, file: &str, text: &str) -> Result<Vec<Run>, ImportError
             .and_then(|m| m.get(k))
             .and_then(number)
     };
-    let config = s.and_then(|d| d.get("input_config"));
-    let endpoint = config.and_then(|c| c.get("endpoint"));
-    let mut settings = config.cloned().unwrap_or(Value::Null);
-    scrub(&mut settings);
+    let d = described(s);
     Ok(vec![Run {
         source: Source::Aiperf,
-        version: s
-            .and_then(|d| d.get("aiperf_version"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        dialect: match endpoint.and_then(|e| e.get("type")).and_then(Value::as_str) {
-            Some(t) if t.contains("chat") => Dialect::OpenAiChat,
-            _ => Dialect::OpenAi,
-        },
+        version: d.version,
+        dialect: d.dialect,
         start_unix_ms,
         start_from: "the requests' own unix times (credit issued)",
-        settings,
-        url: endpoint
-            .and_then(|e| e.pointer("/urls/0"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        model: config
-            .and_then(|c| c.pointer("/models/items/0/name"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        settings: d.settings,
+        url: d.url,
+        model: d.model,
         server_info: None,
         requests,
         attribution: TokenAttribution::ImportedUnknown,
@@ -287,5 +356,6 @@ pub fn runs(path: &Path, file: &str, text: &str) -> Result<Vec<Run>, ImportError
             output_throughput: stat("output_token_throughput", "avg"),
         }),
         notes: Notes::default(),
+        figures: None,
     }])
 }

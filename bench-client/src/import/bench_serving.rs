@@ -72,7 +72,7 @@ pub fn runs(
 
 /// `YYYYMMDD-HHMMSS` (vLLM's `date`, the local time of the machine that ran it) as unix ms, read as
 /// UTC: the file does not say its time zone.
-fn date_ms(s: &str) -> Option<u64> {
+pub(super) fn date_ms(s: &str) -> Option<u64> {
     let (d, t) = s.split_once('-')?;
     if d.len() != 8 || t.len() != 6 {
         return None;
@@ -144,16 +144,87 @@ fn itl_runs(itls: &[f64], output_len: u32) -> (Vec<f64>, Vec<u32>) {
     (gaps, tokens)
 }
 
+/// A summary-only run (no per-request arrays): its settings and the tool's figures, no requests.
+fn summary_run(
+    o: &Obj<'_>,
+    source: Source,
+    modified_ms: u64,
+    figures: super::summary::Figures,
+) -> Run {
+    let (settings, server_info) = settings_of(o);
+    let (start_unix_ms, start_from) = start_of(o, modified_ms);
+    let backend = o.str("backend").unwrap_or("unknown");
+    Run {
+        source,
+        version: None,
+        dialect: if backend.contains("chat") {
+            Dialect::OpenAiChat
+        } else if source == Source::BenchServing && matches!(backend, "sglang" | "sglang-native") {
+            Dialect::Sglang
+        } else {
+            Dialect::OpenAi
+        },
+        start_unix_ms,
+        start_from,
+        settings,
+        url: None,
+        model: o.str("model_id").map(str::to_string),
+        server_info,
+        requests: Vec::new(),
+        attribution: TokenAttribution::ImportedUnknown,
+        tpot: TpotDef::EndMinusFirst,
+        rebuilt_schedule: None,
+        summary: None,
+        notes: Notes::default(),
+        figures: Some(figures),
+    }
+}
+
+/// The tool's settings kept in the manifest, and the server's description, secrets removed.
+fn settings_of(o: &Obj<'_>) -> (Value, Option<Value>) {
+    let mut settings = serde_json::Map::new();
+    for k in SETTINGS {
+        if let Some(v) = o.get(k) {
+            settings.insert(k.to_string(), v.clone());
+        }
+    }
+    let mut server_info = o.get("server_info").cloned();
+    if let Some(s) = server_info.as_mut() {
+        scrub(s);
+    }
+    let mut settings = Value::Object(settings);
+    scrub(&mut settings);
+    (settings, server_info)
+}
+
+/// The run's start: the file's `date`, else the file's modification time.
+fn start_of(o: &Obj<'_>, modified_ms: u64) -> (u64, &'static str) {
+    match o.str("date").and_then(date_ms) {
+        Some(ms) => (
+            ms,
+            "the file's date (to the second; its local time, read as UTC)",
+        ),
+        None => (
+            modified_ms,
+            "the file's modification time (the file has no date)",
+        ),
+    }
+}
+
 fn run(o: Obj<'_>, source: Source, modified_ms: u64) -> Result<Run, ImportError> {
     let rerun = match source {
         Source::Vllm => "rerun `vllm bench serve` with --save-detailed",
         _ => "rerun bench_serving with --output-details",
     };
     let Some(ttfts) = o.get("ttfts") else {
-        return Err(o.err(
-            "ttfts",
-            format!("missing: the file holds the summary only, no per-request data ({rerun})"),
-        ));
+        let figures = super::summary::lineage(&o, source == Source::Vllm)?;
+        if figures.is_empty() {
+            return Err(o.err(
+                "ttfts",
+                format!("missing, and no summary figures either (mean_ttft_ms, output_throughput): {rerun}"),
+            ));
+        }
+        return Ok(summary_run(&o, source, modified_ms, figures));
     };
     let ttfts = ttfts
         .as_array()
@@ -234,32 +305,12 @@ fn run(o: Obj<'_>, source: Source, modified_ms: u64) -> Result<Run, ImportError>
             error,
         });
     }
-    let mut settings = serde_json::Map::new();
-    for k in SETTINGS {
-        if let Some(v) = o.get(k) {
-            settings.insert(k.to_string(), v.clone());
-        }
-    }
-    let mut server_info = o.get("server_info").cloned();
-    if let Some(s) = server_info.as_mut() {
-        scrub(s);
-    }
-    let mut settings = Value::Object(settings);
-    scrub(&mut settings);
+    let (settings, server_info) = settings_of(&o);
     let max_concurrency = o
         .get("max_concurrency")
         .and_then(count)
         .map_or(n, |c| c as usize);
-    let (start_unix_ms, start_from) = match o.str("date").and_then(date_ms) {
-        Some(ms) => (
-            ms,
-            "the file's date (to the second; its local time, read as UTC)",
-        ),
-        None => (
-            modified_ms,
-            "the file's modification time (the file has no date)",
-        ),
-    };
+    let (start_unix_ms, start_from) = start_of(&o, modified_ms);
     let summary = ToolSummary {
         mean_ttft_ms: o.num("mean_ttft_ms")?,
         p99_ttft_ms: o.num("p99_ttft_ms")?,
@@ -308,6 +359,7 @@ fn run(o: Obj<'_>, source: Source, modified_ms: u64) -> Result<Run, ImportError>
         rebuilt_schedule: rebuilt,
         summary: Some(summary).filter(|s| *s != ToolSummary::default()),
         notes,
+        figures: None,
     })
 }
 

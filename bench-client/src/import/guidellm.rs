@@ -162,6 +162,7 @@ pub fn runs(file: &str, text: &str) -> Result<Vec<Run>, ImportError> {
                 mean_tpot: Some("guidellm's mean inter-token latency is over tokens (each request weighted by its output tokens - 1); the records' is over requests".into()),
                 ..Notes::default()
             },
+            figures: None,
         });
     }
     Ok(out)

@@ -9,6 +9,7 @@ mod build;
 pub mod check;
 mod guidellm;
 mod json;
+pub mod summary;
 
 use std::path::Path;
 
@@ -143,6 +144,8 @@ pub struct Run {
     pub summary: Option<check::ToolSummary>,
     /// Why the tool's summary and the rebuilt records may differ, by figure.
     pub notes: check::Notes,
+    /// A summary-only run's figures (it has no requests then).
+    pub figures: Option<summary::Figures>,
 }
 
 /// The schedule of a file without start times, rebuilt.
@@ -185,10 +188,7 @@ pub fn detect(file: &str, text: &str) -> Result<Source, ImportError> {
     } else if has("ttfts") || (has("backend") && has("mean_ttft_ms")) {
         Ok(Source::BenchServing)
     } else if has("aiperf_version") || has("benchmark_duration") {
-        Err(ImportError::new(
-            file,
-            "an AIPerf summary (profile_export_aiperf.json) has no per-request data: import profile_export.jsonl from the same directory",
-        ))
+        Ok(Source::Aiperf)
     } else {
         Err(ImportError::new(
             file,
@@ -218,7 +218,10 @@ pub fn read(path: &Path, from: Option<Source>) -> Result<Imported, ImportError> 
         Source::Guidellm => guidellm::runs(&file, &text)?,
         Source::Aiperf => aiperf::runs(path, &file, &text)?,
     };
-    if runs.iter().all(|r| r.requests.is_empty()) {
+    if runs
+        .iter()
+        .all(|r| r.requests.is_empty() && r.figures.is_none())
+    {
         return Err(ImportError::new(&file, "no requests in the file"));
     }
     Ok(Imported { file, runs })
@@ -249,6 +252,7 @@ pub fn manifest(
                 .rebuilt_schedule
                 .and_then(|r| serde_json::to_value(r).ok()),
             settings: run.settings.clone(),
+            summary: run.figures.as_ref().and_then(summary::Figures::to_value),
         }),
         url: run.url.clone(),
         dialect: Some(run.dialect),

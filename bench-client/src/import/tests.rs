@@ -141,6 +141,17 @@ fn bad_input_names_the_file_and_the_field() {
     for k in ["ttfts", "itls", "input_lens", "output_lens", "errors"] {
         summary_only.as_object_mut().unwrap().remove(k);
     }
+    // The summary alone imports as the tool's figures, no requests; with no figures either, the
+    // missing arrays are named.
+    let (i, recs) = import_one(&summary_only.to_string()).unwrap();
+    let figures = i.runs[0].figures.as_ref().unwrap();
+    assert!(recs.is_empty() && i.runs[0].requests.is_empty());
+    assert_eq!(figures.figures["ttft_mean_ms"], 15.0);
+    assert_eq!(figures.figures["ttft_p99_ms"], 19.9);
+    for k in ["p99_ttft_ms", "mean_tpot_ms", "output_throughput"] {
+        summary_only.as_object_mut().unwrap().remove(k);
+    }
+    summary_only["mean_ttft_ms"] = json!(null);
     let e = err(&summary_only.to_string());
     assert!(e.contains("field ttfts: missing"), "{e}");
     assert!(e.contains("--output-details"), "{e}");

@@ -114,6 +114,55 @@ fn row_html(o: &mut String, x: &Row) {
     );
 }
 
+/// A figure less the truth, in ms and in percent of the truth.
+fn error(e: Option<f64>, truth: Option<f64>) -> String {
+    match (e, truth) {
+        (Some(e), Some(t)) if t > 0.0 => format!("{e:+.3} ({:+.1}%)", e / t * 100.0),
+        (Some(e), _) => format!("{e:+.3}"),
+        _ => "-".into(),
+    }
+}
+
+fn figure(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.3}"))
+}
+
+/// The mock's ground truth beside the imported tool's figure and this client's, with each one's
+/// error against the truth.
+fn truth_html(o: &mut String, t: &super::truth::Truth) {
+    let tool = esc(&t.tool);
+    let _ = writeln!(
+        o,
+        "<h2>Against the mock's ground truth</h2>\n<table id=\"truth-table\"><tr><th class=\"l\">metric (ms)</th><th>ground truth</th><th>{tool} ({})</th><th>{tool}'s error</th><th>this client</th><th>this client's error</th></tr>",
+        t.imported_side
+    );
+    for x in &t.rows {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&label(x.metric)),
+            figure(x.truth),
+            figure(x.imported),
+            esc(&error(x.imported_error(), x.truth)),
+            figure(x.own),
+            esc(&error(x.own_error(), x.truth)),
+        );
+    }
+    o.push_str("</table>\n");
+    let said = if t.with_truth == 0 {
+        format!(
+            "This client's records carry no ground truth (none of its {} requests has the server's own timing): run it against the embedded mock with its timings reported (--mock-set enable_metrics=true) to fill the first column.",
+            t.own_requests
+        )
+    } else {
+        format!(
+            "Ground truth: the mock's own first-token latency of each request of this client's run ({} of {} requests), as it reported it; both tools are held against it, as the server's part of a request that neither tool adds. Each TTFT here is from the request's send to its first chunk. Error: the tool's figure less the truth; what remains is the way there and back and the tool's own time.",
+            t.with_truth, t.own_requests
+        )
+    };
+    let _ = writeln!(o, "<p id=\"truth-note\">{}</p>", esc(&said));
+}
+
 /// The page; `svg` is the overlay plot of sweeps.
 pub fn page(r: &CompareReport, svg: Option<&str>) -> String {
     let mut o = String::new();
@@ -153,6 +202,9 @@ pub fn page(r: &CompareReport, svg: Option<&str>) -> String {
             o,
             "<figure class=\"plot\" id=\"compare-plot\">{svg}<figcaption>Both runs' medians with their p10-p90 bands, and each row's ratio NEW/BASE with its 95% bootstrap interval; the dashed lines are the threshold of `same`.</figcaption></figure>"
         );
+    }
+    if let Some(t) = &r.truth {
+        truth_html(&mut o, t);
     }
     o.push_str("<h2>What differs between the runs</h2>\n<table id=\"differences\"><tr><th class=\"l\">setting</th><th class=\"l\">BASE</th><th class=\"l\">NEW</th></tr>\n");
     for d in &r.differences {
@@ -219,6 +271,7 @@ mod tests {
                 row("tpot_p50_ms", 1.01, Verdict::Same),
             ],
             notes: vec!["a <note>".into()],
+            truth: None,
         }
     }
 

@@ -15,6 +15,8 @@
 mod cache;
 pub mod html;
 mod manifest;
+pub mod summary;
+pub mod truth;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -108,6 +110,8 @@ pub struct CompareReport {
     pub rows: Vec<Row>,
     /// Remarks: contexts on one side only, missing manifests, failures.
     pub notes: Vec<String>,
+    /// The mock's ground truth beside an imported tool's figures and this client's (the HTML page).
+    pub truth: Option<truth::Truth>,
 }
 
 impl CompareReport {
@@ -536,6 +540,7 @@ pub fn compare_records_with(
         differences: Vec::new(),
         rows,
         notes,
+        truth: None,
     })
 }
 
