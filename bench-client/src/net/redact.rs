@@ -1,8 +1,8 @@
 //! Secrets never leave the process: server answers and URLs are redacted before they are stored in
 //! a manifest, a report or a record, or printed.
 //!
-//! Rules: in JSON, the value of every key whose name contains `key`, `password`, `secret` or
-//! `token` (any case, any depth) becomes [`REDACTED`] when it holds a non-empty string anywhere
+//! Rules: in JSON, the value of every key whose name ends with the word `key`, `password`, `secret`,
+//! `token` or the like ([`secret_name`]; any case, any depth) becomes [`REDACTED`] when it holds a non-empty string anywhere
 //! (numbers, booleans and nulls are counts and switches, kept: `max_total_tokens`), and so does
 //! any string equal to the client's own API key; in text, the `user:password@` of a URL becomes
 //! `<redacted>@`.
@@ -12,12 +12,40 @@ use serde_json::Value;
 /// What a secret is replaced with.
 pub const REDACTED: &str = "<redacted>";
 
-/// Whether a JSON key (or a dotted path of keys) names a secret.
+/// The words that name a secret when a key ends with one.
+const SECRET_WORDS: [&str; 9] = [
+    "key",
+    "apikey",
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "credential",
+    "credentials",
+    "authorization",
+];
+
+/// Whether a JSON key (or a dotted path of keys) names a secret: its last key's last word (split at
+/// `_`, `-`, spaces and camelCase humps) is one of [`SECRET_WORDS`]: `api_key`, `adminApiKey`,
+/// `ssl_keyfile_password`, `HF_TOKEN`, `client_secret`; not `tokenizer_path`, `token_attribution`,
+/// `max_total_tokens` or `ssl_keyfile` (a path).
 pub fn secret_name(k: &str) -> bool {
-    let k = k.to_ascii_lowercase();
-    ["key", "password", "secret", "token"]
-        .iter()
-        .any(|w| k.contains(w))
+    let last = k.rsplit('.').next().unwrap_or(k);
+    let mut word = String::new();
+    let mut prev_lower = false;
+    for c in last.chars() {
+        if !c.is_alphanumeric() {
+            word.clear();
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower {
+            word.clear();
+        }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        word.extend(c.to_lowercase());
+    }
+    SECRET_WORDS.contains(&word.as_str())
 }
 
 /// Whether a value holds a non-empty string, at any depth.
@@ -118,8 +146,38 @@ mod tests {
         assert_eq!(v["max_total_tokens"], 4096);
         assert_eq!(v["ssl_keyfile"], Value::Null);
         assert_eq!(v["model_path"], "/m");
-        // The rule matches names, not meanings: a path under a key naming a token is hidden too.
-        assert_eq!(v["tokenizer_path"], REDACTED);
+        // Names that only contain a secret's word are not secrets.
+        assert_eq!(v["tokenizer_path"], "/m");
+    }
+
+    #[test]
+    fn a_secret_is_named_by_the_last_word_of_its_key() {
+        for k in [
+            "api_key",
+            "admin_api_key",
+            "Admin_API_Key",
+            "ssl_keyfile_password",
+            "HF_TOKEN",
+            "client_secret",
+            "apiKey",
+            "x-api-key",
+            "server_info.api_key",
+            "authorization",
+        ] {
+            assert!(secret_name(k), "{k}");
+        }
+        for k in [
+            "tokenizer_path",
+            "token_attribution",
+            "imported.token_attribution",
+            "max_total_tokens",
+            "ssl_keyfile",
+            "keyboard",
+            "model_path",
+            "skip_tokenizer_init",
+        ] {
+            assert!(!secret_name(k), "{k}");
+        }
     }
 
     #[test]
