@@ -4,30 +4,11 @@
 //! (`ttft_p99_ms`, `output_throughput_tok_s`), with the tool's definition of each family, so that
 //! `compare` can hold them against a run's records; nothing is rebuilt from them.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::json::{number, Obj};
 use super::ImportError;
-
-/// A tool's own aggregates of one run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Figures {
-    /// Requests the tool counted as completed.
-    pub completed: Option<f64>,
-    /// Requests the tool counted as failed, when it says.
-    pub failed: Option<f64>,
-    /// The tool's benchmark duration, s.
-    pub duration_s: Option<f64>,
-    /// The figures by this project's row name: `{ttft,tpot,inter_chunk,e2e}_{mean,p50,p90,p99}_ms`,
-    /// `output_throughput_tok_s`, `request_throughput_req_s`.
-    pub figures: BTreeMap<String, f64>,
-    /// The tool's definition of each family (`ttft`, `tpot`, `inter_chunk`, `e2e`, `throughput`).
-    pub definitions: BTreeMap<String, String>,
-}
+pub use crate::results::Figures;
 
 /// The statistics kept of each latency family, as (this project's suffix, percentile or mean).
 pub const STATS: [&str; 4] = ["mean", "p50", "p90", "p99"];
@@ -169,23 +150,4 @@ pub fn aiperf(o: &Obj<'_>) -> Result<Figures, ImportError> {
         f.definitions.insert(family.to_string(), def.to_string());
     }
     Ok(f)
-}
-
-impl Figures {
-    /// Whether the file gave any figure at all.
-    pub fn is_empty(&self) -> bool {
-        self.figures.is_empty()
-    }
-
-    /// The manifest's form of the figures.
-    pub fn to_value(&self) -> Option<Value> {
-        serde_json::to_value(self).ok()
-    }
-
-    /// The figures a manifest holds (`imported.summary`), when it holds any.
-    pub fn from_value(v: &Value) -> Option<Self> {
-        serde_json::from_value::<Self>(v.clone())
-            .ok()
-            .filter(|f| !f.is_empty())
-    }
 }

@@ -163,7 +163,7 @@ pub struct Imported {
     pub tpot_definition: String,
     /// The tool's version.
     pub version: Option<String>,
-    /// A summary-only file's figures (`import::summary::Figures`): the run has no records.
+    /// A summary-only file's figures ([`crate::results::Figures`]): the run has no records.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Value>,
 }

@@ -3,6 +3,7 @@
 //! files; and the manifest beside it.
 
 mod compact;
+mod figures;
 mod file;
 mod identity;
 mod lock;
@@ -12,6 +13,7 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
+pub use figures::Figures;
 pub use file::{
     append_manifest, existing_results, manifest_path, read_manifest, read_manifests, read_records,
     read_records_strict, write_records, RecordWriter, SYNC_INTERVAL,

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use super::{compare_rows, kind_of, load_values, row, runs_of, sample, CompareReport, Kind, Spec};
 use super::{LoadValues, Slo};
-use crate::import::summary::Figures;
 use crate::measure::compare::{Bootstrap, Direction, Run, Statistic};
+use crate::results::Figures;
 use crate::results::{read_manifests, Record};
 
 /// An imported summary: the tool, the file it came from and its figures.

@@ -9,8 +9,8 @@
 //! server's own time per request is the part neither tool adds. Both tools' TTFT is from the
 //! request's send to its first chunk here (the records' `ttft_ms`), as the tools define theirs.
 
-use crate::import::summary::Figures;
 use crate::measure::percentile;
+use crate::results::Figures;
 use crate::results::{Method, Record};
 
 /// The statistics shown, as (row name, percentile; `None` for the mean).
