@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bench_client::drive::{run_load, run_sweep, LoadConfig, SweepConfig};
+use bench_client::drive::{run_load, run_sweep, Destination, LoadConfig, SweepConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
 use bench_client::results::{read_records, Record};
@@ -177,23 +177,25 @@ fn an_open_loop_with_shared_prefixes_is_the_same_on_both_paths() {
 fn the_kimi_oom_sweep_is_the_same_on_both_paths() {
     let dir = tempfile::tempdir().unwrap();
     let mock = preset("kimi-k2.6-dflash-8xrtx-pro-6000", &[]);
-    let cfg = |url: &str, out: &Path| SweepConfig {
+    let cfg = |out: &Path| SweepConfig {
         contexts: vec![1000, 4000, 16000, 32000, 64000],
         output_tokens: 16,
         runs: 1,
         warmup: 0,
         stamping: Stamping::Socket,
-        ..SweepConfig::new(target(url), out.to_path_buf())
+        ..SweepConfig::new(out.to_path_buf())
     };
     let rt = paused_runtime();
     let engine_out = dir.path().join("engine.jsonl");
-    let mut e = cfg(bench_client::drive::ENGINE_URL, &engine_out);
+    let mut e = Destination::server(target(bench_client::drive::ENGINE_URL));
     e.engine = Some(mock.clone());
-    let eo = rt.block_on(run_sweep(&e)).unwrap();
+    let eo = rt.block_on(run_sweep(&e, &cfg(&engine_out))).unwrap();
     let http_out = dir.path().join("http.jsonl");
     let ho = rt.block_on(async {
         let server = MockServer::start(mock).await.unwrap();
-        let o = run_sweep(&cfg(&server.url(), &http_out)).await.unwrap();
+        let o = run_sweep(&Destination::server(target(&server.url())), &cfg(&http_out))
+            .await
+            .unwrap();
         server.shutdown().await;
         o
     });
@@ -334,16 +336,19 @@ fn a_multi_turn_run_is_the_same_on_both_paths() {
 fn ten_thousand_sweep_points_share_no_cached_token() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("long.jsonl");
-    let mut cfg = SweepConfig {
+    let cfg = SweepConfig {
         contexts: vec![16],
         output_tokens: 1,
         runs: 10_000,
         warmup: 0,
         stamping: Stamping::Socket,
-        ..SweepConfig::new(target(bench_client::drive::ENGINE_URL), out.clone())
+        ..SweepConfig::new(out.clone())
     };
-    cfg.engine = Some(preset("small-cpu-demo", &[]));
-    paused_runtime().block_on(run_sweep(&cfg)).unwrap();
+    let engine = Destination {
+        target: target(bench_client::drive::ENGINE_URL),
+        engine: Some(preset("small-cpu-demo", &[])),
+    };
+    paused_runtime().block_on(run_sweep(&engine, &cfg)).unwrap();
     let records = read_records(&out).unwrap();
     assert_eq!(records.len(), 10_000);
     let contaminated: Vec<_> = records

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
 use bench_client::drive::twin::{calibrate_files, CalibrateOptions};
+use bench_client::drive::Destination;
 use bench_client::drive::{run_load, LoadConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::schedule::{Arrivals, Schedule, Stop};
@@ -55,9 +56,11 @@ async fn sweep(s: &MockServer, out: &Path, contexts: Vec<u32>) {
         crash_wait: Duration::from_secs(0),
         command: "twin round trip".into(),
         simulated: true,
-        ..SweepConfig::new(target(s), out.to_path_buf())
+        ..SweepConfig::new(out.to_path_buf())
     };
-    let o = run_sweep(&cfg).await.unwrap();
+    let o = run_sweep(&Destination::server(target(s)), &cfg)
+        .await
+        .unwrap();
     assert!(o.stopped.is_none(), "{:?}", o.stopped);
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::drive::Destination;
 use crate::net::{self, stamped::Stamping, Target};
 use crate::plan::Timeouts;
 use crate::trace::Dialect;
@@ -272,46 +273,48 @@ pub(super) async fn start_mock(_s: &ServerArgs) -> anyhow::Result<(String, Optio
     anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
 }
 
-/// Resolves where a run goes: the engine path with `--simulate` (nothing started, `engine` set),
-/// else [`connect`] (a server, or the embedded mock started here and returned).
+/// Resolves where a run goes, once: the engine path with `--simulate` (nothing started), else
+/// [`connect`] (a server, or the embedded mock started here and returned).
+pub(super) async fn destination(
+    s: &ServerArgs,
+    timeouts: &Timeouts,
+) -> anyhow::Result<(Destination, Option<Mock>)> {
+    if s.simulate {
+        return Ok((engine_path(s)?, None));
+    }
+    let (target, mock) = connect(s, timeouts).await?;
+    Ok((Destination::server(target), mock))
+}
+
+/// [`destination`] written into a run's configuration (`target` and `engine`).
 pub(super) async fn target_or_engine(
     s: &ServerArgs,
     timeouts: &Timeouts,
     target: &mut Target,
     engine: &mut Option<crate::drive::MockConfig>,
 ) -> anyhow::Result<Option<Mock>> {
-    if s.simulate {
-        engine_path(s, target, engine)?;
-        return Ok(None);
-    }
-    let (t, mock) = connect(s, timeouts).await?;
-    *target = t;
+    let (d, mock) = destination(s, timeouts).await?;
+    (*target, *engine) = (d.target, d.engine);
     Ok(mock)
 }
 
-/// Sets a run up on the engine path (`--simulate`): the engine's target and the mock's
-/// configuration, checked; nothing is started.
+/// A run on the engine path (`--simulate`): the engine's target and the mock's configuration,
+/// checked; nothing is started.
 #[cfg(feature = "embedded-mock")]
-fn engine_path(
-    s: &ServerArgs,
-    target: &mut Target,
-    engine: &mut Option<crate::drive::MockConfig>,
-) -> anyhow::Result<()> {
-    *target = s.engine_target();
-    *engine = Some(s.mock_config()?);
+fn engine_path(s: &ServerArgs) -> anyhow::Result<Destination> {
+    let d = Destination {
+        target: s.engine_target(),
+        engine: Some(s.mock_config()?),
+    };
     eprintln!(
         "simulating the embedded mock's engine (preset {}) on its exact virtual clock",
         s.mock_name()
     );
-    Ok(())
+    Ok(d)
 }
 
 #[cfg(not(feature = "embedded-mock"))]
-fn engine_path(
-    _s: &ServerArgs,
-    _t: &mut Target,
-    _e: &mut Option<crate::drive::MockConfig>,
-) -> anyhow::Result<()> {
+fn engine_path(_s: &ServerArgs) -> anyhow::Result<Destination> {
     anyhow::bail!("--simulate needs a build with the embedded mock (feature embedded-mock)")
 }
 
