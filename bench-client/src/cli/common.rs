@@ -187,7 +187,8 @@ pub(super) struct Output {
     pub(super) plot: Option<PathBuf>,
 }
 
-pub(super) fn parse_kv(s: &str) -> Result<(String, String), String> {
+/// A `KEY=VALUE` flag value (`--mock-set`), both sides trimmed; the key must not be empty.
+pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .filter(|(k, _)| !k.is_empty())
@@ -368,33 +369,18 @@ pub(super) fn parse_bytes(name: &str, s: &str) -> anyhow::Result<u64> {
     }
 }
 
-/// A duration flag: a number with ms, s, m or h (seconds without a unit), above zero.
+/// A duration flag ([`crate::plan::duration::parse_secs`]: a number with ms, s, m or h, seconds
+/// without a unit), above zero.
 pub(super) fn parse_duration_of(name: &str, s: &str) -> anyhow::Result<Duration> {
     let s = s.trim();
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--{name} {s:?}: expected e.g. 60s, 5m, 500ms"))?;
-    secs(name, v * mult)
+    let v = crate::plan::duration::parse_secs(s)
+        .ok_or_else(|| anyhow::anyhow!("--{name} {s:?}: expected e.g. 60s, 5m, 500ms"))?;
+    secs(name, v)
 }
 
 /// The default results file of a `kind` run: `results/KIND-<unix seconds>.jsonl`.
 pub(super) fn default_out(kind: &str) -> PathBuf {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let t = net::unix::unix_s_now();
     PathBuf::from(format!("results/{kind}-{t}.jsonl"))
 }
 

@@ -427,12 +427,7 @@ pub async fn run_sweep_with(
         command: cfg.command.clone(),
         simulated: Some(cfg.simulated),
         client_version: env!("CARGO_PKG_VERSION").to_string(),
-        started_unix_s: Some(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-        ),
+        started_unix_s: Some(net::unix::unix_s_now()),
         url: Some(target.shown_url()),
         dialect: Some(target.dialect),
         model: target.model.clone(),
