@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
-use bench_client::drive::twin::{calibrate_files, CalibrateOptions};
 use bench_client::drive::Destination;
 use bench_client::drive::{run_load, LoadConfig};
 use bench_client::net::stamped::Stamping;
@@ -16,6 +15,7 @@ use bench_client::plan::workload::{LenDist, Workload};
 use bench_client::plan::Timeouts;
 use bench_client::report::Report;
 use bench_client::results::read_records;
+use bench_client::twin::{calibrate_files, CalibrateOptions};
 use bench_client::{Dialect, Target};
 use mock_server::{Config, MockServer};
 use proptest::prelude::*;
@@ -257,7 +257,7 @@ fn calibrated(
     mock: &Config,
     contexts: Vec<u32>,
     input: u32,
-) -> bench_client::drive::twin::Twin {
+) -> bench_client::twin::Twin {
     let (sw, ld) = (dir.join("sweep.jsonl"), dir.join("load.jsonl"));
     paused().block_on(async {
         let s = MockServer::start(mock.clone()).await.unwrap();

@@ -14,8 +14,6 @@ mod progress;
 mod run;
 pub mod sessions;
 pub mod sweep;
-#[cfg(feature = "embedded-mock")]
-pub mod twin;
 
 /// The embedded mock's configuration, which a run on the engine path takes.
 #[cfg(feature = "embedded-mock")]
