@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-mod bin_util;
-use bin_util::{run, stderr};
+mod support;
+use support::{run, stderr};
 
 const KIMI: &str = include_str!("../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
 

@@ -9,24 +9,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+mod support;
 use bench_client::drive::{run_load, run_sweep, Destination, LoadConfig, SweepConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
 use bench_client::results::{read_records, Record};
-use bench_client::{Dialect, Target};
 use mock_server::{Config, MockServer};
+use support::{paused_runtime, sglang as target};
 
 const QUANTUM_NS: u64 = 1_000_000;
 /// A chunk's instant on the HTTP path: its pass may start a quantum late, its event a quantum after.
 const CHUNK_NS: u64 = 2 * QUANTUM_NS;
-
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
 
 fn preset(name: &str, sets: &[(&str, &str)]) -> Config {
     let mut c = Config::preset(name).unwrap();
@@ -37,15 +30,6 @@ fn preset(name: &str, sets: &[(&str, &str)]) -> Config {
         c.set(k, v).unwrap();
     }
     c
-}
-
-fn target(url: &str) -> Target {
-    Target {
-        base_url: url.to_string(),
-        dialect: Dialect::Sglang,
-        model: None,
-        api_key: None,
-    }
 }
 
 /// A load run on both paths; records by index.
