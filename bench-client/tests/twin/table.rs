@@ -11,8 +11,7 @@ use bench_client::twin::table::{
     apply, fit_table, predict_point, predict_rows, table_base, TableFitOptions,
 };
 
-mod support;
-use support::{run, stderr};
+use crate::support::{run, stderr};
 
 const HEAD: &str = "deployment,backend,isl,osl,concurrency,ttft_ms,tpot_ms\n";
 

@@ -165,7 +165,7 @@ proptest! {
         cases: 6,
         // An integration test has no lib.rs beside it for proptest's default file: failing
         // cases are kept here and replayed first on the next run.
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("tests/twin_e2e.proptest-regressions"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("tests/twin/e2e.proptest-regressions"))),
         ..ProptestConfig::default()
     })]
 
