@@ -3,8 +3,7 @@
 //! ended), and `--resume` completes the run with every index exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-use support::{lines, unix_ns};
+use crate::support::{lines, unix_ns};
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -62,7 +61,7 @@ fn kill_9_loses_no_finished_record_and_resume_completes_the_run() {
         a.into_iter().map(String::from).collect::<Vec<_>>()
     };
 
-    let mut child = Command::new(support::BIN)
+    let mut child = Command::new(crate::support::BIN)
         .args(args(false))
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
@@ -117,8 +116,8 @@ fn kill_9_loses_no_finished_record_and_resume_completes_the_run() {
         kept.len()
     );
 
-    let o = support::run(&args(true).iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(o.status.success(), "{}", support::stderr(&o));
+    let o = crate::support::run(&args(true).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
     let recs = read_records(&out).unwrap();
     let mut idx: Vec<u64> = recs
         .iter()

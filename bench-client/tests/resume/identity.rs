@@ -4,15 +4,13 @@
 //! and a run resumed after a kill spans the sum of its pieces, not the time it was down.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{json, lines, run, stderr};
 use bench_client::results::read_records;
 use mock_server::{Config, MockServer};
-use support::{json, lines, run, stderr};
 
 /// A load run on the engine path (exact virtual time) into `out`, with extra flags.
 fn simulate(out: &Path, extra: &[&str]) -> std::process::Output {
@@ -191,7 +189,7 @@ fn a_second_writer_on_one_results_file_is_refused_before_it_sends() {
         }
         a.into_iter().map(String::from).collect::<Vec<_>>()
     };
-    let mut first = Command::new(support::BIN)
+    let mut first = Command::new(crate::support::BIN)
         .args(args(false))
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
