@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: running the `bench-client` binary as a user does,
 //! what it printed, fixtures, a paused runtime, a plain SGLang target, the real-time clock, and
 //! small HTTP servers ([`server`]). Each test crate uses some of them.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod server;
 
