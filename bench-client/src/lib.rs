@@ -11,6 +11,8 @@
 //! - `results`: the JSONL results file and its manifest;
 //! - `report`: statistics over records, and one exporter per format;
 //! - `drive`: sweep and load runs end to end;
+//! - `twin`: results files in, the mock preset that reproduces them out (calibration, the table
+//!   twin); it runs nothing;
 //! - `import`: other tools' result files as records;
 //! - `cli`: flags into validated configs.
 
@@ -25,6 +27,8 @@ pub mod report;
 pub mod results;
 pub mod stream;
 pub mod trace;
+#[cfg(feature = "embedded-mock")]
+pub mod twin;
 
 pub use net::Target;
 pub use plan::{Prompt, RequestSpec, Timeouts};

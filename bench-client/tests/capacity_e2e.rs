@@ -7,6 +7,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod support;
+use support::json;
+
 const BIN: &str = env!("CARGO_BIN_EXE_bench-client");
 
 /// The workload every test here runs: an SLO that the small-cpu-demo mock meets up to about 85
@@ -30,16 +33,6 @@ fn run(args: &[&str], out: &Path) -> Output {
         .env_remove("RUST_LOG")
         .output()
         .expect("the binary runs")
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
 }
 
 fn f(v: &Value, k: &str) -> f64 {

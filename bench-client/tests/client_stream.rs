@@ -11,11 +11,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use bench_client::measure::measure;
+use bench_client::net;
 use bench_client::net::stamped::{StampedConnector, Stamping};
-use bench_client::net::{self, Target};
 use bench_client::plan::{RequestSpec, Timeouts};
 use bench_client::trace::{FailureKind, RequestTrace, Stamps, StreamEnd, TimeoutPhase};
-use bench_client::{Dialect, Prompt};
+use bench_client::Prompt;
+
+mod support;
+use support::sglang;
 
 /// The client as the paused-clock tests use it: reads stamped on the runtime's clock, at the socket.
 fn http() -> net::Http {
@@ -86,15 +89,6 @@ fn async_stream(
     )
 }
 
-fn target(url: String) -> Target {
-    Target {
-        base_url: url,
-        dialect: Dialect::Sglang,
-        model: None,
-        api_key: None,
-    }
-}
-
 fn spec(max: u32) -> RequestSpec {
     RequestSpec::new("rid-1", Prompt::TokenIds(vec![101, 102, 103, 104]), max)
 }
@@ -129,7 +123,7 @@ async fn stamps_scripted_instants_exactly() {
         Ending::Close,
     )
     .await;
-    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &sglang(&url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.end, StreamEnd::Done, "{trace:?}");
     assert_eq!(trace.stamps, Stamps::Socket);
     let at: Vec<u64> = trace.chunks.iter().map(|c| c.at_ns).collect();
@@ -199,7 +193,7 @@ async fn requests_one_after_another_on_one_client_each_get_their_own_exchange() 
     let mut delays = Vec::new();
     for round in 0..3 {
         let (trace, origin) =
-            net::send_traced(&http, &target(url.clone()), &spec(6), &Timeouts::default()).await;
+            net::send_traced(&http, &sglang(&url), &spec(6), &Timeouts::default()).await;
         assert_eq!(trace.end, StreamEnd::Done, "round {round}: {trace:?}");
         assert_eq!(trace.stamps, Stamps::Kernel, "round {round}");
         let first = origin.into_std() + Duration::from_nanos(trace.chunks[0].at_ns);
@@ -235,7 +229,7 @@ async fn cut_without_done_is_stream_cut() {
         Ending::Close,
     )
     .await;
-    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &sglang(&url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.end, StreamEnd::Eof);
     assert_eq!(trace.failure().unwrap().kind, FailureKind::StreamCut);
 }
@@ -261,7 +255,7 @@ async fn in_band_error_is_typed() {
         Ending::Close,
     )
     .await;
-    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &sglang(&url), &spec(6), &Timeouts::default()).await;
     let f = trace.failure().unwrap();
     assert_eq!(f.kind, FailureKind::InBandError);
     assert!(f.message.contains("CUDA out of memory"));
@@ -284,7 +278,7 @@ async fn fewer_tokens_than_asked_is_typed() {
         Ending::Close,
     )
     .await;
-    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &sglang(&url), &spec(6), &Timeouts::default()).await;
     assert_eq!(trace.failure().unwrap().kind, FailureKind::ShortOutput);
 }
 
@@ -299,7 +293,7 @@ async fn http_status_carries_body() {
         Ending::Close,
     )
     .await;
-    let trace = net::send(&http(), &target(url), &spec(6), &Timeouts::default()).await;
+    let trace = net::send(&http(), &sglang(&url), &spec(6), &Timeouts::default()).await;
     match &trace.end {
         StreamEnd::HttpStatus { status, body } => {
             assert_eq!(*status, 400);
@@ -324,7 +318,7 @@ async fn idle_gap_timeout_fires_at_its_deadline() {
         idle: Duration::from_secs(5),
         ..Timeouts::default()
     };
-    let trace = net::send(&http(), &target(url), &spec(6), &timeouts).await;
+    let trace = net::send(&http(), &sglang(&url), &spec(6), &timeouts).await;
     assert_eq!(
         trace.end,
         StreamEnd::Timeout {
@@ -352,7 +346,7 @@ async fn first_token_timeout_scales_with_prompt() {
         ..Timeouts::default()
     };
     // 4 prompt tokens: 1 s + 4 s.
-    let trace = net::send(&http(), &target(url), &spec(6), &timeouts).await;
+    let trace = net::send(&http(), &sglang(&url), &spec(6), &timeouts).await;
     assert_eq!(
         trace.end,
         StreamEnd::Timeout {
@@ -369,7 +363,7 @@ async fn connection_refused_is_typed() {
     drop(listener);
     let trace = net::send(
         &http(),
-        &target(format!("http://{addr}")),
+        &sglang(&format!("http://{addr}")),
         &spec(6),
         &Timeouts::default(),
     )
@@ -389,7 +383,7 @@ async fn connection_refused_is_typed_through_reqwest_too() {
     let http = net::http_client_with(&Timeouts::default(), Stamping::Task).unwrap();
     let trace = net::send(
         &http,
-        &target(format!("http://{addr}")),
+        &sglang(&format!("http://{addr}")),
         &spec(6),
         &Timeouts::default(),
     )
@@ -512,7 +506,7 @@ fn send_while_blocked(stamping: Stamping) -> (RequestTrace, std::time::Instant, 
             std::thread::sleep(Duration::from_millis(300));
         });
         let http = net::http_client_with(&Timeouts::default(), stamping).unwrap();
-        let sent = net::send_traced(&http, &target(url), &spec(6), &Timeouts::default()).await;
+        let sent = net::send_traced(&http, &sglang(&url), &spec(6), &Timeouts::default()).await;
         blocker.await.unwrap();
         sent
     });

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-mod bin_util;
-use bin_util::{run, stderr};
+mod support;
+use support::{run, stderr};
 
 /// A small sweep of the embedded mock: two contexts, 16 runs of 128 tokens (a few seconds): enough
 /// decode steps per request that the speculative acceptance draws average out.
@@ -312,10 +312,7 @@ fn load_shard(dir: &Path, name: &str, shard: &str, start_ms: u64) -> PathBuf {
 #[test]
 fn the_shards_of_one_load_run_are_one_run_and_repeats_are_several() {
     let dir = tempfile::tempdir().unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now = support::unix_ms();
     // Two shards of one run (one start), and a repeat of the whole run (its own start).
     let s0 = load_shard(dir.path(), "s0.jsonl", "0/2", now + 500);
     let s1 = load_shard(dir.path(), "s1.jsonl", "1/2", now + 500);

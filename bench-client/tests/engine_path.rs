@@ -9,24 +9,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bench_client::drive::{run_load, run_sweep, LoadConfig, SweepConfig};
+mod support;
+use bench_client::drive::{run_load, run_sweep, Destination, LoadConfig, SweepConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
 use bench_client::results::{read_records, Record};
-use bench_client::{Dialect, Target};
 use mock_server::{Config, MockServer};
+use support::{paused_runtime, sglang as target};
 
 const QUANTUM_NS: u64 = 1_000_000;
 /// A chunk's instant on the HTTP path: its pass may start a quantum late, its event a quantum after.
 const CHUNK_NS: u64 = 2 * QUANTUM_NS;
-
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
 
 fn preset(name: &str, sets: &[(&str, &str)]) -> Config {
     let mut c = Config::preset(name).unwrap();
@@ -37,15 +30,6 @@ fn preset(name: &str, sets: &[(&str, &str)]) -> Config {
         c.set(k, v).unwrap();
     }
     c
-}
-
-fn target(url: &str) -> Target {
-    Target {
-        base_url: url.to_string(),
-        dialect: Dialect::Sglang,
-        model: None,
-        api_key: None,
-    }
 }
 
 /// A load run on both paths; records by index.
@@ -177,23 +161,25 @@ fn an_open_loop_with_shared_prefixes_is_the_same_on_both_paths() {
 fn the_kimi_oom_sweep_is_the_same_on_both_paths() {
     let dir = tempfile::tempdir().unwrap();
     let mock = preset("kimi-k2.6-dflash-8xrtx-pro-6000", &[]);
-    let cfg = |url: &str, out: &Path| SweepConfig {
+    let cfg = |out: &Path| SweepConfig {
         contexts: vec![1000, 4000, 16000, 32000, 64000],
         output_tokens: 16,
         runs: 1,
         warmup: 0,
         stamping: Stamping::Socket,
-        ..SweepConfig::new(target(url), out.to_path_buf())
+        ..SweepConfig::new(out.to_path_buf())
     };
     let rt = paused_runtime();
     let engine_out = dir.path().join("engine.jsonl");
-    let mut e = cfg(bench_client::drive::ENGINE_URL, &engine_out);
+    let mut e = Destination::server(target(bench_client::drive::ENGINE_URL));
     e.engine = Some(mock.clone());
-    let eo = rt.block_on(run_sweep(&e)).unwrap();
+    let eo = rt.block_on(run_sweep(&e, &cfg(&engine_out))).unwrap();
     let http_out = dir.path().join("http.jsonl");
     let ho = rt.block_on(async {
         let server = MockServer::start(mock).await.unwrap();
-        let o = run_sweep(&cfg(&server.url(), &http_out)).await.unwrap();
+        let o = run_sweep(&Destination::server(target(&server.url())), &cfg(&http_out))
+            .await
+            .unwrap();
         server.shutdown().await;
         o
     });
@@ -334,16 +320,19 @@ fn a_multi_turn_run_is_the_same_on_both_paths() {
 fn ten_thousand_sweep_points_share_no_cached_token() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("long.jsonl");
-    let mut cfg = SweepConfig {
+    let cfg = SweepConfig {
         contexts: vec![16],
         output_tokens: 1,
         runs: 10_000,
         warmup: 0,
         stamping: Stamping::Socket,
-        ..SweepConfig::new(target(bench_client::drive::ENGINE_URL), out.clone())
+        ..SweepConfig::new(out.clone())
     };
-    cfg.engine = Some(preset("small-cpu-demo", &[]));
-    paused_runtime().block_on(run_sweep(&cfg)).unwrap();
+    let engine = Destination {
+        target: target(bench_client::drive::ENGINE_URL),
+        engine: Some(preset("small-cpu-demo", &[])),
+    };
+    paused_runtime().block_on(run_sweep(&engine, &cfg)).unwrap();
     let records = read_records(&out).unwrap();
     assert_eq!(records.len(), 10_000);
     let contaminated: Vec<_> = records

@@ -3,8 +3,7 @@
 //! are axum apps or raw TCP listeners.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod bin_util;
-mod test_server;
+mod support;
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,8 +24,8 @@ use bench_client::plan::{
 use bench_client::results::read_records;
 use bench_client::trace::FailureKind;
 use bench_client::{Dialect, Prompt, Target};
-use bin_util::{run, stderr};
-use test_server::{read, respond, serve, STREAM};
+use support::server::{read, respond, serve, STREAM};
+use support::{run, stderr};
 
 /// A raw server that answers every connection with a 200 SSE head and then one line that never
 /// ends; returns its URL and the bytes it managed to write.

@@ -3,18 +3,16 @@
 //! and on bad ones (exit 65, nothing written).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bench_client::import::{self, check};
 use serde_json::{json, Value};
 
-mod bin_util;
-use bin_util::{run, stderr};
+mod support;
+use support::{run, stderr};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/import")
-        .join(name)
+    support::fixture("import", name)
 }
 
 /// What a snapshot holds: the manifest, the check against the tool's summary, the counts and the

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
+mod support;
 use bench_client::drive::{run_load, LoadConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
@@ -24,14 +25,7 @@ use bench_client::Target;
 use mock_server::{Config, MockServer};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
-
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
+use support::paused_runtime;
 
 async fn mock() -> MockServer {
     let mut c = Config::preset("small-cpu-demo").unwrap();
@@ -223,10 +217,7 @@ fn two_shards_merged_match_one_unsharded_run() {
         server.shutdown().await;
         // Both shards against one server at the same time, with a shared start.
         let server = mock().await;
-        let start = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
+        let start = support::unix_ms();
         let mk = |i: u32, out: &Path| {
             let mut c = config(&server.url(), out, s.clone(), small());
             c.shard = Shard { index: i, count: 2 };

@@ -4,7 +4,7 @@
 //! numbers from both files, and a 128-token request's schema-2 record is at most 3 KB.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod bin_util;
+mod support;
 
 use std::path::{Path, PathBuf};
 
@@ -16,9 +16,7 @@ use bench_client::trace::{Chunk, Dialect, RequestTrace, StreamEnd, TokenAttribut
 const MAX_RECORD_BYTES: usize = 3 * 1024;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/results")
-        .join(name)
+    support::fixture("results", name)
 }
 
 /// The schema-1 fixture rewritten by this build, with its manifest beside it.
@@ -34,8 +32,8 @@ fn rewrite(old: &Path, dir: &Path) -> PathBuf {
 }
 
 fn report(path: &Path, format: &str) -> String {
-    let o = bin_util::run(&["report", path.to_str().unwrap(), "--format", format]);
-    assert!(o.status.success(), "{}", bin_util::stderr(&o));
+    let o = support::run(&["report", path.to_str().unwrap(), "--format", format]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
     String::from_utf8(o.stdout).unwrap()
 }
 

@@ -2,15 +2,14 @@
 //! or shown; no output over an input, a results file or its manifest.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod bin_util;
-mod test_server;
+mod support;
 
 use std::path::Path;
 
 use axum::routing::{get, post};
 use axum::Router;
-use bin_util::{run, stderr};
-use test_server::{read, serve, STREAM};
+use support::server::{read, serve, STREAM};
+use support::{run, stderr};
 
 /// The recorded SGLang `/server_info`, with secrets set as a server started with
 /// `--api-key --admin-api-key --ssl-keyfile-password` reports them, and one more field holding

@@ -27,15 +27,13 @@ use bench_client::{Dialect, Target};
 use mock_server::{Config, MockServer};
 use serde_json::{json, Value};
 
-mod bin_util;
+mod support;
 
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
+/// Refused with exit code 64 before anything starts (clap's conflicts add its usage lines).
+fn refused(args: &[&str], flag: &str, out: &Path) {
+    support::refused_before_start(args, flag, out);
 }
+use support::paused_runtime;
 
 async fn mock(edit: impl FnOnce(&mut Config)) -> MockServer {
     let mut c = Config::preset("small-cpu-demo").unwrap();
@@ -405,22 +403,6 @@ fn resume_continues_every_session_from_its_last_recorded_turn() {
             assert!(r.cached_tokens.unwrap() >= 64 + (k - 1) * 24 + 7);
         }
     }
-}
-
-/// Refused with exit code 64 before anything starts: an `error:` message naming `flag`, no file.
-fn refused(args: &[&str], flag: &str, out: &Path) {
-    let o = bin_util::run(args);
-    let err = bin_util::stderr(&o);
-    assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
-    assert!(
-        err.starts_with("error: ") && err.contains(flag),
-        "{args:?}: {err}"
-    );
-    assert!(
-        !err.contains("started the embedded mock"),
-        "{args:?}: {err}"
-    );
-    assert!(!out.exists(), "{args:?} wrote {}", out.display());
 }
 
 #[test]

@@ -4,12 +4,8 @@
 
 use std::path::Path;
 
-mod bin_util;
-use bin_util::{run, stderr};
-
-fn stdout(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+mod support;
+use support::{run, stderr, stdout};
 
 /// A simulated closed-loop load of 50 requests into `out`, with `extra` flags.
 fn load(out: &Path, extra: &[&str]) -> std::process::Output {

@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
+use bench_client::drive::Destination;
 use bench_client::net::stamped::Stamping;
 use bench_client::report::export::table;
 use bench_client::report::Report;
@@ -96,13 +97,16 @@ async fn start(sim: Sim) -> String {
     format!("http://{addr}")
 }
 
-fn config(url: String, out: std::path::PathBuf) -> SweepConfig {
-    let target = Target {
+fn server(url: String) -> Destination {
+    Destination::server(Target {
         base_url: url,
         dialect: Dialect::Sglang,
         model: None,
         api_key: None,
-    };
+    })
+}
+
+fn config(out: std::path::PathBuf) -> SweepConfig {
     SweepConfig {
         stamping: Stamping::Socket,
         contexts: vec![10, 40],
@@ -112,7 +116,7 @@ fn config(url: String, out: std::path::PathBuf) -> SweepConfig {
         seed: 7,
         crash_wait: Duration::from_secs(5),
         command: "test".into(),
-        ..SweepConfig::new(target, out)
+        ..SweepConfig::new(out)
     }
 }
 
@@ -149,7 +153,7 @@ async fn sweep_records_match_schema_and_ground_truth() {
     let url = start(Sim::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.jsonl");
-    let outcome = run_sweep(&config(url, out.clone())).await.unwrap();
+    let outcome = run_sweep(&server(url), &config(out.clone())).await.unwrap();
     assert!(outcome.stopped.is_none());
     assert_eq!(outcome.records.len(), 4);
     assert_eq!(assert_valid(&out), 4);
@@ -169,9 +173,11 @@ async fn sweep_records_match_schema_and_ground_truth() {
     let table = table::sweep(&Report::from_records(&read_records(&out).unwrap()));
     assert!(table.contains("40"), "{table}");
     // Existing results without --resume are refused, not overwritten.
-    assert!(run_sweep(&config(start(Sim::default()).await, out.clone()))
-        .await
-        .is_err());
+    assert!(
+        run_sweep(&server(start(Sim::default()).await), &config(out.clone()))
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -179,9 +185,9 @@ async fn resume_after_torn_line_finishes_without_duplicates() {
     let url = start(Sim::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.jsonl");
-    let mut cfg = config(url, out.clone());
+    let (srv, mut cfg) = (server(url), config(out.clone()));
     cfg.contexts = vec![10];
-    run_sweep(&cfg).await.unwrap();
+    run_sweep(&srv, &cfg).await.unwrap();
     // A killed process leaves half a line.
     std::fs::OpenOptions::new()
         .append(true)
@@ -191,7 +197,7 @@ async fn resume_after_torn_line_finishes_without_duplicates() {
         .unwrap();
     cfg.contexts = vec![10, 20];
     cfg.resume = true;
-    let outcome = run_sweep(&cfg).await.unwrap();
+    let outcome = run_sweep(&srv, &cfg).await.unwrap();
     assert_eq!(
         outcome.skipped,
         2,
@@ -219,10 +225,10 @@ async fn two_point_names_the_cache_hit_while_streaming_is_clean() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.jsonl");
-    let mut cfg = config(url, out.clone());
+    let (srv, mut cfg) = (server(url), config(out.clone()));
     cfg.method = Method::TwoPoint;
     cfg.runs = 1;
-    run_sweep(&cfg).await.unwrap();
+    run_sweep(&srv, &cfg).await.unwrap();
     let recs = read_records(&out).unwrap();
     assert_eq!(assert_valid(&out), recs.len());
     for r in &recs {
@@ -252,7 +258,7 @@ async fn server_gone_stops_with_a_resume_hint() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let outcome = run_sweep(&config(format!("http://{addr}"), out.clone()))
+    let outcome = run_sweep(&server(format!("http://{addr}")), &config(out.clone()))
         .await
         .unwrap();
     let msg = outcome.stopped.expect("sweep must stop");
@@ -340,13 +346,18 @@ mod tokenizer_prompts {
         let dir = tempfile::tempdir().unwrap();
         let tok = word_level(dir.path());
         let out = dir.path().join("r.jsonl");
-        let mut cfg = config(format!("http://{addr}"), out.clone());
-        cfg.target.dialect = Dialect::OpenAiChat;
-        cfg.target.model = Some("m".into());
+        let (mut srv, cfg) = (server(format!("http://{addr}")), config(out.clone()));
+        srv.target.dialect = Dialect::OpenAiChat;
+        srv.target.model = Some("m".into());
         let prompts = Arc::new(TextPrompts::from_file(&tok, cfg.seed).unwrap());
-        let outcome = run_sweep_with(&cfg, PromptSource::Tokenizer(prompts.clone()))
-            .await
-            .unwrap();
+        let outcome = run_sweep_with(
+            &srv,
+            &cfg,
+            cfg.validate().unwrap(),
+            PromptSource::Tokenizer(prompts.clone()),
+        )
+        .await
+        .unwrap();
         assert!(outcome.stopped.is_none());
         // 2 contexts x (1 warm-up + 2 runs).
         let seen = seen.lock().unwrap().clone();

@@ -3,7 +3,7 @@
 //! context is a recorded failure, and a bad trace is refused before anything is sent (exit 65).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bench_client::drive::{run_load, LoadConfig};
@@ -14,13 +14,11 @@ use bench_client::Dialect;
 use bench_client::Target;
 use mock_server::{Config, MockServer};
 
-mod bin_util;
-use bin_util::{run, stderr};
+mod support;
+use support::{run, stderr};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/traces")
-        .join(name)
+    support::fixture("traces", name)
 }
 
 const MOONCAKE: &str = "mooncake-conversation-300.jsonl";

@@ -1,29 +1,8 @@
 //! The binary as a user meets it: bad usage is refused before anything starts, with one line that
 //! names the flag and the documented exit code; runs end with the code of what happened.
 
-use std::path::Path;
-
-mod bin_util;
-use bin_util::{run, stderr};
-
-/// Refused with exit code 64, one `error:` line naming `flag`, no mock started, no file written.
-fn refused(args: &[&str], flag: &str, out: &Path) {
-    let o = run(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "{args:?}: one line expected, got {err:?}");
-    assert!(
-        lines[0].starts_with("error: ") && lines[0].contains(flag),
-        "{args:?}: {err}"
-    );
-    assert!(
-        !err.contains("started the embedded mock"),
-        "{args:?}: {err}"
-    );
-    assert!(!out.exists(), "{args:?} wrote {}", out.display());
-    assert!(o.stdout.is_empty(), "{args:?} printed {:?}", o.stdout);
-}
+mod support;
+use support::{refused_usage as refused, run, stderr};
 
 #[test]
 fn bad_flags_are_refused_before_anything_starts() {

@@ -21,7 +21,7 @@ pub struct DiffArgs {
     #[arg(long)]
     mock: Option<String>,
     /// An extra setting of the embedded mock (repeatable), as `mock-server --set`.
-    #[arg(long = "mock-set", value_name = "KEY=VALUE", value_parser = parse_kv)]
+    #[arg(long = "mock-set", value_name = "KEY=VALUE", value_parser = bench_client::cli::parse_kv)]
     mock_set: Vec<(String, String)>,
     /// The known-differences list (default: the committed conformance/known-differences.toml).
     #[arg(long)]
@@ -47,13 +47,6 @@ pub struct DiffArgs {
     /// Print only the new differences and the summary, not the known ones.
     #[arg(long)]
     hide_known: bool,
-}
-
-fn parse_kv(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
 /// Runs the check; 0 when every difference is known, 1 when one is not, 2 on an error.

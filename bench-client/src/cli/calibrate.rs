@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Args;
 
 use super::exit::CliError;
-use crate::drive::twin::{calibrate_files, CalibrateError, CalibrateOptions, Source};
 use crate::measure::calibrate::bandwidth_share;
 use crate::report::calibrate::{render, secs};
+use crate::twin::{calibrate_files, CalibrateError, CalibrateOptions, Source};
 
 #[derive(Args, Debug)]
 pub(super) struct CalibrateArgs {

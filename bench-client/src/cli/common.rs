@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::drive::Destination;
 use crate::net::{self, stamped::Stamping, Target};
 use crate::plan::Timeouts;
 use crate::trace::Dialect;
@@ -186,7 +187,8 @@ pub(super) struct Output {
     pub(super) plot: Option<PathBuf>,
 }
 
-pub(super) fn parse_kv(s: &str) -> Result<(String, String), String> {
+/// A `KEY=VALUE` flag value (`--mock-set`), both sides trimmed; the key must not be empty.
+pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .filter(|(k, _)| !k.is_empty())
@@ -272,46 +274,48 @@ pub(super) async fn start_mock(_s: &ServerArgs) -> anyhow::Result<(String, Optio
     anyhow::bail!("no --url given and this build has no embedded mock (feature embedded-mock)")
 }
 
-/// Resolves where a run goes: the engine path with `--simulate` (nothing started, `engine` set),
-/// else [`connect`] (a server, or the embedded mock started here and returned).
+/// Resolves where a run goes, once: the engine path with `--simulate` (nothing started), else
+/// [`connect`] (a server, or the embedded mock started here and returned).
+pub(super) async fn destination(
+    s: &ServerArgs,
+    timeouts: &Timeouts,
+) -> anyhow::Result<(Destination, Option<Mock>)> {
+    if s.simulate {
+        return Ok((engine_path(s)?, None));
+    }
+    let (target, mock) = connect(s, timeouts).await?;
+    Ok((Destination::server(target), mock))
+}
+
+/// [`destination`] written into a run's configuration (`target` and `engine`).
 pub(super) async fn target_or_engine(
     s: &ServerArgs,
     timeouts: &Timeouts,
     target: &mut Target,
     engine: &mut Option<crate::drive::MockConfig>,
 ) -> anyhow::Result<Option<Mock>> {
-    if s.simulate {
-        engine_path(s, target, engine)?;
-        return Ok(None);
-    }
-    let (t, mock) = connect(s, timeouts).await?;
-    *target = t;
+    let (d, mock) = destination(s, timeouts).await?;
+    (*target, *engine) = (d.target, d.engine);
     Ok(mock)
 }
 
-/// Sets a run up on the engine path (`--simulate`): the engine's target and the mock's
-/// configuration, checked; nothing is started.
+/// A run on the engine path (`--simulate`): the engine's target and the mock's configuration,
+/// checked; nothing is started.
 #[cfg(feature = "embedded-mock")]
-fn engine_path(
-    s: &ServerArgs,
-    target: &mut Target,
-    engine: &mut Option<crate::drive::MockConfig>,
-) -> anyhow::Result<()> {
-    *target = s.engine_target();
-    *engine = Some(s.mock_config()?);
+fn engine_path(s: &ServerArgs) -> anyhow::Result<Destination> {
+    let d = Destination {
+        target: s.engine_target(),
+        engine: Some(s.mock_config()?),
+    };
     eprintln!(
         "simulating the embedded mock's engine (preset {}) on its exact virtual clock",
         s.mock_name()
     );
-    Ok(())
+    Ok(d)
 }
 
 #[cfg(not(feature = "embedded-mock"))]
-fn engine_path(
-    _s: &ServerArgs,
-    _t: &mut Target,
-    _e: &mut Option<crate::drive::MockConfig>,
-) -> anyhow::Result<()> {
+fn engine_path(_s: &ServerArgs) -> anyhow::Result<Destination> {
     anyhow::bail!("--simulate needs a build with the embedded mock (feature embedded-mock)")
 }
 
@@ -365,33 +369,18 @@ pub(super) fn parse_bytes(name: &str, s: &str) -> anyhow::Result<u64> {
     }
 }
 
-/// A duration flag: a number with ms, s, m or h (seconds without a unit), above zero.
+/// A duration flag ([`crate::plan::duration::parse_secs`]: a number with ms, s, m or h, seconds
+/// without a unit), above zero.
 pub(super) fn parse_duration_of(name: &str, s: &str) -> anyhow::Result<Duration> {
     let s = s.trim();
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--{name} {s:?}: expected e.g. 60s, 5m, 500ms"))?;
-    secs(name, v * mult)
+    let v = crate::plan::duration::parse_secs(s)
+        .ok_or_else(|| anyhow::anyhow!("--{name} {s:?}: expected e.g. 60s, 5m, 500ms"))?;
+    secs(name, v)
 }
 
 /// The default results file of a `kind` run: `results/KIND-<unix seconds>.jsonl`.
 pub(super) fn default_out(kind: &str) -> PathBuf {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let t = net::unix::unix_s_now();
     PathBuf::from(format!("results/{kind}-{t}.jsonl"))
 }
 

@@ -18,6 +18,8 @@ mod trace;
 #[cfg(feature = "embedded-mock")]
 mod twin_table;
 
+pub use common::parse_kv;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

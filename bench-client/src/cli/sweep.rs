@@ -25,10 +25,10 @@ pub(super) struct SweepArgs {
     #[arg(long, default_value = plan::DEFAULT_CONTEXTS)]
     contexts: String,
     /// Output tokens per streaming request.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = sweep::DEFAULT_OUTPUT_TOKENS)]
     output_tokens: u32,
     /// Measured runs per context length.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = sweep::DEFAULT_RUNS)]
     runs: u32,
     /// Run the contexts round-robin (run 1 of each, then run 2 of each, ...), so that a drift of
     /// the server over the sweep falls on every context alike; default: context by context.
@@ -38,10 +38,10 @@ pub(super) struct SweepArgs {
     #[arg(long, value_enum, default_value = "streaming")]
     method: Method,
     /// Two-point output length a.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = sweep::DEFAULT_TWO_POINT_TOKENS.0)]
     two_point_a: u32,
     /// Two-point output length b.
-    #[arg(long, default_value_t = 17)]
+    #[arg(long, default_value_t = sweep::DEFAULT_TWO_POINT_TOKENS.1)]
     two_point_b: u32,
     /// POST /flush_cache before each point (and between the two-point requests).
     #[arg(long)]
@@ -61,7 +61,7 @@ pub(super) struct SweepArgs {
     #[arg(long, value_enum, default_value = "stop")]
     on_crash: OnCrash,
     /// How long --on-crash wait waits, seconds.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = sweep::DEFAULT_CRASH_WAIT_S)]
     crash_wait_s: f64,
     #[command(flatten)]
     output: Output,
@@ -74,9 +74,11 @@ impl SweepArgs {
     }
 }
 
-/// The sweep the flags ask for, every flag checked, with a stand-in target that [`connect`]
-/// replaces: nothing is started before this returns.
-fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSource)> {
+/// The sweep the flags ask for, every flag checked (the target is resolved after, by
+/// `target_or_engine`): nothing is started before this returns.
+fn sweep_config(
+    a: &SweepArgs,
+) -> anyhow::Result<(SweepConfig, sweep::Checked, sweep::PromptSource)> {
     a.server.check()?;
     let contexts = plan::parse_contexts(&a.contexts).context("--contexts")?;
     let mut timeouts = a.timeouts.timeouts()?;
@@ -108,28 +110,27 @@ fn sweep_config(a: &SweepArgs) -> anyhow::Result<(SweepConfig, sweep::PromptSour
         crash_wait,
         progress: a.run.progress(),
         command: redact_args(std::env::args()),
-        ..SweepConfig::new(a.server.stand_in_target(), out)
+        ..SweepConfig::new(out)
     };
-    cfg.validate()?;
-    Ok((cfg, prompt_source))
+    let checked = cfg.validate()?;
+    Ok((cfg, checked, prompt_source))
 }
 
 pub(super) async fn run_sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
-    let (mut cfg, prompt_source) = sweep_config(&a).map_err(CliError::Usage)?;
-    let mock =
-        super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
-            .await
-            .map_err(CliError::connecting)?;
+    let (cfg, checked, prompt_source) = sweep_config(&a).map_err(CliError::Usage)?;
+    let (server, mock) = super::common::destination(&a.server, &cfg.timeouts)
+        .await
+        .map_err(CliError::connecting)?;
     let out = cfg.out.clone();
     eprintln!(
         "sweeping {} context lengths against {} ({}), results in {}",
         cfg.contexts.len(),
-        cfg.target.shown_url(),
-        cfg.target.dialect.as_str(),
+        server.target.shown_url(),
+        server.target.dialect.as_str(),
         out.display()
     );
     let (wall0, model0) = (std::time::Instant::now(), tokio::time::Instant::now());
-    let outcome = sweep::run_sweep_with(&cfg, prompt_source).await;
+    let outcome = sweep::run_sweep_with(&server, &cfg, checked, prompt_source).await;
     if cfg.simulated {
         let model = outcome
             .as_ref()

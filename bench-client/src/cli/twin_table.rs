@@ -9,14 +9,12 @@ use clap::{Args, ValueEnum};
 
 use super::common::Format;
 use super::exit::CliError;
-use crate::drive::twin::base_preset;
-use crate::drive::twin::table::{
-    fit_table, point_of, predict_rows, TableFitOptions, UNREACHED_COST,
-};
-use crate::drive::twin::table_preset::{table_preset, TableSource};
 use crate::measure::table::Point;
 use crate::report::twin_table::{self, mapes, RowView};
 use crate::results::table::{read_table, select_deployment, Measured, TableRow};
+use crate::twin::base_preset;
+use crate::twin::table::{fit_table, point_of, predict_rows, TableFitOptions, UNREACHED_COST};
+use crate::twin::table_preset::{table_preset, TableSource};
 
 /// Whose scheduler a table's server runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -77,7 +75,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         mixed,
         ..TableFitOptions::default()
     };
-    let params = 7 + usize::from(crate::drive::twin::table::saturation_pool(&points).is_some());
+    let params = 7 + usize::from(crate::twin::table::saturation_pool(&points).is_some());
     if rows.len() < params {
         return Err(data(anyhow::anyhow!(
             "{file}: {} rows cannot fit the model's {params} parameters (prefill per pass, per token and per token pair; decode per step, per context token and per request; the way in and out{}): give at least {params}",

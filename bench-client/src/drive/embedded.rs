@@ -1,5 +1,5 @@
 //! The embedded mock: with no `--url`, start the simulated server in-process on a free loopback port.
-//! With `twin.rs` (the calibrated preset), the only place the client touches the mock crate; all
+//! With the twin (`twin/`, the calibrated preset), the only place the client touches the mock crate; all
 //! requests still go over HTTP.
 
 use anyhow::Context;

@@ -14,8 +14,6 @@ mod progress;
 mod run;
 pub mod sessions;
 pub mod sweep;
-#[cfg(feature = "embedded-mock")]
-pub mod twin;
 
 /// The embedded mock's configuration, which a run on the engine path takes.
 #[cfg(feature = "embedded-mock")]
@@ -29,8 +27,31 @@ pub enum MockConfig {}
 /// Where runs on the engine path (`--simulate`) say the server is.
 pub const ENGINE_URL: &str = "engine://embedded-mock";
 
+/// Where a run's requests go, resolved once before it starts: a server at `target`, or, with
+/// `engine`, this mock's engine on its exact virtual clock, no HTTP (`target` then says
+/// [`ENGINE_URL`]).
+#[derive(Clone, Debug)]
+pub struct Destination {
+    /// The server (or the engine path's stand-for) as the manifest names it.
+    pub target: crate::net::Target,
+    /// The engine path's configuration, when the run goes there.
+    pub engine: Option<MockConfig>,
+}
+
+impl Destination {
+    /// A server reached over HTTP.
+    pub fn server(target: crate::net::Target) -> Self {
+        Self {
+            target,
+            engine: None,
+        }
+    }
+}
+
 pub use capacity::{run_capacity, CapacityConfig, CapacityOutcome};
 pub use cpu::process_cpu_seconds;
 pub use load::{run_load, LoadConfig, LoadOutcome};
 pub use sessions::{run_sessions, SessionsConfig};
-pub use sweep::{run_sweep, run_sweep_with, OnCrash, PromptSource, SweepConfig, SweepOutcome};
+pub use sweep::{
+    run_sweep, run_sweep_with, Checked, OnCrash, PromptSource, SweepConfig, SweepOutcome,
+};

@@ -8,6 +8,7 @@ pub mod redact;
 pub mod scrape;
 mod send;
 pub mod stamped;
+pub mod unix;
 
 use std::time::Duration;
 

@@ -5,13 +5,7 @@ use std::time::Duration;
 
 use super::Target;
 
-/// Now, as unix ms.
-pub fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+pub use super::unix::unix_ms_now;
 
 /// Scrape `/metrics`: its text and the unix ms it arrived at; `None` when the server has no
 /// metrics endpoint.

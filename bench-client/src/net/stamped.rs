@@ -254,10 +254,7 @@ impl Clone for ResponseStamps {
 /// segment's age on the real-time clock. The real-time clock is read first, so a pause between the
 /// two readings makes the result later, never earlier.
 fn from_kernel(unix_ns: u64) -> Option<Instant> {
-    let real = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .and_then(|d| u64::try_from(d.as_nanos()).ok())?;
+    let real = super::unix::unix_ns_now();
     let now = Instant::now();
     let age = Duration::from_nanos(real.saturating_sub(unix_ns));
     if age > MAX_AGE {

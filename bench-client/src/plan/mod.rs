@@ -3,6 +3,7 @@
 //! multi-turn sessions.
 
 pub mod contexts;
+pub mod duration;
 pub mod prompt;
 mod request;
 pub mod schedule;

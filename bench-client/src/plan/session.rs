@@ -31,20 +31,9 @@ pub enum ThinkTime {
 /// `500ms`, `2s`, `1.5m`; a bare number is seconds.
 fn parse_duration_ns(p: &str, whole: &str) -> Result<u64, String> {
     let p = p.trim();
-    let (num, unit_s) = if let Some(n) = p.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = p.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = p.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (p, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{p:?} is not a duration in think time {whole:?} (e.g. 500ms, 2s)"))?;
-    let s = v * unit_s;
+    let s = super::duration::parse_secs(p).ok_or_else(|| {
+        format!("{p:?} is not a duration in think time {whole:?} (e.g. 500ms, 2s)")
+    })?;
     // A day bounds a think time well inside u64 nanoseconds.
     if !s.is_finite() || !(0.0..=86_400.0).contains(&s) {
         return Err(format!(

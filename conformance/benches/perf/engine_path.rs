@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use bench_client::drive::{run_load, run_sweep, LoadConfig, SweepConfig, ENGINE_URL};
+use bench_client::drive::{run_load, run_sweep, Destination, LoadConfig, SweepConfig, ENGINE_URL};
 use bench_client::plan::schedule::{Arrivals, Schedule, Stop};
 use bench_client::plan::workload::{LenDist, Workload};
 use bench_client::plan::{parse_contexts, Trace, TraceOptions, DEFAULT_CONTEXTS};
@@ -82,11 +82,14 @@ pub(crate) fn run() -> Result<Report> {
             contexts: contexts.clone(),
             runs: 1,
             seed: 7,
+            ..SweepConfig::new(out)
+        };
+        let engine = Destination {
+            target: target(ENGINE_URL.into()),
             engine: Some(kimi.clone()),
-            ..SweepConfig::new(target(ENGINE_URL.into()), out)
         };
         let rt = paused_runtime()?;
-        let o = rt.block_on(run_sweep(&cfg))?;
+        let o = rt.block_on(run_sweep(&engine, &cfg))?;
         Ok(o.model_time.unwrap_or_default())
     })?;
     r.row(

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
+use bench_client::drive::Destination;
 use bench_client::measure::percentile;
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::{parse_contexts, DEFAULT_CONTEXTS};
@@ -58,9 +59,9 @@ pub(crate) fn run() -> Result<Report> {
                 crash_wait: Duration::from_secs(0),
                 command: "perf kimi-sweep-paused".into(),
                 simulated: true,
-                ..SweepConfig::new(target(mock.url()), out.clone())
+                ..SweepConfig::new(out.clone())
             };
-            let outcome = run_sweep(&cfg).await?;
+            let outcome = run_sweep(&Destination::server(target(mock.url())), &cfg).await?;
             mock.stop().await;
             anyhow::Ok((sim0.elapsed().as_secs_f64(), outcome.records))
         })?;

@@ -13,10 +13,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use bench_client::drive::twin::table::{fit_table, predict_point, TableFitOptions};
 use bench_client::measure::table::baseline::{loglog_neighbours, p1_held_out, p2_folds, Linear};
 use bench_client::measure::table::{error_pct, mape, median, Point};
 use bench_client::results::table::{read_table, Measured, TableRow};
+use bench_client::twin::table::{fit_table, predict_point, TableFitOptions};
 
 /// Errors (percent) of one method on one deployment's held-out rows.
 #[derive(Default)]

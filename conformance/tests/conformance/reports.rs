@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bench_client::api::Dialect;
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
+use bench_client::drive::Destination;
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
 use bench_client::report::export::{csv, json, table};
@@ -29,9 +30,14 @@ fn seeded_records() -> Vec<Record> {
             timeouts: Timeouts::default(),
             crash_wait: Duration::from_secs(0),
             command: "conformance reports".into(),
-            ..SweepConfig::new(common::target(&server, Dialect::Sglang), out.clone())
+            ..SweepConfig::new(out.clone())
         };
-        run_sweep(&cfg).await.unwrap();
+        run_sweep(
+            &Destination::server(common::target(&server, Dialect::Sglang)),
+            &cfg,
+        )
+        .await
+        .unwrap();
         server.shutdown().await;
         read_records(&out).unwrap()
     })

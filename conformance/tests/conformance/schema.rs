@@ -3,6 +3,7 @@
 use crate::common::{paused_runtime, preset, start};
 use bench_client::api::Dialect;
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
+use bench_client::drive::Destination;
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
 use bench_client::Target;
@@ -30,17 +31,15 @@ fn records_of_every_dialect_match_the_schema() {
                 timeouts: Timeouts::default(),
                 crash_wait: Duration::from_secs(5),
                 command: "test".into(),
-                ..SweepConfig::new(
-                    Target {
-                        base_url: server.url(),
-                        dialect,
-                        model: Some("mock/small-cpu-demo".into()),
-                        api_key: None,
-                    },
-                    out.clone(),
-                )
+                ..SweepConfig::new(out.clone())
             };
-            let outcome = run_sweep(&cfg).await.unwrap();
+            let target = Target {
+                base_url: server.url(),
+                dialect,
+                model: Some("mock/small-cpu-demo".into()),
+                api_key: None,
+            };
+            let outcome = run_sweep(&Destination::server(target), &cfg).await.unwrap();
             assert_eq!(outcome.records.len(), 4, "{dialect:?}");
             let text = std::fs::read_to_string(&out).unwrap();
             for line in text.lines() {

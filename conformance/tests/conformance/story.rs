@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bench_client::api::Dialect;
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
+use bench_client::drive::Destination;
 use bench_client::measure::measure;
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::Timeouts;
@@ -15,13 +16,11 @@ use mock_server::{MockServer, RequestTruth};
 
 use crate::common::{self, ms};
 
-fn sweep_cfg(
-    server: &MockServer,
-    out: &Path,
-    contexts: &[u32],
-    method: Method,
-    flush: bool,
-) -> SweepConfig {
+fn dest(server: &MockServer) -> Destination {
+    Destination::server(common::target(server, Dialect::Sglang))
+}
+
+fn sweep_cfg(out: &Path, contexts: &[u32], method: Method, flush: bool) -> SweepConfig {
     SweepConfig {
         stamping: Stamping::Socket,
         contexts: contexts.to_vec(),
@@ -34,7 +33,7 @@ fn sweep_cfg(
         timeouts: Timeouts::default(),
         crash_wait: Duration::from_secs(0),
         command: "conformance story".into(),
-        ..SweepConfig::new(common::target(server, Dialect::Sglang), out.to_path_buf())
+        ..SweepConfig::new(out.to_path_buf())
     }
 }
 
@@ -51,9 +50,12 @@ fn two_point_names_the_cache_hit_and_streaming_matches_truth() {
         let server = common::start(common::preset("small-cpu-demo")).await;
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("r.jsonl");
-        let outcome = run_sweep(&sweep_cfg(&server, &out, &[4096], Method::TwoPoint, false))
-            .await
-            .unwrap();
+        let outcome = run_sweep(
+            &dest(&server),
+            &sweep_cfg(&out, &[4096], Method::TwoPoint, false),
+        )
+        .await
+        .unwrap();
         assert!(outcome.stopped.is_none(), "{:?}", outcome.stopped);
         let recs = read_records(&out).unwrap();
         let tp: Vec<&Record> = recs
@@ -103,9 +105,12 @@ fn flushing_between_two_point_requests_doubles_the_prefills() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("r.jsonl");
         let ctx = 8192;
-        run_sweep(&sweep_cfg(&server, &out, &[ctx], Method::TwoPoint, true))
-            .await
-            .unwrap();
+        run_sweep(
+            &dest(&server),
+            &sweep_cfg(&out, &[ctx], Method::TwoPoint, true),
+        )
+        .await
+        .unwrap();
         let recs = read_records(&out).unwrap();
         let tp = recs.iter().find(|r| r.method == Method::TwoPoint).unwrap();
         let st = recs.iter().find(|r| r.method == Method::Streaming).unwrap();
@@ -174,9 +179,9 @@ fn kimi_oom_at_32k_keeps_earlier_points_and_resume_finishes() {
         let out = dir.path().join("kimi.jsonl");
 
         let server = common::start(common::preset(KIMI)).await;
-        let mut cfg = sweep_cfg(&server, &out, &contexts, Method::Streaming, false);
+        let mut cfg = sweep_cfg(&out, &contexts, Method::Streaming, false);
         cfg.output_tokens = 8;
-        let outcome = run_sweep(&cfg).await.unwrap();
+        let outcome = run_sweep(&dest(&server), &cfg).await.unwrap();
         let reason = server.crashed().expect("the server must die of OOM at 32k");
         assert!(reason.to_lowercase().contains("out of memory"), "{reason}");
         assert!(
@@ -212,10 +217,10 @@ fn kimi_oom_at_32k_keeps_earlier_points_and_resume_finishes() {
         cfg2.chunked_prefill_size = 4096;
         cfg2.expandable_segments = true;
         let server = common::start(cfg2).await;
-        let mut cfg = sweep_cfg(&server, &out, &contexts, Method::Streaming, false);
+        let mut cfg = sweep_cfg(&out, &contexts, Method::Streaming, false);
         cfg.output_tokens = 8;
         cfg.resume = true;
-        let outcome = run_sweep(&cfg).await.unwrap();
+        let outcome = run_sweep(&dest(&server), &cfg).await.unwrap();
         assert!(outcome.stopped.is_none(), "{:?}", outcome.stopped);
         assert!(server.crashed().is_none());
         assert_eq!(

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use indicatif::ProgressBar;
 
+use super::Destination;
 use crate::measure::{basics, two_point, TwoPointError};
 use crate::net::stamped::Stamping;
 use crate::net::{self, Target};
@@ -34,8 +35,6 @@ pub enum OnCrash {
 /// A validated sweep.
 #[derive(Clone, Debug)]
 pub struct SweepConfig {
-    /// Server.
-    pub target: Target,
     /// Context lengths, in tokens.
     pub contexts: Vec<u32>,
     /// Output tokens per streaming request.
@@ -77,29 +76,34 @@ pub struct SweepConfig {
     pub command: String,
     /// The run is simulated: the embedded mock on a paused clock (said in the manifest).
     pub simulated: bool,
-    /// Run on the engine path: this mock's engine on its exact virtual clock, no HTTP.
-    pub engine: Option<super::MockConfig>,
 }
 
 /// Warm-up requests before each context length when none are asked for.
 pub const DEFAULT_WARMUP: u32 = 1;
+/// Measured runs per context length when none are asked for.
+pub const DEFAULT_RUNS: u32 = 3;
+/// Output tokens per streaming request when none are asked for.
+pub const DEFAULT_OUTPUT_TOKENS: u32 = 64;
+/// The two-point method's output lengths a and b when none are asked for.
+pub const DEFAULT_TWO_POINT_TOKENS: (u32, u32) = (1, 17);
+/// How long `--on-crash wait` waits for a crashed server when not asked, seconds.
+pub const DEFAULT_CRASH_WAIT_S: f64 = 600.0;
 
 impl SweepConfig {
-    /// A streaming sweep of `target` into `out` with the command line's defaults: the default
-    /// contexts, 64 output tokens, 3 runs and 1 warm-up per context, the default seed, kernel stamps,
-    /// default deadlines, stop on a crash, no progress bar.
-    pub fn new(target: Target, out: PathBuf) -> Self {
+    /// A streaming sweep into `out` with the command line's defaults: the default contexts,
+    /// [`DEFAULT_OUTPUT_TOKENS`], [`DEFAULT_RUNS`] and [`DEFAULT_WARMUP`] per context, the default
+    /// seed, kernel stamps, default deadlines, stop on a crash, no progress bar.
+    pub fn new(out: PathBuf) -> Self {
         Self {
-            target,
             contexts: crate::plan::parse_contexts(crate::plan::DEFAULT_CONTEXTS)
                 .unwrap_or_default(),
-            output_tokens: 64,
-            runs: 3,
+            output_tokens: DEFAULT_OUTPUT_TOKENS,
+            runs: DEFAULT_RUNS,
             warmup: DEFAULT_WARMUP,
             interleave: false,
             method: Method::Streaming,
             flush_cache: false,
-            two_point_tokens: (1, 17),
+            two_point_tokens: DEFAULT_TWO_POINT_TOKENS,
             out,
             resume: false,
             seed: crate::plan::DEFAULT_SEED,
@@ -108,11 +112,10 @@ impl SweepConfig {
             timeouts: Timeouts::default(),
             stamping: Stamping::Kernel,
             on_crash: OnCrash::Stop,
-            crash_wait: Duration::from_secs(600),
+            crash_wait: Duration::from_secs_f64(DEFAULT_CRASH_WAIT_S),
             progress: false,
             command: String::new(),
             simulated: false,
-            engine: None,
         }
     }
 }
@@ -120,8 +123,8 @@ impl SweepConfig {
 impl SweepConfig {
     /// Checks everything a sweep needs before anything is sent or started (the target aside): the
     /// run counts, the two-point lengths, the prompt id range, and that `out` holds no results
-    /// unless resumed. Returns the prompt generator.
-    pub fn validate(&self) -> anyhow::Result<PromptGen> {
+    /// unless resumed. A sweep runs only from what this returns.
+    pub fn validate(&self) -> anyhow::Result<Checked> {
         if self.runs == 0 {
             anyhow::bail!("--runs must be at least 1");
         }
@@ -134,9 +137,17 @@ impl SweepConfig {
         }
         let (lo, hi) = self.token_id_range;
         let prompts = PromptGen::with_range(self.seed, lo, hi).map_err(anyhow::Error::msg)?;
-        crate::results::existing_results(&self.out, self.resume, "")?;
-        Ok(prompts)
+        let resumed = crate::results::existing_results(&self.out, self.resume, "")?;
+        Ok(Checked { prompts, resumed })
     }
+}
+
+/// A sweep's configuration as [`SweepConfig::validate`] found it.
+#[derive(Debug)]
+pub struct Checked {
+    prompts: PromptGen,
+    /// `out` held results and `--resume` continues them: the points measured there are skipped.
+    resumed: bool,
 }
 
 /// Where a sweep's prompts come from.
@@ -193,6 +204,7 @@ pub struct SweepOutcome {
 
 struct Runner<'a> {
     cfg: &'a SweepConfig,
+    target: &'a Target,
     http: net::Http,
     /// The engine path's server, when the sweep runs there.
     #[cfg(feature = "embedded-mock")]
@@ -218,7 +230,7 @@ impl Runner<'_> {
                     .map_err(anyhow::Error::msg)?;
                 Prompt::Text(text)
             }
-            PromptSource::Default if self.cfg.target.dialect == Dialect::OpenAiChat => {
+            PromptSource::Default if self.target.dialect == Dialect::OpenAiChat => {
                 Prompt::Text(self.prompts.text(context, index))
             }
             PromptSource::Default => Prompt::TokenIds(self.prompts.token_ids(context, index)),
@@ -233,7 +245,7 @@ impl Runner<'_> {
     }
 
     fn key(&self) -> Option<&str> {
-        self.cfg.target.api_key.as_deref()
+        self.target.api_key.as_deref()
     }
 
     /// Sends one request to the server (or the engine path's) and returns its trace.
@@ -242,7 +254,7 @@ impl Runner<'_> {
         if let Some(e) = &mut self.engine {
             return e.send(spec);
         }
-        net::send(&self.http, &self.cfg.target, spec, &self.cfg.timeouts).await
+        net::send(&self.http, self.target, spec, &self.cfg.timeouts).await
     }
 
     async fn flush(&mut self) -> Result<(), String> {
@@ -250,7 +262,7 @@ impl Runner<'_> {
         if let Some(e) = &mut self.engine {
             return e.flush_cache();
         }
-        net::flush_cache(&self.http, &self.cfg.target.base_url, self.key()).await
+        net::flush_cache(&self.http, &self.target.base_url, self.key()).await
     }
 
     async fn health(&self) -> bool {
@@ -258,7 +270,7 @@ impl Runner<'_> {
         if let Some(e) = &self.engine {
             return e.healthy();
         }
-        net::health(&self.http, &self.cfg.target.base_url, self.key()).await
+        net::health(&self.http, &self.target.base_url, self.key()).await
     }
 
     /// Waits `d`: on the engine path the virtual clock moves on.
@@ -361,27 +373,30 @@ fn is_down(rec: &Record) -> bool {
         .is_some_and(|k: FailureKind| k.server_may_be_down())
 }
 
-/// Run the sweep, appending each record to `cfg.out` as it finishes.
-pub async fn run_sweep(cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
-    run_sweep_with(cfg, PromptSource::Default).await
+/// Run the sweep against `server`, appending each record to `cfg.out` as it finishes.
+pub async fn run_sweep(server: &Destination, cfg: &SweepConfig) -> anyhow::Result<SweepOutcome> {
+    run_sweep_with(server, cfg, cfg.validate()?, PromptSource::Default).await
 }
 
-/// [`run_sweep`] with prompts from `source`.
 /// The vocabulary size a server's `/server_info` reports (`vocab_size`), if any.
 fn server_vocabulary(info: Option<&serde_json::Value>) -> Option<u32> {
     let v = info?.get("vocab_size")?.as_u64()?;
     u32::try_from(v).ok().filter(|&v| v > 0)
 }
 
+/// [`run_sweep`] of a sweep already checked (`checked`, from `cfg.validate()`), with prompts from
+/// `source`.
 pub async fn run_sweep_with(
+    server: &Destination,
     cfg: &SweepConfig,
+    checked: Checked,
     source: PromptSource,
 ) -> anyhow::Result<SweepOutcome> {
-    let prompts = cfg.validate()?;
+    let Checked { prompts, resumed } = checked;
     // One writer per results file, taken before the file is read and anything is sent.
     let _lock = crate::results::lock_results(&cfg.out)?;
     let mut done: HashSet<(Method, u32, u32)> = HashSet::new();
-    if crate::results::existing_results(&cfg.out, cfg.resume, "")? {
+    if resumed {
         for r in read_records(&cfg.out)? {
             if !r.failed() {
                 done.insert(r.point_key());
@@ -394,32 +409,28 @@ pub async fn run_sweep_with(
     // invocations against a server whose prefix cache is still warm from an earlier run with the
     // same seed. 24 bits, because the request counter takes the low 40 bits of the prompt stream.
     let nonce = u64::from(rand::random::<u32>() & 0x00ff_ffff);
-    let key = cfg.target.api_key.as_deref();
+    let target = &server.target;
+    let key = target.api_key.as_deref();
     #[cfg(feature = "embedded-mock")]
-    let engine = match &cfg.engine {
+    let engine = match &server.engine {
         Some(c) => Some(super::engine::EngineServer::new(c.clone())?),
         None => None,
     };
     #[cfg(feature = "embedded-mock")]
     let server_info = match &engine {
         Some(e) => Some(e.server_info()),
-        None => net::server_info(&http, &cfg.target.base_url, key).await,
+        None => net::server_info(&http, &target.base_url, key).await,
     };
     #[cfg(not(feature = "embedded-mock"))]
-    let server_info = net::server_info(&http, &cfg.target.base_url, key).await;
+    let server_info = net::server_info(&http, &target.base_url, key).await;
     let manifest = Manifest {
         command: cfg.command.clone(),
         simulated: Some(cfg.simulated),
         client_version: env!("CARGO_PKG_VERSION").to_string(),
-        started_unix_s: Some(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-        ),
-        url: Some(cfg.target.shown_url()),
-        dialect: Some(cfg.target.dialect),
-        model: cfg.target.model.clone(),
+        started_unix_s: Some(net::unix::unix_s_now()),
+        url: Some(target.shown_url()),
+        dialect: Some(target.dialect),
+        model: target.model.clone(),
         server_info: server_info.clone(),
         seed: Some(cfg.seed),
         invocation: Some(nonce),
@@ -434,7 +445,7 @@ pub async fn run_sweep_with(
             two_point_tokens: [cfg.two_point_tokens.0, cfg.two_point_tokens.1],
             token_id_range: [cfg.token_id_range.0, cfg.token_id_range.1],
             prompt: PromptSettings {
-                kind: source.kind(cfg.target.dialect).to_string(),
+                kind: source.kind(target.dialect).to_string(),
                 tokenizer: source.tokenizer_path(),
             },
             resume: cfg.resume,
@@ -461,6 +472,7 @@ pub async fn run_sweep_with(
     };
     let mut runner = Runner {
         cfg,
+        target,
         http,
         #[cfg(feature = "embedded-mock")]
         engine,

@@ -59,7 +59,6 @@ pub(super) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::Target;
     use std::path::PathBuf;
 
     fn cfg(interleave: bool) -> SweepConfig {
@@ -68,15 +67,7 @@ mod tests {
             runs: 2,
             warmup: 1,
             interleave,
-            ..SweepConfig::new(
-                Target {
-                    base_url: "http://127.0.0.1:1".into(),
-                    dialect: crate::Dialect::Sglang,
-                    model: None,
-                    api_key: None,
-                },
-                PathBuf::from("unused.jsonl"),
-            )
+            ..SweepConfig::new(PathBuf::from("unused.jsonl"))
         }
     }
 

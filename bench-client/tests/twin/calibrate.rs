@@ -4,10 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-mod bin_util;
-use bin_util::{run, stderr};
+use crate::support::{run, stderr};
 
-const KIMI: &str = include_str!("../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
+const KIMI: &str = include_str!("../../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
 
 /// A simulated sweep of the embedded mock into `dir/name`, with extra flags.
 fn sweep(dir: &Path, name: &str, contexts: &str, extra: &[&str]) -> PathBuf {

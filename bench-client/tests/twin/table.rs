@@ -5,14 +5,13 @@
 
 use std::path::Path;
 
-use bench_client::drive::twin::table::{
-    apply, fit_table, predict_point, predict_rows, table_base, TableFitOptions,
-};
 use bench_client::measure::table::{Point, TableModel};
 use bench_client::results::table::TableRow;
+use bench_client::twin::table::{
+    apply, fit_table, predict_point, predict_rows, table_base, TableFitOptions,
+};
 
-mod bin_util;
-use bin_util::{run, stderr};
+use crate::support::{run, stderr};
 
 const HEAD: &str = "deployment,backend,isl,osl,concurrency,ttft_ms,tpot_ms\n";
 

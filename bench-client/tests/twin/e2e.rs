@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bench_client::drive::sweep::{run_sweep, SweepConfig};
-use bench_client::drive::twin::{calibrate_files, CalibrateOptions};
+use bench_client::drive::Destination;
 use bench_client::drive::{run_load, LoadConfig};
 use bench_client::net::stamped::Stamping;
 use bench_client::plan::schedule::{Arrivals, Schedule, Stop};
@@ -15,6 +15,7 @@ use bench_client::plan::workload::{LenDist, Workload};
 use bench_client::plan::Timeouts;
 use bench_client::report::Report;
 use bench_client::results::read_records;
+use bench_client::twin::{calibrate_files, CalibrateOptions};
 use bench_client::{Dialect, Target};
 use mock_server::{Config, MockServer};
 use proptest::prelude::*;
@@ -55,9 +56,11 @@ async fn sweep(s: &MockServer, out: &Path, contexts: Vec<u32>) {
         crash_wait: Duration::from_secs(0),
         command: "twin round trip".into(),
         simulated: true,
-        ..SweepConfig::new(target(s), out.to_path_buf())
+        ..SweepConfig::new(out.to_path_buf())
     };
-    let o = run_sweep(&cfg).await.unwrap();
+    let o = run_sweep(&Destination::server(target(s)), &cfg)
+        .await
+        .unwrap();
     assert!(o.stopped.is_none(), "{:?}", o.stopped);
 }
 
@@ -162,7 +165,7 @@ proptest! {
         cases: 6,
         // An integration test has no lib.rs beside it for proptest's default file: failing
         // cases are kept here and replayed first on the next run.
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("tests/twin_e2e.proptest-regressions"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("tests/twin/e2e.proptest-regressions"))),
         ..ProptestConfig::default()
     })]
 
@@ -254,7 +257,7 @@ fn calibrated(
     mock: &Config,
     contexts: Vec<u32>,
     input: u32,
-) -> bench_client::drive::twin::Twin {
+) -> bench_client::twin::Twin {
     let (sw, ld) = (dir.join("sweep.jsonl"), dir.join("load.jsonl"));
     paused().block_on(async {
         let s = MockServer::start(mock.clone()).await.unwrap();

@@ -3,29 +3,16 @@
 //! ended), and `--resume` completes the run with every index exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod bin_util;
+use crate::support::{lines, unix_ns};
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bench_client::results::read_records;
 use mock_server::{Config, MockServer};
 
 const REQUESTS: u64 = 400;
-
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
-
-fn lines(path: &std::path::Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|t| t.matches('\n').count())
-        .unwrap_or(0)
-}
 
 /// `ld-{seed}-{start}-{index}` -> index (warm-up rids end in `w{k}` and give `None`).
 fn index_of(rid: &str) -> Option<u64> {
@@ -74,7 +61,7 @@ fn kill_9_loses_no_finished_record_and_resume_completes_the_run() {
         a.into_iter().map(String::from).collect::<Vec<_>>()
     };
 
-    let mut child = Command::new(bin_util::BIN)
+    let mut child = Command::new(crate::support::BIN)
         .args(args(false))
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
@@ -129,8 +116,8 @@ fn kill_9_loses_no_finished_record_and_resume_completes_the_run() {
         kept.len()
     );
 
-    let o = bin_util::run(&args(true).iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(o.status.success(), "{}", bin_util::stderr(&o));
+    let o = crate::support::run(&args(true).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
     let recs = read_records(&out).unwrap();
     let mut idx: Vec<u64> = recs
         .iter()

@@ -4,16 +4,13 @@
 //! and a run resumed after a kill spans the sum of its pieces, not the time it was down.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod bin_util;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{json, lines, run, stderr};
 use bench_client::results::read_records;
-use bin_util::{run, stderr};
 use mock_server::{Config, MockServer};
-use serde_json::Value;
 
 /// A load run on the engine path (exact virtual time) into `out`, with extra flags.
 fn simulate(out: &Path, extra: &[&str]) -> std::process::Output {
@@ -37,11 +34,6 @@ fn merge(files: &[&Path]) -> std::process::Output {
     let mut args = vec!["merge", "--format", "json"];
     args.extend(files.iter().map(|f| f.to_str().unwrap()));
     run(&args)
-}
-
-fn json(o: &std::process::Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(o)))
 }
 
 #[test]
@@ -158,12 +150,6 @@ fn a_resumed_run_spans_its_pieces_not_the_time_it_was_down() {
     );
 }
 
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|t| t.matches('\n').count())
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_second_writer_on_one_results_file_is_refused_before_it_sends() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -203,7 +189,7 @@ fn a_second_writer_on_one_results_file_is_refused_before_it_sends() {
         }
         a.into_iter().map(String::from).collect::<Vec<_>>()
     };
-    let mut first = Command::new(bin_util::BIN)
+    let mut first = Command::new(crate::support::BIN)
         .args(args(false))
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
