@@ -3,7 +3,7 @@
 //! and on bad ones (exit 65, nothing written).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bench_client::import::{self, check};
 use serde_json::{json, Value};

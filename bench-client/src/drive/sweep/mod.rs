@@ -395,6 +395,8 @@ pub async fn run_sweep_with(
     let Checked { prompts, resumed } = checked;
     // One writer per results file, taken before the file is read and anything is sent.
     let _lock = crate::results::lock_results(&cfg.out)?;
+    // Checked again under the lock: another writer may have filled the file since `validate`.
+    let resumed = resumed || crate::results::existing_results(&cfg.out, cfg.resume, "")?;
     let mut done: HashSet<(Method, u32, u32)> = HashSet::new();
     if resumed {
         for r in read_records(&cfg.out)? {
