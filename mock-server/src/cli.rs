@@ -117,86 +117,58 @@ pub struct Args {
     pub set: Vec<String>,
 }
 
-/// A TOML string literal of `v` (quotes and escapes as TOML wants them).
-fn toml_str(v: &str) -> String {
-    toml::Value::String(v.to_string()).to_string()
-}
-
-/// The preset, then the SGLang-named flags, then every `--set` in order; validated.
+/// The preset, then the SGLang-named flags (typed values onto the preset's fields), then every
+/// `--set` in order (a TOML key and value); validated.
 pub fn build(a: &Args) -> Result<Config, CliError> {
     let mut c = match &a.preset_file {
         Some(p) => Config::preset_file(p)?,
         None => Config::preset(&a.preset)?,
     };
-    let mut kv: Vec<(String, String)> = Vec::new();
-    let mut put = |k: &str, v: String| kv.push((k.to_string(), v));
-    if let Some(v) = &a.host {
-        put("host", toml_str(v));
+    fn put<T: Clone>(field: &mut T, flag: &Option<T>) {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
     }
-    if let Some(v) = &a.model_path {
-        put("model_path", toml_str(v));
+    put(&mut c.host, &a.host);
+    put(&mut c.model_path, &a.model_path);
+    put(&mut c.served_model_name, &a.served_model_name);
+    put(&mut c.port, &a.port);
+    put(&mut c.mem_fraction_static, &a.mem_fraction_static);
+    put(&mut c.chunked_prefill_size, &a.chunked_prefill_size);
+    put(&mut c.max_running_requests, &a.max_running_requests);
+    put(&mut c.speculative_algorithm, &a.speculative_algorithm);
+    put(
+        &mut c.speculative_num_draft_tokens,
+        &a.speculative_num_draft_tokens,
+    );
+    put(&mut c.stream_interval, &a.stream_interval);
+    put(&mut c.context_length, &a.context_length);
+    put(&mut c.seed, &a.seed);
+    put(&mut c.time_scale, &a.time_scale);
+    if a.api_key.is_some() {
+        c.api_key.clone_from(&a.api_key);
     }
-    if let Some(v) = &a.served_model_name {
-        put("served_model_name", toml_str(v));
-    }
-    if let Some(v) = a.port {
-        put("port", v.to_string());
-    }
-    if let Some(v) = a.mem_fraction_static {
-        put("mem_fraction_static", v.to_string());
-    }
-    if let Some(v) = a.chunked_prefill_size {
-        put("chunked_prefill_size", v.to_string());
-    }
-    if let Some(v) = a.max_running_requests {
-        put("max_running_requests", v.to_string());
-    }
-    if let Some(v) = &a.speculative_algorithm {
-        put("speculative_algorithm", toml_str(v));
-    }
-    if let Some(v) = a.speculative_num_draft_tokens {
-        put("speculative_num_draft_tokens", v.to_string());
-    }
-    if let Some(v) = a.stream_interval {
-        put("stream_interval", v.to_string());
-    }
-    if let Some(v) = a.context_length {
-        put("context_length", v.to_string());
-    }
-    if let Some(v) = a.seed {
-        put("seed", v.to_string());
-    }
-    if let Some(v) = a.time_scale {
-        put("time_scale", v.to_string());
-    }
-    if let Some(v) = &a.api_key {
-        put("api_key", toml_str(v));
-    }
-    for (flag, key) in [
-        (a.enable_cache_report, "enable_cache_report"),
-        (a.enable_metrics, "enable_metrics"),
+    // A switch turns its setting on; absent, the preset's value stands.
+    for (flag, field) in [
+        (a.enable_cache_report, &mut c.enable_cache_report),
+        (a.enable_metrics, &mut c.enable_metrics),
         (
             a.incremental_streaming_output,
-            "incremental_streaming_output",
+            &mut c.incremental_streaming_output,
         ),
-        (a.expandable_segments, "expandable_segments"),
-        (a.disable_radix_cache, "disable_radix_cache"),
-        (a.restart_on_oom, "restart_on_oom"),
-        (a.debug_endpoints, "debug_endpoints"),
-        (a.enable_mixed_chunk, "mixed_batches"),
+        (a.expandable_segments, &mut c.expandable_segments),
+        (a.disable_radix_cache, &mut c.disable_radix_cache),
+        (a.restart_on_oom, &mut c.restart_on_oom),
+        (a.debug_endpoints, &mut c.debug_endpoints),
+        (a.enable_mixed_chunk, &mut c.mixed_batches),
     ] {
-        if flag {
-            put(key, "true".into());
-        }
+        *field |= flag;
     }
     for s in &a.set {
         let (k, v) = s
             .split_once('=')
             .ok_or_else(|| CliError::SetSyntax(s.clone()))?;
-        put(k.trim(), v.trim().to_string());
-    }
-    for (k, v) in kv {
-        c.set(&k, &v)?;
+        c.set(k.trim(), v.trim())?;
     }
     c.validate()?;
     Ok(c)

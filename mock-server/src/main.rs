@@ -6,6 +6,12 @@
 use clap::Parser;
 use mock_server::cli::{run, Args};
 
+/// mimalloc rather than glibc's malloc: glibc keeps an arena per thread that touched the heap
+/// under contention, each holding its own free fragments, so a long run's RSS rose by 10-20 MiB at
+/// unforeseeable moments (BENCHMARKS.md, `soak`); mimalloc returns freed pages to the system.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()

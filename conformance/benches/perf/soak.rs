@@ -147,6 +147,15 @@ pub(crate) fn run() -> Result<Report> {
                 None => "n/a (ran under a minute)".into(),
             },
         );
+        let five = samples.iter().find(|s| s.0 >= 300.0);
+        r.row(
+            "RSS after five minutes",
+            "",
+            five.map_or_else(
+                || "n/a (ran under five minutes)".into(),
+                |m| format!("{:.1} MiB ({} requests ended)", mib(m.2), m.1),
+            ),
+        );
         r.row("RSS at the end", "", fmt(last));
         let ratio = match (minute, max_after) {
             (Some(m), Some(x)) if m.2 > 0 => Some(x / mib(m.2)),

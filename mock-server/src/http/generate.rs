@@ -1,20 +1,21 @@
 //! The generation handlers: native `/generate`, OpenAI completions and chat, each streamed or
 //! collected whole.
 
+use super::error::ApiError;
 use super::parse::{
     chat_prompt, check_lengths, completion_prompt, parse_body, parse_native, parse_openai,
     NativeRequest, OpenAiOptions, RawBody, Sampling,
 };
-use super::render::{Collected, Dialect, Renderer};
+use super::render::{Collected, Dialect, RenderOptions, Renderer};
 use super::sse::stream_response;
-use super::{aborted_body, native_error, openai_error, validation_error, AppState};
+use super::AppState;
 use crate::engine::{GenRequest, StreamEvent};
 use crate::listen::RxStamp;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 /// Why a collected generation has no answer.
@@ -64,8 +65,7 @@ pub(super) async fn collect(
     Err(Interrupted::Crashed)
 }
 
-/// Hands a request to the engine; a duplicate rid or a stopped engine is the response to send.
-#[allow(clippy::result_large_err)]
+/// Hands a request to the engine; a duplicate rid or a stopped engine is refused.
 pub(super) fn submit(
     st: &AppState,
     rid: &str,
@@ -73,10 +73,10 @@ pub(super) fn submit(
     c: &Sampling,
     received: Instant,
     arrived_unix_ns: Option<u64>,
-) -> Result<tokio::sync::mpsc::UnboundedReceiver<StreamEvent>, Response> {
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<StreamEvent>, ApiError> {
     let engine = st.engine();
     if engine.shared.truth.contains(rid) {
-        return Err(native_error(
+        return Err(ApiError::Native(
             StatusCode::BAD_REQUEST,
             format!("duplicate request id (rid) {rid:?}"),
         ));
@@ -92,7 +92,7 @@ pub(super) fn submit(
             received,
             arrived_unix_ns,
         })
-        .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response())
+        .map_err(|e| ApiError::Unavailable(e.to_string()))
 }
 
 /// `POST /generate`.
@@ -101,20 +101,19 @@ pub(super) async fn generate(
     stamp: Option<Extension<ConnectInfo<RxStamp>>>,
     headers: HeaderMap,
     body: RawBody,
-) -> Response {
+) -> Result<Response, ApiError> {
     let received = Instant::now();
     let arrived = socket_arrival(stamp);
     let cfg = st.engine().shared.config.clone();
-    let m = match parse_body(body) {
-        Ok(m) => m,
-        Err((StatusCode::BAD_REQUEST, e)) => return validation_error(e),
-        Err((s, e)) => return native_error(s, e),
-    };
+    let m = parse_body(body).map_err(|e| match e {
+        (StatusCode::BAD_REQUEST, e) => ApiError::Validation(e),
+        (s, e) => ApiError::Native(s, e),
+    })?;
     // SGLang checks these inside the request's generator, after the response has begun: a
     // streamed request gets HTTP 200 and the error as its one event, a plain one a 400.
     let streamed = m.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    if let Some(e) = negative_max_new_tokens(&m) {
-        return late_error(streamed, e);
+    if let Some(message) = negative_max_new_tokens(&m) {
+        return Err(ApiError::Late { streamed, message });
     }
     let NativeRequest {
         prompt,
@@ -122,62 +121,48 @@ pub(super) async fn generate(
         stream,
         rid,
         return_logprob,
-    } = match parse_native(&m, cfg.vocab_size) {
-        Ok(p) => p,
-        Err(e) => return validation_error(e),
-    };
-    if let Err(e) = check_lengths(st.context_length(), &prompt, c.max_new) {
-        return late_error(stream, e);
-    }
+    } = parse_native(&m, cfg.vocab_size).map_err(ApiError::Validation)?;
+    check_lengths(st.context_length(), &prompt, c.max_new).map_err(|message| ApiError::Late {
+        streamed: stream,
+        message,
+    })?;
     let rid = rid.unwrap_or_else(|| st.next_id());
     let prompt_tokens = prompt.len();
-    let mut rx = match submit(&st, &rid, prompt, &c, received, arrived) {
-        Ok(rx) => rx,
-        Err(r) => return r,
+    let mut rx = submit(&st, &rid, prompt, &c, received, arrived)?;
+    let opts = RenderOptions {
+        dialect: Dialect::Native,
+        rid,
+        model: cfg.served_model_name.clone(),
+        created: 0,
+        received,
+        prompt_tokens,
+        // A whole answer carries the whole output.
+        incremental: stream && cfg.incremental_streaming_output,
+        cache_report: cfg.enable_cache_report,
+        include_usage: false,
+        continuous_usage: false,
+        metrics: cfg.enable_metrics,
+        logprobs: return_logprob,
+        streamed: stream,
     };
-    let mut ctx = Renderer::new(Dialect::Native, rid, &cfg, received, prompt_tokens);
-    ctx.incremental = cfg.incremental_streaming_output;
-    ctx.logprobs = return_logprob;
+    let mut ctx = Renderer::new(opts);
     if stream {
-        return stream_response(ctx, rx, &headers, st.engine().shared.truth.clone());
+        let truth = st.engine().shared.truth.clone();
+        return Ok(stream_response(ctx, rx, &headers, truth));
     }
-    match collect(&mut rx).await {
-        Ok(c) => {
-            ctx.incremental = false;
-            ctx.streamed = false;
-            let mut buf = Vec::new();
-            ctx.native(&mut buf, &c);
-            ([(header::CONTENT_TYPE, "application/json")], buf).into_response()
-        }
-        Err(Interrupted::Error(e)) => native_error(StatusCode::BAD_REQUEST, e),
-        Err(Interrupted::Crashed) => aborted_body(),
-    }
+    let c = collect(&mut rx).await.map_err(|i| match i {
+        Interrupted::Error(e) => ApiError::Native(StatusCode::BAD_REQUEST, e),
+        Interrupted::Crashed => ApiError::Aborted,
+    })?;
+    let mut buf = Vec::new();
+    ctx.native(&mut buf, &c);
+    Ok(([(header::CONTENT_TYPE, "application/json")], buf).into_response())
 }
 
 /// SGLang's message for a negative `sampling_params.max_new_tokens`, when the request has one.
 fn negative_max_new_tokens(m: &Map<String, Value>) -> Option<String> {
     let v = m.get("sampling_params")?.get("max_new_tokens")?.as_i64()?;
     (v < 0).then(|| format!("max_new_tokens must be at least 0, got {v}."))
-}
-
-/// An error SGLang finds after the response began: for a streamed request, HTTP 200 with the
-/// error as an event (`{"error": {message, type, code, retryable}}`) and `[DONE]`; else a 400.
-fn late_error(streamed: bool, message: String) -> Response {
-    if !streamed {
-        return native_error(StatusCode::BAD_REQUEST, message);
-    }
-    let event = json!({"error": {
-        "message": message,
-        "type": "invalid_request_error",
-        "code": 400,
-        "retryable": false,
-    }});
-    let body = format!("data: {event}\n\ndata: [DONE]\n\n");
-    (
-        [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
-        body,
-    )
-        .into_response()
 }
 
 /// Seconds since the Unix epoch (OpenAI's `created`).
@@ -195,38 +180,30 @@ async fn openai(
     headers: HeaderMap,
     body: RawBody,
     dialect: Dialect,
-) -> Response {
+) -> Result<Response, ApiError> {
     let received = Instant::now();
     let arrived = socket_arrival(stamp);
     let cfg = st.engine().shared.config.clone();
-    let m = match parse_body(body) {
-        Ok(m) => m,
-        Err((StatusCode::BAD_REQUEST, e)) => return validation_error(e),
-        Err((s, e)) => return openai_error(s, e),
-    };
+    let m = parse_body(body).map_err(|e| match e {
+        (StatusCode::BAD_REQUEST, e) => ApiError::Validation(e),
+        (s, e) => ApiError::OpenAi(s, e),
+    })?;
+    let bad = |e| ApiError::OpenAi(StatusCode::BAD_REQUEST, e);
     let vocab = cfg.vocab_size;
     let prompt = if dialect == Dialect::Chat {
         chat_prompt(m.get("messages"), vocab)
     } else {
         completion_prompt(m.get("prompt"), vocab)
     };
-    let prompt = match prompt {
-        Ok(p) => p,
-        Err(e) => return openai_error(StatusCode::BAD_REQUEST, e),
-    };
+    let prompt = prompt.map_err(bad)?;
     let OpenAiOptions {
         sampling: c,
         stream,
         include_usage,
         continuous_usage,
         rid,
-    } = match parse_openai(&m) {
-        Ok(x) => x,
-        Err(e) => return openai_error(StatusCode::BAD_REQUEST, e),
-    };
-    if let Err(e) = check_lengths(st.context_length(), &prompt, c.max_new) {
-        return openai_error(StatusCode::BAD_REQUEST, e);
-    }
+    } = parse_openai(&m).map_err(bad)?;
+    check_lengths(st.context_length(), &prompt, c.max_new).map_err(bad)?;
     let id = rid.unwrap_or_else(|| {
         let p = if dialect == Dialect::Chat {
             "chatcmpl-"
@@ -236,23 +213,31 @@ async fn openai(
         format!("{p}{}", st.next_id())
     });
     let prompt_tokens = prompt.len();
-    let mut rx = match submit(&st, &id, prompt, &c, received, arrived) {
-        Ok(rx) => rx,
-        Err(r) => return r,
+    let mut rx = submit(&st, &id, prompt, &c, received, arrived)?;
+    let opts = RenderOptions {
+        dialect,
+        rid: id,
+        model: cfg.served_model_name.clone(),
+        created: created(),
+        received,
+        prompt_tokens,
+        incremental: true,
+        cache_report: cfg.enable_cache_report,
+        include_usage,
+        continuous_usage,
+        metrics: cfg.enable_metrics,
+        logprobs: false,
+        streamed: stream,
     };
-    let mut ctx = Renderer::new(dialect, id, &cfg, received, prompt_tokens);
-    ctx.created = created();
-    ctx.incremental = true;
-    ctx.include_usage = include_usage;
-    ctx.continuous_usage = continuous_usage;
     if stream {
-        return stream_response(ctx, rx, &headers, st.engine().shared.truth.clone());
+        let truth = st.engine().shared.truth.clone();
+        return Ok(stream_response(Renderer::new(opts), rx, &headers, truth));
     }
-    match collect(&mut rx).await {
-        Ok(c) => axum::Json(ctx.openai_response(&c)).into_response(),
-        Err(Interrupted::Error(e)) => openai_error(StatusCode::BAD_REQUEST, e),
-        Err(Interrupted::Crashed) => aborted_body(),
-    }
+    let c = collect(&mut rx).await.map_err(|i| match i {
+        Interrupted::Error(e) => bad(e),
+        Interrupted::Crashed => ApiError::Aborted,
+    })?;
+    Ok(axum::Json(opts.openai_response(&c)).into_response())
 }
 
 /// `POST /v1/completions`.
@@ -261,7 +246,7 @@ pub(super) async fn completions(
     stamp: Option<Extension<ConnectInfo<RxStamp>>>,
     headers: HeaderMap,
     body: RawBody,
-) -> Response {
+) -> Result<Response, ApiError> {
     openai(st, stamp, headers, body, Dialect::Completions).await
 }
 
@@ -271,7 +256,7 @@ pub(super) async fn chat(
     stamp: Option<Extension<ConnectInfo<RxStamp>>>,
     headers: HeaderMap,
     body: RawBody,
-) -> Response {
+) -> Result<Response, ApiError> {
     openai(st, stamp, headers, body, Dialect::Chat).await
 }
 

@@ -6,10 +6,9 @@
 //! dialect's bytes), `render` (an engine event into a response's writes), `sse` (the streamed
 //! response), `faults` (the `x-mock-fault` header), `prometheus` (the `/metrics` text).
 
+mod error;
 mod faults;
 mod generate;
-mod native;
-mod openai;
 pub(crate) mod parse;
 pub(crate) mod prometheus;
 mod render;

@@ -119,7 +119,7 @@ async fn health_generate(State(st): State<AppState>) -> Response {
     let rid = format!("HEALTH_CHECK_{}", st.next_id());
     let mut rx = match submit(&st, &rid, vec![0], &c, Instant::now(), None) {
         Ok(rx) => rx,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     match collect(&mut rx).await {
         Ok(_) => StatusCode::OK.into_response(),

@@ -78,8 +78,9 @@ impl StreamState {
         }
         self.ended = done;
         if let Some(chunk) = chunk {
-            let sent = self.ctx.received.elapsed().as_nanos() as u64;
-            self.truth.record_sent(&self.ctx.rid, chunk, sent);
+            let opts = self.ctx.options();
+            let sent = opts.received.elapsed().as_nanos() as u64;
+            self.truth.record_sent(&opts.rid, chunk, sent);
         }
     }
 
@@ -107,12 +108,10 @@ pub(super) fn stream_response(
         packed: Vec::new(),
         ended: false,
     };
-    if state.ctx.dialect == Dialect::Chat {
-        let c = &state.ctx;
-        let first = json!({"id": c.rid, "object": "chat.completion.chunk", "created": c.created,
-            "model": c.model, "choices": [{"index": 0, "delta": {"reasoning_content": null, "role": "assistant", "content": ""},
-            "logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": null});
-        state.queue.push_back(Ok(sse(&first)));
+    let opts = state.ctx.options();
+    if opts.dialect == Dialect::Chat {
+        let first = sse(&opts.chat_opening());
+        state.queue.push_back(Ok(first));
     }
     let s = futures::stream::unfold(state, |mut st| async move {
         loop {

@@ -2,7 +2,7 @@
 //! `meta_info`: the fields every event carries, the scheduler's timings with `enable_metrics`,
 //! logprobs when asked for, and the finish-only fields on the last event.
 
-use super::render::{Collected, Renderer};
+use super::{Collected, Renderer, Scratch};
 use crate::engine::Finish;
 use crate::tokenizer;
 use std::io::Write;
@@ -34,20 +34,24 @@ fn int(buf: &mut Vec<u8>, v: impl itoa::Integer) {
 impl Renderer {
     /// One native event (or the non-streaming answer) as JSON, written directly: this is the
     /// hot path at thousands of streams, and cumulative output makes every event longer.
-    pub(super) fn native(&mut self, buf: &mut Vec<u8>, o: &Collected) {
+    pub(in crate::http) fn native(&mut self, buf: &mut Vec<u8>, o: &Collected) {
         let (new_ids, cached, completion) = (&o.ids[..], o.cached, o.completion);
         let (finish, speculative, at_ns) = (&o.finish, &o.speculative, o.at_ns);
-        let first = self.events == 0;
-        self.events += 1;
+        let opts = &self.opts;
+        let state = &mut self.output;
+        let first = state.events == 0;
+        state.events += 1;
         if first {
-            self.first_at_ns = o.first_at_ns;
+            state.first_at_ns = o.first_at_ns;
         }
         // Only the new tokens are rendered; cumulative output appends them to the JSON kept from
         // the events before (escaping is per character, so escaped pieces concatenate). The new
         // pieces go into buffers the renderer keeps from event to event.
-        let mut new_ids_json = std::mem::take(&mut self.new_ids_json);
-        let mut new_text = std::mem::take(&mut self.new_text_json);
-        let mut new_lp = std::mem::take(&mut self.new_logprobs_json);
+        let Scratch {
+            ids_json: new_ids_json,
+            text_json: new_text,
+            logprobs_json: new_lp,
+        } = &mut self.scratch;
         new_ids_json.clear();
         new_text.clear();
         new_lp.clear();
@@ -58,8 +62,8 @@ impl Renderer {
             }
             new_ids_json.extend_from_slice(num.format(*id).as_bytes());
         }
-        tokenizer::decode_into(new_ids, &mut new_text);
-        if self.logprobs {
+        tokenizer::decode_into(new_ids, new_text);
+        if opts.logprobs {
             for id in new_ids {
                 if !new_lp.is_empty() {
                     new_lp.push(b',');
@@ -67,13 +71,13 @@ impl Renderer {
                 let _ = write!(new_lp, "[{:?},{id},null]", logprob(*id));
             }
         }
-        let (ids, text, lp): (&[u8], &[u8], &[u8]) = if self.incremental {
-            (&new_ids_json, &new_text, &new_lp)
+        let (ids, text, lp): (&[u8], &[u8], &[u8]) = if opts.incremental {
+            (new_ids_json, new_text, new_lp)
         } else {
-            append(&mut self.ids_json, &new_ids_json);
-            self.text_json.extend_from_slice(&new_text);
-            append(&mut self.logprobs_json, &new_lp);
-            (&self.ids_json, &self.text_json, &self.logprobs_json)
+            append(&mut state.ids_json, new_ids_json);
+            state.text_json.extend_from_slice(new_text);
+            append(&mut state.logprobs_json, new_lp);
+            (&state.ids_json, &state.text_json, &state.logprobs_json)
         };
         // Writing into a Vec cannot fail; the results are ignored for that reason.
         buf.extend_from_slice(b"{\"text\":\"");
@@ -97,12 +101,12 @@ impl Renderer {
             }
         }
         buf.extend_from_slice(b",\"prompt_tokens\":");
-        int(buf, self.prompt_tokens);
+        int(buf, opts.prompt_tokens);
         buf.extend_from_slice(b",\"weight_version\":\"default\",\"num_retractions\":");
         int(buf, o.times.retractions);
         let t0 = self.received_unix_s;
         let at = |ns: u64| ns as f64 / 1e9;
-        if self.metrics {
+        if opts.metrics {
             buf.extend_from_slice(b",\"storage_prefetch_wait\":0.0,\"storage_staging_wait\":0.0");
             if let Some(ns) = o.times.forward_entry_ns {
                 secs(buf, "forward_entry_time", t0 + at(ns));
@@ -112,7 +116,7 @@ impl Renderer {
             }
             secs(buf, "queue_time", o.times.forward_entry_ns.map_or(0.0, at));
         }
-        if self.logprobs {
+        if opts.logprobs {
             buf.extend_from_slice(b",\"input_token_logprobs\":[],\"output_token_logprobs\":[");
             buf.extend_from_slice(lp);
             buf.extend_from_slice(b"],\"output_token_logprobs_length\":");
@@ -137,10 +141,10 @@ impl Renderer {
             buf.extend_from_slice(b",\"cached_tokens_details\":null");
         }
         buf.extend_from_slice(b",\"dp_rank\":null");
-        let first_ns = self.first_at_ns;
+        let first_ns = state.first_at_ns;
         let sent_ts = t0 + at(first_ns);
         if finish.is_none() {
-            if first && self.streamed {
+            if first && opts.streamed {
                 secs(buf, "response_sent_to_client_ts", sent_ts);
             }
         } else {
@@ -156,13 +160,13 @@ impl Renderer {
                 buf.extend_from_slice(b",\"spec_accept_histogram\":");
                 let _ = serde_json::to_writer(&mut *buf, &s.histogram);
             }
-            if self.metrics {
+            if opts.metrics {
                 secs(buf, "request_received_ts", t0);
                 if first_ns > 0 {
                     secs(buf, "first_token_latency", at(first_ns));
                 }
                 secs(buf, "api_server_dispatch_finish_ts", t0);
-                if self.streamed {
+                if opts.streamed {
                     secs(buf, "response_sent_to_client_ts", sent_ts);
                 }
                 secs(buf, "request_finished_ts", t0 + at(at_ns));
@@ -172,14 +176,11 @@ impl Renderer {
                     secs(buf, "decode_throughput", (completion - 1) as f64 / decode_s);
                 }
             }
-            if !self.streamed {
+            if !opts.streamed {
                 secs(buf, "response_sent_to_client_ts", t0 + at(at_ns));
             }
         }
         buf.extend_from_slice(b"}}");
-        self.new_ids_json = new_ids_json;
-        self.new_text_json = new_text;
-        self.new_logprobs_json = new_lp;
     }
 }
 

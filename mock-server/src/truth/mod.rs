@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+mod packed;
+use packed::PackedChunks;
+
 /// One prefill pass that processed part of a request's prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PrefillPass {
@@ -110,9 +113,52 @@ pub const DEFAULT_TRUTH_WINDOW: usize = 4096;
 
 #[derive(Debug)]
 struct Entry {
+    /// The record; once the request has ended, its `chunks` are empty and held in `packed`.
     truth: RequestTruth,
     /// Whether the request has ended and sits in [`Store::ended`].
     ended: bool,
+    packed: PackedChunks,
+}
+
+impl Entry {
+    fn new(truth: RequestTruth) -> Self {
+        Entry {
+            truth,
+            ended: false,
+            packed: PackedChunks::default(),
+        }
+    }
+
+    /// The whole record.
+    fn record(&self) -> RequestTruth {
+        let mut t = self.truth.clone();
+        if self.ended {
+            t.chunks = self.packed.unpack();
+        }
+        t
+    }
+
+    /// Ends the record: its chunks packed, its lists no larger than they need be.
+    fn seal(&mut self) {
+        self.ended = true;
+        let t = &mut self.truth;
+        self.packed = PackedChunks::pack(&t.chunks);
+        t.chunks = Vec::new();
+        t.rid.shrink_to_fit();
+        t.prefill_passes.shrink_to_fit();
+        t.spec_accept_histogram.shrink_to_fit();
+    }
+
+    /// Changes the record (an ended one is unpacked for it and packed again).
+    fn change<R>(&mut self, f: impl FnOnce(&mut RequestTruth) -> R) -> R {
+        if !self.ended {
+            return f(&mut self.truth);
+        }
+        self.truth.chunks = self.packed.unpack();
+        let r = f(&mut self.truth);
+        self.seal();
+        r
+    }
 }
 
 /// Records by arrival number; every running request, and the last `window` that ended.
@@ -154,7 +200,7 @@ impl Store {
         if e.ended || e.truth.finish == FinishTruth::Pending {
             return;
         }
-        e.ended = true;
+        e.seal();
         self.ended.push_back(seq);
         self.ended_kept += 1;
         while self.ended_kept > self.window {
@@ -179,7 +225,7 @@ impl Store {
         if e.ended {
             self.ended_kept -= 1;
         }
-        Some(e.truth)
+        Some(e.record())
     }
 }
 
@@ -250,16 +296,12 @@ impl GroundTruth {
     pub fn request(&self, rid: &str) -> Option<RequestTruth> {
         let s = self.lock();
         let seq = s.index.get(rid)?;
-        s.records.get(seq).map(|e| e.truth.clone())
+        s.records.get(seq).map(Entry::record)
     }
 
     /// Every record kept, in arrival order.
     pub fn all(&self) -> Vec<RequestTruth> {
-        self.lock()
-            .records
-            .values()
-            .map(|e| e.truth.clone())
-            .collect()
+        self.lock().records.values().map(Entry::record).collect()
     }
 
     /// How many records the store holds.
@@ -307,15 +349,9 @@ impl GroundTruth {
             }
         };
         match s.records.get_mut(&seq) {
-            Some(e) => e.truth = t,
+            Some(e) => e.change(|old| *old = t),
             None => {
-                s.records.insert(
-                    seq,
-                    Entry {
-                        truth: t,
-                        ended: false,
-                    },
-                );
+                s.records.insert(seq, Entry::new(t));
             }
         }
         s.note_end(seq);
@@ -327,7 +363,7 @@ impl GroundTruth {
             return;
         };
         if let Some(e) = s.records.get_mut(&seq) {
-            f(&mut e.truth);
+            e.change(f);
         }
         s.note_end(seq);
     }
@@ -346,14 +382,16 @@ impl GroundTruth {
         let Some(e) = s.records.get_mut(&seq) else {
             return;
         };
-        let t = &mut e.truth;
-        let Some(c) = t.chunks.get_mut(chunk) else {
-            return;
-        };
-        c.sent_ns = Some(sent_ns);
-        let err = sent_ns.saturating_sub(c.model_ns);
-        t.max_pacing_error_ns = t.max_pacing_error_ns.max(err);
-        s.pacing.record(err);
+        let err = e.change(|t| {
+            let c = t.chunks.get_mut(chunk)?;
+            c.sent_ns = Some(sent_ns);
+            let err = sent_ns.saturating_sub(c.model_ns);
+            t.max_pacing_error_ns = t.max_pacing_error_ns.max(err);
+            Some(err)
+        });
+        if let Some(err) = err {
+            s.pacing.record(err);
+        }
     }
 
     #[cfg(test)]
@@ -443,5 +481,42 @@ mod tests {
         }
         assert_eq!(t.len(), DEFAULT_TRUTH_WINDOW);
         assert!(t.request("e99").is_none() && t.request("e100").is_some());
+    }
+
+    #[test]
+    fn an_ended_record_reads_whole_and_takes_late_hand_offs() {
+        let t = GroundTruth::with_window(2);
+        t.insert(RequestTruth::new("a"));
+        let chunks: Vec<ChunkTruth> = (0..300u64)
+            .map(|k| ChunkTruth {
+                at_ns: 5_000 + k * 1_000,
+                model_ns: 4_990 + k * 1_000,
+                tokens: 1 + (k % 3) as usize,
+                sent_ns: Some(5_100 + k * 1_000),
+            })
+            .collect();
+        for c in &chunks[..299] {
+            t.update("a", |r| r.chunks.push(c.clone()));
+        }
+        let last = ChunkTruth {
+            sent_ns: None,
+            ..chunks[299].clone()
+        };
+        t.update("a", |r| {
+            r.chunks.push(last);
+            r.finish = FinishTruth::Length;
+        });
+        assert!(t
+            .lock()
+            .records
+            .values()
+            .all(|e| e.ended && e.truth.chunks.is_empty()));
+        // The last chunk leaves after the request ended.
+        t.record_sent("a", 299, 5_100 + 299 * 1_000);
+        let r = t.request("a").unwrap();
+        assert_eq!(r.chunks, chunks);
+        assert_eq!(r.max_pacing_error_ns, 110);
+        assert_eq!(t.all(), vec![r.clone()]);
+        assert_eq!(t.take("a"), Some(r));
     }
 }

@@ -1,6 +1,5 @@
 //! One engine event into the writes of a response, in the request's dialect.
 
-use crate::config::Config;
 use crate::engine::{Finish, RequestTimes, SpeculativeStats, StreamEvent};
 use axum::body::Bytes;
 use serde_json::{json, Value};
@@ -14,81 +13,81 @@ pub(super) enum Dialect {
     Chat,
 }
 
-/// Renders one request's events in its dialect: what every event repeats (id, model, options)
-/// and, for native cumulative output, the output so far.
-pub(super) struct Renderer {
+mod native;
+mod openai;
+
+/// How one request's responses are written: fixed once the handler has parsed the request.
+pub(super) struct RenderOptions {
     pub(super) dialect: Dialect,
+    /// The request's id (native `meta_info.id`, OpenAI `id`).
     pub(super) rid: String,
     pub(super) model: String,
+    /// OpenAI's `created` stamp (0 on the native dialect).
     pub(super) created: u64,
     pub(super) received: Instant,
+    pub(super) prompt_tokens: usize,
+    /// Each event carries only its new output (else native events carry the output so far).
     pub(super) incremental: bool,
+    /// OpenAI usage reports cached prompt tokens (`enable_cache_report`).
     pub(super) cache_report: bool,
+    /// OpenAI `stream_options.include_usage` and `continuous_usage_stats`.
     pub(super) include_usage: bool,
     pub(super) continuous_usage: bool,
-    /// Native cumulative output so far, as JSON: the ids comma-separated, the text escaped, the
-    /// logprob entries comma-separated.
-    pub(super) ids_json: Vec<u8>,
-    pub(super) text_json: Vec<u8>,
-    pub(super) logprobs_json: Vec<u8>,
-    /// The pieces of the event being rendered (kept to be reused) and the rid as JSON.
-    pub(super) new_ids_json: Vec<u8>,
-    pub(super) new_text_json: Vec<u8>,
-    pub(super) new_logprobs_json: Vec<u8>,
-    pub(super) rid_json: Vec<u8>,
-    /// Bytes of the last streamed native event.
-    pub(super) event_len: usize,
-    pub(super) prompt_tokens: usize,
-    /// When the request was received, in seconds since the Unix epoch (SGLang's `*_ts` fields).
-    pub(super) received_unix_s: f64,
     /// The scheduler's timings in native `meta_info` (`enable_metrics`).
     pub(super) metrics: bool,
     /// Native `return_logprob`.
     pub(super) logprobs: bool,
     /// The response is a stream (SGLang stamps `response_sent_to_client_ts` on its first event).
     pub(super) streamed: bool,
+}
+
+/// What a native response has rendered so far.
+#[derive(Default)]
+struct NativeOutput {
+    /// Cumulative output so far, as JSON: the ids comma-separated, the text escaped, the
+    /// logprob entries comma-separated.
+    ids_json: Vec<u8>,
+    text_json: Vec<u8>,
+    logprobs_json: Vec<u8>,
+    /// Bytes of the last streamed event.
+    event_len: usize,
     /// Events rendered so far, and the instant of the first (ns since received).
-    pub(super) events: usize,
-    pub(super) first_at_ns: u64,
+    events: usize,
+    first_at_ns: u64,
+}
+
+/// Buffers for the pieces of the event being rendered, kept from event to event to be reused.
+#[derive(Default)]
+struct Scratch {
+    ids_json: Vec<u8>,
+    text_json: Vec<u8>,
+    logprobs_json: Vec<u8>,
+}
+
+/// Renders one request's events in its dialect: its options, what follows from them once (the
+/// rid as JSON, the receive instant on the Unix clock), and a native response's output so far.
+pub(super) struct Renderer {
+    opts: RenderOptions,
+    rid_json: Vec<u8>,
+    /// When the request was received, in seconds since the Unix epoch (SGLang's `*_ts` fields).
+    received_unix_s: f64,
+    output: NativeOutput,
+    scratch: Scratch,
 }
 
 impl Renderer {
-    /// A renderer for request `rid` of `prompt_tokens` tokens, received at `received`: native
-    /// cumulative output, no `created` stamp and no usage options until the handler sets them.
-    pub(super) fn new(
-        dialect: Dialect,
-        rid: String,
-        cfg: &Config,
-        received: Instant,
-        prompt_tokens: usize,
-    ) -> Self {
-        let rid_json = serde_json::to_vec(&rid).unwrap_or_default();
+    pub(super) fn new(opts: RenderOptions) -> Self {
         Renderer {
-            dialect,
-            rid,
-            model: cfg.served_model_name.clone(),
-            created: 0,
-            received,
-            incremental: false,
-            cache_report: cfg.enable_cache_report,
-            include_usage: false,
-            continuous_usage: false,
-            ids_json: Vec::new(),
-            text_json: Vec::new(),
-            logprobs_json: Vec::new(),
-            new_ids_json: Vec::new(),
-            new_text_json: Vec::new(),
-            new_logprobs_json: Vec::new(),
-            rid_json,
-            event_len: 0,
-            prompt_tokens,
-            received_unix_s: unix_s_at(received),
-            metrics: cfg.enable_metrics,
-            logprobs: false,
-            streamed: true,
-            events: 0,
-            first_at_ns: 0,
+            rid_json: serde_json::to_vec(&opts.rid).unwrap_or_default(),
+            received_unix_s: unix_s_at(opts.received),
+            opts,
+            output: NativeOutput::default(),
+            scratch: Scratch::default(),
         }
+    }
+
+    pub(super) fn options(&self) -> &RenderOptions {
+        &self.opts
     }
 }
 
@@ -118,6 +117,7 @@ pub(super) const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Turns one engine event into SSE writes.
 pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
+    let dialect = ctx.opts.dialect;
     match ev {
         StreamEvent::Tokens {
             at_ns,
@@ -130,9 +130,9 @@ pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
             ..
         } => {
             let mut out = Vec::new();
-            if ctx.dialect == Dialect::Native {
+            if dialect == Dialect::Native {
                 // An event is about as long as the one before, plus its new tokens.
-                let mut buf = Vec::with_capacity(ctx.event_len + 32 * new_ids.len() + 256);
+                let mut buf = Vec::with_capacity(ctx.output.event_len + 32 * new_ids.len() + 256);
                 buf.extend_from_slice(b"data: ");
                 ctx.native(
                     &mut buf,
@@ -148,12 +148,13 @@ pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
                     },
                 );
                 buf.extend_from_slice(b"\n\n");
-                ctx.event_len = buf.len();
+                ctx.output.event_len = buf.len();
                 out.push(Bytes::from(buf));
             } else {
-                out.push(sse(&ctx.openai_chunk(&new_ids, completion_tokens, &finish)));
+                let o = &ctx.opts;
+                out.push(sse(&o.openai_chunk(&new_ids, completion_tokens, &finish)));
                 if finish.is_some() {
-                    ctx.openai_final_chunks(&mut out, completion_tokens, cached_tokens, &finish);
+                    o.openai_final_chunks(&mut out, completion_tokens, cached_tokens, &finish);
                 }
             }
             let done = finish.is_some();

@@ -1,6 +1,6 @@
 //! The OpenAI dialect's JSON (`/v1/completions`, `/v1/chat/completions`).
 
-use super::render::{sse, Collected, Dialect, Renderer};
+use super::{sse, Collected, Dialect, RenderOptions};
 use crate::engine::Finish;
 use crate::tokenizer;
 use axum::body::Bytes;
@@ -23,11 +23,11 @@ fn matched(f: &Option<Finish>) -> Value {
     }
 }
 
-impl Renderer {
+impl RenderOptions {
     /// The `usage` object of a response's end (the usage chunk, the non-streamed answer):
     /// prompt, completion and total tokens, cached tokens when reported, SGLang's
     /// `reasoning_tokens`, and chat's `completion_tokens_details`.
-    pub(super) fn usage(&self, completion: usize, cached: usize) -> Value {
+    pub(in crate::http) fn usage(&self, completion: usize, cached: usize) -> Value {
         let details = if self.cache_report {
             json!({"cached_tokens": cached})
         } else {
@@ -49,8 +49,15 @@ impl Renderer {
                "completion_tokens_details": null})
     }
 
+    /// The chunk that opens a chat stream: the assistant's role, no content yet.
+    pub(in crate::http) fn chat_opening(&self) -> Value {
+        json!({"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "choices": [{"index": 0, "delta": {"reasoning_content": null, "role": "assistant", "content": ""},
+            "logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": null})
+    }
+
     /// One streamed chunk carrying `new_ids`.
-    pub(super) fn openai_chunk(
+    pub(in crate::http) fn openai_chunk(
         &self,
         new_ids: &[u32],
         completion: usize,
@@ -78,7 +85,7 @@ impl Renderer {
 
     /// The chunks after the final token chunk: chat's empty delta with the finish reason, and
     /// the usage-only chunk when `include_usage` asked for it.
-    pub(super) fn openai_final_chunks(
+    pub(in crate::http) fn openai_final_chunks(
         &self,
         out: &mut Vec<Bytes>,
         completion: usize,
@@ -109,7 +116,7 @@ impl Renderer {
     }
 
     /// The whole (non-streamed) answer.
-    pub(super) fn openai_response(&self, c: &Collected) -> Value {
+    pub(in crate::http) fn openai_response(&self, c: &Collected) -> Value {
         let Collected {
             ids,
             cached,
