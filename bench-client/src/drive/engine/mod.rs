@@ -113,6 +113,11 @@ impl Streams {
         keep_ids: bool,
     ) {
         let mut trace = Self::head(rid, prompt_tokens, max_tokens);
+        // One event a token at most, and the final one (the engine streams every
+        // `stream_interval` tokens); bounded for a large `max_tokens`.
+        trace
+            .chunks
+            .reserve_exact((max_tokens as usize).min(4096) + 1);
         if keep_ids {
             trace.output_ids = Some(Vec::new());
         }
