@@ -399,7 +399,11 @@ impl LoadSummary {
             self.tokens_per_chunk
                 .record_all(m.tokens_per_chunk.iter().map(|&t| u64::from(t)));
             self.chunks_counted += m.tokens_per_chunk.len() as u64;
-            self.chunk_tokens += m.tokens_per_chunk.iter().map(|&t| u64::from(t)).sum::<u64>();
+            self.chunk_tokens += m
+                .tokens_per_chunk
+                .iter()
+                .map(|&t| u64::from(t))
+                .sum::<u64>();
             if !n.per_token_ns.is_empty() {
                 self.metric("per_token")
                     .record_all(n.per_token_ns.iter().copied());
