@@ -205,18 +205,17 @@ impl RadixTree {
     /// evictable; returns the tokens freed.
     pub fn evict(&mut self, want: usize) -> usize {
         let mut freed = 0;
-        let mut leaves: Vec<(u64, NodeId)> = self
+        // Keys are distinct (node ids are), so the heap pops them in one order however it was
+        // built.
+        let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, NodeId)>> = self
             .nodes
             .iter()
             .enumerate()
             .filter(|(i, n)| {
                 *i != Self::ROOT && n.alive && n.children.is_empty() && n.lock_ref == 0
             })
-            .map(|(i, n)| (n.last_access, i))
+            .map(|(i, n)| std::cmp::Reverse((n.last_access, i)))
             .collect();
-        leaves.sort_unstable();
-        let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, NodeId)>> =
-            leaves.into_iter().map(std::cmp::Reverse).collect();
         while freed < want {
             let Some(std::cmp::Reverse((_, id))) = heap.pop() else {
                 break;

@@ -49,6 +49,32 @@ impl Metric {
         }
     }
 
+    /// Records each of `vs`: a run of equal values as one count (a stream's gaps often repeat).
+    pub(crate) fn record_all(&mut self, vs: impl IntoIterator<Item = u64>) {
+        let mut run: Option<(u64, u64)> = None;
+        for v in vs {
+            run = match run {
+                Some((w, n)) if w == v => Some((w, n + 1)),
+                other => {
+                    if let Some((w, n)) = other {
+                        self.record_n(w, n);
+                    }
+                    Some((v, 1))
+                }
+            };
+        }
+        if let Some((w, n)) = run {
+            self.record_n(w, n);
+        }
+    }
+
+    fn record_n(&mut self, v: u64, n: u64) {
+        if self.hist.record_n(v, n).is_ok() {
+            self.max = self.max.max(v);
+            self.sum += u128::from(v) * u128::from(n);
+        }
+    }
+
     pub(crate) fn merge(&mut self, o: &Metric) {
         if self.hist.add(&o.hist).is_ok() {
             self.max = self.max.max(o.max);
@@ -365,23 +391,22 @@ impl LoadSummary {
         // One look-up per metric, not per sample (and none without samples).
         if !n.inter_chunk_ns.is_empty() {
             for name in ["inter_chunk", "sglang_vllm_itl"] {
-                let m = self.metric(name);
-                for &gap in &n.inter_chunk_ns {
-                    m.record(gap);
-                }
+                self.metric(name)
+                    .record_all(n.inter_chunk_ns.iter().copied());
             }
         }
         if m.token_attribution.counts_known() {
-            for &t in &m.tokens_per_chunk {
-                self.tokens_per_chunk.record(u64::from(t));
-                self.chunks_counted += 1;
-                self.chunk_tokens += u64::from(t);
-            }
+            self.tokens_per_chunk
+                .record_all(m.tokens_per_chunk.iter().map(|&t| u64::from(t)));
+            self.chunks_counted += m.tokens_per_chunk.len() as u64;
+            self.chunk_tokens += m
+                .tokens_per_chunk
+                .iter()
+                .map(|&t| u64::from(t))
+                .sum::<u64>();
             if !n.per_token_ns.is_empty() {
-                let per_token = self.metric("per_token");
-                for &v in &n.per_token_ns {
-                    per_token.record(v);
-                }
+                self.metric("per_token")
+                    .record_all(n.per_token_ns.iter().copied());
             }
             if let Some(v) = n.tpot_ns {
                 self.metric("tpot").record(v);

@@ -176,7 +176,13 @@ impl Engine {
             let ids = &r.request.input_ids;
             let from = x.context_before.min(ids.len());
             let to = (x.context_before + x.tokens).min(ids.len());
-            let id = ids[from..to].iter().find(|&&id| id >= vocab)?;
+            let ids = &ids[from..to];
+            // The largest id first (a loop without an early exit, which vectorises); the
+            // offending id only when there is one.
+            if ids.iter().fold(0, |m, &id| m.max(id)) < vocab {
+                return None;
+            }
+            let id = ids.iter().find(|&&id| id >= vocab)?;
             let what = if *id == u32::MAX {
                 "a negative input id".to_string()
             } else {

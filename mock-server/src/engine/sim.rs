@@ -222,7 +222,9 @@ impl Simulator {
             let chain = self.chain.take();
             let _ = run_now(self.engine.go_idle(chain));
             self.woke = None;
-            return self.drain();
+            let mut out = Vec::new();
+            self.drain(&mut out);
+            return out;
         }
         let start = match self.chain.or(self.woke) {
             Some(t) => t,
@@ -280,7 +282,7 @@ impl Simulator {
                 return out;
             }
         }
-        out.extend(self.drain());
+        self.drain(&mut out);
         out
     }
 
@@ -328,13 +330,13 @@ impl Simulator {
 
     /// The output stage's events of the last step, each at its modelled instant; a request's
     /// final event takes its ground truth out of the store (constant memory over a long run).
-    fn drain(&mut self) -> Vec<SimEvent> {
-        let events = match &mut self.engine.out {
+    fn drain(&mut self, out: &mut Vec<SimEvent>) {
+        let mut events = match &mut self.engine.out {
             OutQueue::Direct(events) => std::mem::take(events),
             OutQueue::Stage(_) => Vec::new(),
         };
-        let mut out = Vec::with_capacity(events.len());
-        for o in events {
+        out.reserve(events.len());
+        for o in events.drain(..) {
             let at_ns = self.ns(o.at);
             let last = matches!(
                 o.event,
@@ -353,7 +355,12 @@ impl Simulator {
                 event: o.event,
             });
         }
-        out
+        // The emptied list goes back, keeping its capacity for the next pass.
+        if let OutQueue::Direct(q) = &mut self.engine.out {
+            if q.is_empty() {
+                *q = events;
+            }
+        }
     }
 
     /// Empties the radix cache (`/flush_cache`); false while requests are queued or running.

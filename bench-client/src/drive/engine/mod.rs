@@ -150,6 +150,13 @@ impl Streams {
                 times,
                 ..
             } => {
+                if o.trace.chunks.is_empty() {
+                    // One event a token at most, and the final one (the engine streams every
+                    // `stream_interval` tokens); bounded for a large `max_tokens`. Sized at the
+                    // first event, so that requests still waiting hold nothing.
+                    let n = (o.trace.max_tokens as usize).min(4096) + 1;
+                    o.trace.chunks.reserve_exact(n);
+                }
                 let first = *o.first_ns.get_or_insert(rel);
                 if let Some(ids) = &mut o.trace.output_ids {
                     ids.extend_from_slice(&new_ids);

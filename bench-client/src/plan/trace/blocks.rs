@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::plan::prompt::PromptGen;
 
@@ -126,23 +126,37 @@ fn table() -> &'static [u32] {
     })
 }
 
-/// Appends `n` tokens in `[lo, lo + range)`: `first`, then a window of the table from `key`, each
-/// word mapped onto the range by a multiply and shift.
-fn push_tokens(out: &mut Vec<u32>, lo: u32, range: u64, first: u64, key: u64, n: u32) {
+/// The table mapped onto `[lo, lo + range)` (each word by a multiply and shift), made once per
+/// range and kept for the process's most recent range: a prompt's tokens are then plain copies.
+fn mapped(lo: u32, range: u64) -> Arc<[u32]> {
+    type Mapped = (u32, u64, Arc<[u32]>);
+    static MAPPED: Mutex<Option<Mapped>> = Mutex::new(None);
+    let mut slot = MAPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((l, r, t)) = slot.as_ref() {
+        if (*l, *r) == (lo, range) {
+            return t.clone();
+        }
+    }
+    let t: Arc<[u32]> = table()
+        .iter()
+        .map(|&w| lo + ((u64::from(w) * range) >> 32) as u32)
+        .collect();
+    *slot = Some((lo, range, t.clone()));
+    t
+}
+
+/// Appends `n` tokens of `table` (the mapped table): `first` (already in range), then a window
+/// of the table from `key`.
+fn push_tokens(out: &mut Vec<u32>, table: &[u32], first: u32, key: u64, n: u32) {
     if n == 0 {
         return;
     }
-    out.push(lo + first as u32);
-    let t = table();
-    let mut at = key as usize & (t.len() - 1);
+    out.push(first);
+    let mut at = key as usize & (table.len() - 1);
     let mut left = n as usize - 1;
     while left > 0 {
-        let take = left.min(t.len() - at);
-        out.extend(
-            t[at..at + take]
-                .iter()
-                .map(|&w| lo + ((u64::from(w) * range) >> 32) as u32),
-        );
+        let take = left.min(table.len() - at);
+        out.extend_from_slice(&table[at..at + take]);
         left -= take;
         at = 0;
     }
@@ -162,17 +176,18 @@ pub(super) fn build(
     let lo = shared.id_min;
     let range = u64::from(shared.id_max.saturating_sub(shared.id_min)).max(1);
     let shift = shared.seed % range;
-    let first = |rank: u32| (u64::from(rank) + shift) % range;
+    let first = |rank: u32| lo + ((u64::from(rank) + shift) % range) as u32;
+    let table = mapped(lo, range);
     let mut p = Vec::with_capacity(input_len as usize);
     for b in blocks {
         let n = block_size.min(input_len.saturating_sub(p.len() as u32));
         let key = mix(shared.seed ^ mix(b.id));
-        push_tokens(&mut p, lo, range, first(b.rank), key, n);
+        push_tokens(&mut p, &table, first(b.rank), key, n);
     }
     if let Some(rank) = fill {
         let n = input_len.saturating_sub(p.len() as u32);
         let key = mix(own_seed ^ OWN_DOMAIN ^ mix(index));
-        push_tokens(&mut p, lo, range, first(rank), key, n);
+        push_tokens(&mut p, &table, first(rank), key, n);
     }
     p
 }
