@@ -26,7 +26,7 @@ const SECRET_WORDS: [&str; 9] = [
 ];
 
 /// Whether a JSON key (or a dotted path of keys) names a secret: its last key's last word (split at
-/// `_`, `-`, spaces and camelCase humps) is one of [`SECRET_WORDS`]: `api_key`, `adminApiKey`,
+/// `_`, `-`, spaces and camelCase humps) is one of `SECRET_WORDS`: `api_key`, `adminApiKey`,
 /// `ssl_keyfile_password`, `HF_TOKEN`, `client_secret`; not `tokenizer_path`, `token_attribution`,
 /// `max_total_tokens` or `ssl_keyfile` (a path).
 pub fn secret_name(k: &str) -> bool {

@@ -25,8 +25,8 @@
 //! Each run's units, and each side's runs, are put in a canonical order first, so the result does
 //! not depend on the order of the input, only on the values and the seed.
 //!
-//! A resample is kept as the count of draws of each unit ([`sample`]), and statistics whose sides
-//! have the same shape (units per run) share their resamples ([`many`]): each would draw the same
+//! A resample is kept as the count of draws of each unit (`sample`), and statistics whose sides
+//! have the same shape (units per run) share their resamples (`many`): each would draw the same
 //! ones from the same seed, so the result is the same as comparing each alone.
 
 mod many;

@@ -2,7 +2,7 @@
 //! loop at a rate, a trace's arrivals, sessions), the prompt and output lengths, shared prefixes,
 //! the trace's settings and the sessions'. Two runs of different workloads are different
 //! experiments: a verdict between them says nothing about the server, so `compare` refuses them
-//! unless told otherwise. The descriptions are built from the manifests in [`super::manifest`].
+//! unless told otherwise. The descriptions are built from the manifests in `super::manifest`.
 
 use std::fmt;
 

@@ -4,7 +4,7 @@
 //! length on a log axis labelled in tokens (1k ... 185k), each median with its p10-p90 band. A load
 //! run: the latency distributions (CDF) and throughput over time. A capacity search: TTFT and
 //! TPOT against throughput. Every value axis goes log when its values span more than a decade
-//! ([`axis::choose_scale`]); every legend sits where it covers no data ([`legend::place`]); SLOs and
+//! (`axis::choose_scale`); every legend sits where it covers no data (`legend::place`); SLOs and
 //! the capacity answer are drawn as labelled lines.
 
 use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
