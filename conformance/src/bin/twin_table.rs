@@ -5,7 +5,7 @@
 //! linear least-squares model), per deployment and the median over deployments.
 //!
 //! Run: `cargo run --release -p conformance --bin twin-table -- ../shared/data/gpu-tables/silicon-train.csv`
-//! (`--only SUBSTRING` for some deployments, `--protocol p1|p2`, `--max-evals N`; with
+//! (`--only A,B` for the deployments whose names contain A or B, `--protocol p1|p2`, `--max-evals N`; with
 //! `TWIN_TABLE_ROWS=1` every row is printed beside each fit).
 
 use std::collections::BTreeMap;
@@ -119,11 +119,13 @@ fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut file = None;
     let (mut only, mut protocol, mut max_evals) = (None, "both".to_string(), None);
+    let mut chunk = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--only" => only = args.next(),
             "--protocol" => protocol = args.next().unwrap_or_default(),
             "--max-evals" => max_evals = args.next().map(|v| v.parse()).transpose()?,
+            "--chunk" => chunk = args.next().map(|v| v.parse()).transpose()?,
             _ => file = Some(PathBuf::from(a)),
         }
     }
@@ -134,7 +136,10 @@ fn main() -> anyhow::Result<()> {
     let mut deps: BTreeMap<String, Vec<TableRow>> = BTreeMap::new();
     for r in rows {
         let name = r.deployment.clone().unwrap_or_else(|| "table".into());
-        if only.as_deref().is_none_or(|o| name.contains(o)) {
+        if only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|o| name.contains(o)))
+        {
             deps.entry(name).or_default().push(r);
         }
     }
@@ -149,6 +154,9 @@ fn main() -> anyhow::Result<()> {
         };
         if let Some(m) = max_evals {
             opts.max_evals = m;
+        }
+        if let Some(c) = chunk {
+            opts.chunk = c;
         }
         let new = |rows| Outcome {
             name: name.clone(),
