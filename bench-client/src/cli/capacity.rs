@@ -158,12 +158,26 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
     })
 }
 
-/// The search the flags ask for, every flag checked, with a stand-in target; `trace`: the
-/// `--trace` file, read.
-fn capacity_config(
+/// The search the flags ask for, every flag checked before anything starts: all but where it
+/// goes, which [`super::common::destination`] resolves after. A search goes only from its plan
+/// ([`CapacityRun::config`]).
+struct CapacityRun {
+    plan: CapacityPlan,
+    stop: crate::plan::Stop,
+    /// The first step's schedule; each step has its own level and length.
+    schedule: crate::plan::Schedule,
+    workload: crate::plan::Workload,
+    slo: crate::report::Slo,
+    timeouts: crate::plan::Timeouts,
+    out: PathBuf,
+}
+
+/// The plan of the search the flags ask for (see [`CapacityRun`]); `trace`: the `--trace`
+/// file, read.
+fn capacity_run(
     a: &CapacityArgs,
     trace: Option<std::sync::Arc<crate::plan::Trace>>,
-) -> anyhow::Result<CapacityConfig> {
+) -> anyhow::Result<CapacityRun> {
     use crate::plan::{Arrivals, LenDist, Schedule, Stop, Workload};
     a.server.check()?;
     let Some(slo) = a.slo.slo()? else {
@@ -210,48 +224,75 @@ fn capacity_config(
         &super::paths::results_and_manifests("the results file", [&out]),
         &super::paths::written(&[("--plot", a.plot.as_ref())]),
     )?;
-    let mut load = LoadConfig {
-        stamping: a.server.stamping(),
-        simulated: a.server.paused(),
-        timeouts: a.timeouts.timeouts()?,
-        warmup: a.run.warmup(LOAD_WARMUP),
-        max_concurrency: arr.max_concurrency,
-        seed: a.run.seed,
-        token_id_range: a.run.ids.range(),
-        slo,
-        scrape_metrics: false,
-        progress: a.run.progress(),
-        command: redact_args(std::env::args()),
-        ..LoadConfig::new(a.server.stand_in_target(), schedule, workload, out.clone())
-    };
-    load.timeouts.caps = a.server.stream_caps()?;
-    let cfg = CapacityConfig {
-        load,
-        arrival: arr.arrival,
-        burstiness: arr.burstiness,
-        stop,
+    let mut timeouts = a.timeouts.timeouts()?;
+    timeouts.caps = a.server.stream_caps()?;
+    // The first step's run is checked as a load run is: its file must hold nothing unless
+    // resumed. The dialect is the one given: a probed server is never openai-chat.
+    if let Some(d) = a.server.api {
+        drive::load::check_dialect(d)?;
+    }
+    drive::load::check(
+        &workload,
+        a.run.seed,
+        a.run.ids.range(),
+        &drive::capacity::step_path(&out, 0),
+        a.run.resume,
+    )?;
+    Ok(CapacityRun {
         plan,
-        slo_text: a.slo.slo.clone().unwrap_or_default(),
+        stop,
+        schedule,
+        workload,
+        slo,
+        timeouts,
         out,
-        resume: a.run.resume,
-    };
-    // The first step's run is checked as a load run is: its file must hold nothing unless resumed.
-    cfg.step_config(0, cfg.plan.coarse[0], stop)?.validate()?;
-    Ok(cfg)
+    })
+}
+
+impl CapacityRun {
+    /// The search of this plan at `server` (as [`super::common::destination`] resolved it), with
+    /// the flags that needed no check.
+    fn config(self, a: &CapacityArgs, server: drive::Destination) -> CapacityConfig {
+        let load = LoadConfig {
+            stamping: a.server.stamping(),
+            simulated: a.server.paused(),
+            timeouts: self.timeouts,
+            warmup: a.run.warmup(LOAD_WARMUP),
+            max_concurrency: a.arrivals.max_concurrency,
+            seed: a.run.seed,
+            token_id_range: a.run.ids.range(),
+            slo: self.slo,
+            scrape_metrics: false,
+            progress: a.run.progress(),
+            command: redact_args(std::env::args()),
+            engine: server.engine,
+            ..LoadConfig::new(
+                server.target,
+                self.schedule,
+                self.workload,
+                self.out.clone(),
+            )
+        };
+        CapacityConfig {
+            load,
+            arrival: a.arrivals.arrival,
+            burstiness: a.arrivals.burstiness,
+            stop: self.stop,
+            plan: self.plan,
+            slo_text: a.slo.slo.clone().unwrap_or_default(),
+            out: self.out,
+            resume: a.run.resume,
+        }
+    }
 }
 
 pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> {
     let trace = a.workload.trace.read(a.workload.prefix_len)?;
-    let mut cfg = capacity_config(&a, trace).map_err(CliError::Usage)?;
-    let timeouts = cfg.load.timeouts.clone();
-    let mock = super::common::target_or_engine(
-        &a.server,
-        &timeouts,
-        &mut cfg.load.target,
-        &mut cfg.load.engine,
-    )
-    .await
-    .map_err(CliError::connecting)?;
+    let run = capacity_run(&a, trace).map_err(CliError::Usage)?;
+    let (server, mock) = super::common::destination(&a.server, &run.timeouts)
+        .await
+        .map_err(CliError::connecting)?;
+    let cfg = run.config(&a, server);
     eprintln!(
         "capacity search against {} ({}), SLO {} for {:.0}% of requests, step results beside {}",
         cfg.load.target.shown_url(),

@@ -113,17 +113,41 @@ impl LoadConfig {
 
 impl LoadConfig {
     /// Checks everything a load run needs before anything is sent or started: a dialect that
-    /// takes token-id prompts, the workload and its prompt id range, and that `out` holds no
-    /// results unless resumed. Returns the planner of the run's requests.
+    /// takes token-id prompts ([`check_dialect`]) and the rest of [`check`]. Returns the planner
+    /// of the run's requests.
     pub fn validate(&self) -> anyhow::Result<Planner> {
-        if self.target.dialect == Dialect::OpenAiChat {
-            anyhow::bail!("--api openai-chat: load runs send token-id prompts of exact length, and the openai-chat dialect takes only text (use --api openai or sglang)");
-        }
-        let planner = Planner::new(self.workload.clone(), self.seed, self.token_id_range)
-            .map_err(anyhow::Error::msg)?;
-        crate::results::existing_results(&self.out, self.resume, " (with the same --seed)")?;
-        Ok(planner)
+        check_dialect(self.target.dialect)?;
+        check(
+            &self.workload,
+            self.seed,
+            self.token_id_range,
+            &self.out,
+            self.resume,
+        )
     }
+}
+
+/// A load run's dialect must take token-id prompts: `openai-chat` takes only text.
+pub fn check_dialect(dialect: Dialect) -> anyhow::Result<()> {
+    if dialect == Dialect::OpenAiChat {
+        anyhow::bail!("--api openai-chat: load runs send token-id prompts of exact length, and the openai-chat dialect takes only text (use --api openai or sglang)");
+    }
+    Ok(())
+}
+
+/// The checks of a load run that need no target: the workload and its prompt id range, and that
+/// `out` holds no results unless resumed. Returns the planner of the run's requests (not yet
+/// salted), which [`run_load_with`] runs from.
+pub fn check(
+    workload: &Workload,
+    seed: u64,
+    token_id_range: (u32, u32),
+    out: &std::path::Path,
+    resume: bool,
+) -> anyhow::Result<Planner> {
+    let planner = Planner::new(workload.clone(), seed, token_id_range).map_err(anyhow::Error::msg)?;
+    crate::results::existing_results(out, resume, " (with the same --seed)")?;
+    Ok(planner)
 }
 
 /// What a load run did.
@@ -375,15 +399,22 @@ pub(crate) fn resumed(cfg: &LoadConfig) -> anyhow::Result<Resumed> {
 /// Run a load test, appending each record to `cfg.out` as it finishes (on the engine path when
 /// the config asks for it).
 pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
+    run_load_with(cfg, cfg.validate()?).await
+}
+
+/// [`run_load`] of a run already checked: `planner` is what [`LoadConfig::validate`] (or
+/// [`check`] and [`check_dialect`]) gave for `cfg`.
+pub async fn run_load_with(cfg: &LoadConfig, planner: Planner) -> anyhow::Result<LoadOutcome> {
     // One writer per results file, taken before the file is read and anything is sent.
     let _lock = crate::results::lock_results(&cfg.out)?;
     #[cfg(feature = "embedded-mock")]
     if let Some(mock) = &cfg.engine {
-        let (mut outcome, model) = super::engine::load::run_load_engine(cfg, mock.clone(), None)?;
+        let (mut outcome, model) =
+            super::engine::load::run_load_engine(cfg, mock.clone(), planner, None)?;
         outcome.model_time = Some(model);
         return Ok(outcome);
     }
-    let planner = cfg.validate()?.salted(
+    let planner = planner.salted(
         cfg.prompt_salt
             .or(cfg.start_at_unix_ms)
             .unwrap_or_else(rand::random),

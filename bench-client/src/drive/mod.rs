@@ -50,8 +50,8 @@ impl Destination {
 
 pub use capacity::{run_capacity, CapacityConfig, CapacityOutcome};
 pub use cpu::process_cpu_seconds;
-pub use load::{run_load, LoadConfig, LoadOutcome};
-pub use sessions::{run_sessions, SessionsConfig};
+pub use load::{run_load, run_load_with, LoadConfig, LoadOutcome};
+pub use sessions::{run_sessions, run_sessions_with, SessionsConfig};
 pub use sweep::{
     run_sweep, run_sweep_with, Checked, OnCrash, PromptSource, SweepConfig, SweepOutcome,
 };
