@@ -183,13 +183,7 @@ fn load_plan(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadPlan
     if let Some(d) = a.server.api {
         drive::load::check_dialect(d)?;
     }
-    let planner = drive::load::check(
-        &workload,
-        a.run.seed,
-        a.run.ids.range(),
-        &out,
-        a.run.resume,
-    )?;
+    let planner = drive::load::check(&workload, a.run.seed, a.run.ids.range(), &out, a.run.resume)?;
     let sessions = match sessions {
         Some(s) => {
             let plan = drive::sessions::check_sessions(

@@ -20,6 +20,7 @@ use crate::net::{self, Target};
 use crate::plan::prompt::Prompt;
 use crate::plan::{RequestSpec, Timeouts};
 use crate::results::manifest::{self, Manifest, StampSource};
+use crate::results::settings::{Recorded, ScheduleRecord, WorkloadRecord};
 use crate::results::{load_record, read_records, ForeignRun, LoadInfo, Record, RecordWriter};
 use crate::trace::Dialect;
 
@@ -145,7 +146,8 @@ pub fn check(
     out: &std::path::Path,
     resume: bool,
 ) -> anyhow::Result<Planner> {
-    let planner = Planner::new(workload.clone(), seed, token_id_range).map_err(anyhow::Error::msg)?;
+    let planner =
+        Planner::new(workload.clone(), seed, token_id_range).map_err(anyhow::Error::msg)?;
     crate::results::existing_results(out, resume, " (with the same --seed)")?;
     Ok(planner)
 }
@@ -287,14 +289,9 @@ pub(crate) fn manifest(
         seed: Some(cfg.seed),
         shard: Some(cfg.shard.to_string()),
         start_unix_ms: Some(start_unix_ms),
-        schedule: Some(schedule_text(cfg)),
+        schedule: Some(Recorded::<ScheduleRecord>::of(&cfg.schedule.arrivals)),
         stop: Some(format!("{:?}", cfg.schedule.stop)),
-        workload: Some(
-            format!("{:?}", cfg.workload)
-                .chars()
-                .take(400)
-                .collect::<String>(),
-        ),
+        workload: Some(Recorded::<WorkloadRecord>::of(&cfg.workload)),
         warmup: Some(cfg.warmup),
         max_concurrency: Some(cfg.max_concurrency),
         resume: Some(cfg.resume),
@@ -305,17 +302,11 @@ pub(crate) fn manifest(
     }
 }
 
-/// How a load run's manifest states its arrivals (what `capacity --resume` checks a step by).
-pub(crate) fn schedule_text(cfg: &LoadConfig) -> String {
-    format!("{:?}", cfg.schedule.arrivals)
-        .chars()
-        .take(400)
-        .collect()
-}
-
 /// What makes a load run one run: its seed, arrivals and workload (or sessions). Its shards and
 /// resumed pieces share it (neither the shard, the start nor the stop is part of it: a resumed run
-/// may go on past its first stop); another seed, rate or workload gives another.
+/// may go on past its first stop); another seed, rate or workload gives another. The hash is of
+/// the settings' debug text in full (a trace's every arrival), whatever form the manifest
+/// records them in, so that the files of every version keep their run's id.
 pub(crate) fn run_identity(cfg: &LoadConfig, sessions: Option<&crate::plan::Sessions>) -> String {
     manifest::run_id(&[
         &cfg.seed.to_string(),

@@ -24,6 +24,7 @@ use crate::plan::schedule::Arrivals;
 use crate::plan::session::{Conversation, SessionPlan, Sessions, TurnOutput};
 use crate::plan::workload::Planner;
 use crate::plan::RequestSpec;
+use crate::results::settings::{Recorded, ScheduleRecord, WorkloadRecord};
 use crate::results::{read_records, Record, RecordWriter, SessionTurn};
 use crate::trace::Dialect;
 
@@ -446,10 +447,10 @@ pub(crate) fn sessions_manifest(
     output_ids: &str,
 ) -> crate::results::Manifest {
     crate::results::Manifest {
-        schedule: Some(format!(
-            "closed loop of sessions, {in_flight} in flight in this shard"
-        )),
-        workload: Some("multi-turn sessions".to_string()),
+        schedule: Some(Recorded::Typed(ScheduleRecord::Sessions {
+            shard_in_flight: in_flight,
+        })),
+        workload: Some(Recorded::Typed(WorkloadRecord::Sessions)),
         sessions: serde_json::to_value(sessions).ok(),
         output_ids: Some(output_ids.to_string()),
         ..load

@@ -5,11 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::workload::{self, num, Arrivals, Prompts, TraceSettings, Workload};
 use super::Difference;
 use crate::report::load::Slo;
+use crate::results::settings::{Recorded, ScheduleRecord, WorkloadRecord};
 use crate::results::{manifest_path, Manifest};
 
 /// Manifest keys that [`workload_differences`] says in words.
@@ -185,8 +187,9 @@ pub fn workload_differences(base: &[PathBuf], new: &[PathBuf]) -> (Vec<String>, 
     (out, notes)
 }
 
-/// A run line's workload. The manifest writes `schedule` and `workload` as Rust's debug text of
-/// the run's settings (`Closed { concurrency: 64 }`); they are read back with [`debug_value`].
+/// A run line's workload, from its typed `schedule` and `workload` ([`ScheduleRecord`],
+/// [`WorkloadRecord`]); earlier versions wrote them as Rust's debug text of the run's settings
+/// (`Closed { concurrency: 64 }`), read back with [`debug_value`].
 fn workload_of(line: &Value) -> Workload {
     let text = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or("");
     let dialect = line.get("dialect").and_then(|d| match d {
@@ -211,16 +214,95 @@ fn workload_of(line: &Value) -> Workload {
             },
         };
     }
+    let schedule = line
+        .get("schedule")
+        .map(|v| Recorded::<ScheduleRecord>::deserialize(v).ok());
     if let Some(s) = line.get("sessions").filter(|s| !s.is_null()) {
+        let arrivals = match schedule {
+            Some(Some(r)) => r.describe(),
+            _ => text("schedule").to_string(),
+        };
         return Workload {
             dialect,
-            arrivals: Some(Arrivals::Sessions(text("schedule").to_string())),
+            arrivals: Some(Arrivals::Sessions(arrivals)),
             max_concurrency,
             prompts: Prompts::Sessions(sessions(s)),
         };
     }
-    let schedule = debug_value(text("schedule"));
-    let arrivals = if let Some(c) = schedule.pointer("/Closed/concurrency") {
+    let arrivals = match schedule {
+        Some(Some(Recorded::Typed(r))) => Some(arrivals_of(r)),
+        _ => arrivals_of_text(text("schedule")),
+    };
+    let workload = line
+        .get("workload")
+        .and_then(|v| Recorded::<WorkloadRecord>::deserialize(v).ok());
+    let prompts = match workload {
+        Some(Recorded::Typed(w)) => prompts_of(w),
+        _ => prompts_of_text(text("workload")),
+    };
+    Workload {
+        dialect,
+        arrivals,
+        max_concurrency,
+        prompts,
+    }
+}
+
+/// The arrivals a manifest records.
+fn arrivals_of(r: ScheduleRecord) -> Arrivals {
+    match r {
+        ScheduleRecord::Closed { concurrency } => Arrivals::Closed(u64::from(concurrency)),
+        ScheduleRecord::Open {
+            rate,
+            arrival,
+            burstiness,
+        } => Arrivals::Open {
+            rate,
+            process: format!("{arrival:?}"),
+            burstiness,
+        },
+        ScheduleRecord::Trace { .. } => Arrivals::Trace,
+        s @ ScheduleRecord::Sessions { .. } => Arrivals::Sessions(Recorded::Typed(s).describe()),
+    }
+}
+
+/// The prompts a manifest records.
+fn prompts_of(w: WorkloadRecord) -> Prompts {
+    let json = |d: &crate::plan::LenDist| lengths(&serde_json::to_value(d).unwrap_or_default());
+    match w {
+        WorkloadRecord::Random { input, output } => Prompts::Random {
+            input: json(&input),
+            output: json(&output),
+        },
+        WorkloadRecord::SharedPrefix {
+            groups,
+            prefix_len,
+            input,
+            output,
+        } => Prompts::SharedPrefix {
+            groups: u64::from(groups),
+            prefix_len: u64::from(prefix_len),
+            input: json(&input),
+            output: json(&output),
+        },
+        WorkloadRecord::Trace { trace: t } => Prompts::Trace(TraceSettings {
+            source: t.source,
+            format: format!("{:?}", t.format),
+            requests: Some(t.requests),
+            speedup: t.speedup,
+            limit: t.limit,
+            scale: t.scale,
+            block_size: u64::from(t.block_size),
+            prefix_len: u64::from(t.prefix_len),
+        }),
+        WorkloadRecord::Sessions => Prompts::Other("multi-turn sessions".into()),
+    }
+}
+
+/// The arrivals of an earlier version's debug text.
+fn arrivals_of_text(text: &str) -> Option<Arrivals> {
+    let schedule = debug_value(text);
+    if let Some(c) = schedule.pointer("/Closed/concurrency") {
         c.as_u64().map(Arrivals::Closed)
     } else if let Some(o) = schedule.get("Open") {
         Some(Arrivals::Open {
@@ -232,9 +314,13 @@ fn workload_of(line: &Value) -> Workload {
         Some(Arrivals::Trace)
     } else {
         None
-    };
-    let w = debug_value(text("workload"));
-    let prompts = if let Some(r) = w.get("Random") {
+    }
+}
+
+/// The prompts of an earlier version's debug text.
+fn prompts_of_text(text: &str) -> Prompts {
+    let w = debug_value(text);
+    if let Some(r) = w.get("Random") {
         Prompts::Random {
             input: lengths(&r["input"]),
             output: lengths(&r["output"]),
@@ -258,13 +344,7 @@ fn workload_of(line: &Value) -> Workload {
             prefix_len: t["prefix_len"].as_u64().unwrap_or(0),
         })
     } else {
-        Prompts::Other(text("workload").to_string())
-    };
-    Workload {
-        dialect,
-        arrivals,
-        max_concurrency,
-        prompts,
+        Prompts::Other(text.to_string())
     }
 }
 
@@ -507,6 +587,46 @@ mod tests {
             }]
         );
         assert_eq!(notes.len(), 1, "{notes:?}");
+    }
+
+    #[test]
+    fn manifests_of_earlier_versions_read_as_the_typed_ones() {
+        let line = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        // Lines as earlier versions wrote them (fixtures/results/), and as this one does.
+        let pairs = [
+            (
+                r#"{"schedule":"Closed { concurrency: 4 }","workload":"Random { input: Fixed { n: 256 }, output: Fixed { n: 128 } }"}"#,
+                r#"{"schedule":{"concurrency":4,"kind":"closed"},"workload":{"input":{"kind":"fixed","n":256},"kind":"random","output":{"kind":"fixed","n":128}}}"#,
+                "a closed loop at 4 in flight",
+            ),
+            (
+                r#"{"schedule":"Open { rate: 2.5, kind: Gamma, burstiness: 0.5 }","workload":"SharedPrefix { groups: 4, prefix_len: 512, input: Uniform { lo: 10, hi: 20 }, output: Normal { mean: 100.0, std: 10.0 } }"}"#,
+                r#"{"schedule":{"arrival":"gamma","burstiness":0.5,"kind":"open","rate":2.5},"workload":{"groups":4,"input":{"hi":20,"kind":"uniform","lo":10},"kind":"shared-prefix","output":{"kind":"normal","mean":100.0,"std":10.0},"prefix_len":512}}"#,
+                "an open loop at 2.5 req/s (Gamma, burstiness 0.5)",
+            ),
+            (
+                r#"{"schedule":"Trace { offsets_ns: [0, 5] }","workload":"Trace(Trace { format: Mooncake, requests: 2, block_size: 512, prefix_len: 0, speedup: 1.0, limit: None, scale: 1.0, source: "t.jsonl", .. })"}"#,
+                r#"{"schedule":{"kind":"trace","requests":2},"workload":{"kind":"trace","trace":{"block_size":512,"format":"mooncake","limit":null,"prefix_len":0,"requests":2,"scale":1.0,"source":"t.jsonl","speedup":1.0}}}"#,
+                "a trace replayed at its own arrival times",
+            ),
+        ];
+        for (old, new, arrivals) in pairs {
+            let (old, new) = (workload_of(&line(old)), workload_of(&line(new)));
+            assert_eq!(old, new);
+            assert_eq!(
+                new.arrivals.map(|a| a.to_string()).as_deref(),
+                Some(arrivals)
+            );
+            assert!(!matches!(new.prompts, Prompts::Other(_)), "{new:?}");
+        }
+        let w = workload_of(&line(pairs[0].1));
+        assert_eq!(
+            w.prompts,
+            Prompts::Random {
+                input: "256 tokens".into(),
+                output: "128 tokens".into()
+            }
+        );
     }
 
     #[test]
