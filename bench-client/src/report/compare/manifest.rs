@@ -605,7 +605,7 @@ mod tests {
                 "an open loop at 2.5 req/s (Gamma, burstiness 0.5)",
             ),
             (
-                r#"{"schedule":"Trace { offsets_ns: [0, 5] }","workload":"Trace(Trace { format: Mooncake, requests: 2, block_size: 512, prefix_len: 0, speedup: 1.0, limit: None, scale: 1.0, source: "t.jsonl", .. })"}"#,
+                r#"{"schedule":"Trace { offsets_ns: [0, 5] }","workload":"Trace(Trace { format: Mooncake, requests: 2, block_size: 512, prefix_len: 0, speedup: 1.0, limit: None, scale: 1.0, source: \"t.jsonl\", .. })"}"#,
                 r#"{"schedule":{"kind":"trace","requests":2},"workload":{"kind":"trace","trace":{"block_size":512,"format":"mooncake","limit":null,"prefix_len":0,"requests":2,"scale":1.0,"source":"t.jsonl","speedup":1.0}}}"#,
                 "a trace replayed at its own arrival times",
             ),
@@ -614,7 +614,7 @@ mod tests {
             let (old, new) = (workload_of(&line(old)), workload_of(&line(new)));
             assert_eq!(old, new);
             assert_eq!(
-                new.arrivals.map(|a| a.to_string()).as_deref(),
+                new.arrivals.as_ref().map(|a| a.to_string()).as_deref(),
                 Some(arrivals)
             );
             assert!(!matches!(new.prompts, Prompts::Other(_)), "{new:?}");
