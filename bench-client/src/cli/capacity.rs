@@ -1,5 +1,5 @@
-//! `bench-client capacity`: the highest open-loop request rate at which a target share of requests
-//! meets the SLO, found by stepping the rate and bisecting; the flags and the run.
+//! `bench-client capacity`: the flags, checked into the search's plan before anything starts,
+//! and what the search prints. The search, its report and its formats are in `crate::capacity`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +11,8 @@ use super::exit::{self, CliError};
 use super::flags::{
     ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, CAPACITY_TARGET, LOAD_WARMUP,
 };
-use crate::drive::{self, CapacityConfig, LoadConfig};
+use crate::capacity::{self, export, CapacityConfig};
+use crate::drive::{self, LoadConfig};
 use crate::measure::capacity::{geometric, CapacityPlan, DEFAULT_THROUGHPUT_TOLERANCE};
 
 #[derive(Args, Debug)]
@@ -235,7 +236,7 @@ fn capacity_run(
         &workload,
         a.run.seed,
         a.run.ids.range(),
-        &drive::capacity::step_path(&out, 0),
+        &capacity::step_path(&out, 0),
         a.run.resume,
     )?;
     Ok(CapacityRun {
@@ -303,7 +304,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     );
     let wall0 = std::time::Instant::now();
     let model0 = tokio::time::Instant::now();
-    let outcome = drive::run_capacity(&cfg).await;
+    let outcome = capacity::run_capacity(&cfg).await;
     if cfg.load.simulated {
         // The engine path's steps each start at virtual instant 0; the note counts wall time.
         super::common::simulated_note(wall0, model0.elapsed(), a.server.simulate);
@@ -326,7 +327,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     let gate = r.gate(&cfg.load.slo);
     match a.format {
         Format::Json => {
-            let mut v = crate::report::export::json::capacity(r);
+            let mut v = export::json(r);
             v["slo_gate"] = serde_json::to_value(&gate).map_err(anyhow::Error::from)?;
             v["slo_gate"]["passed"] = serde_json::Value::Bool(gate.passed());
             println!(
@@ -335,13 +336,13 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
             )
         }
         Format::Csv => {
-            print!("{}", crate::report::export::csv::capacity(r)?);
+            print!("{}", export::csv(r)?);
             eprintln!("{}", r.answer());
         }
-        Format::Table => print!("{}", crate::report::export::table::capacity(r)),
+        Format::Table => print!("{}", export::table(r)),
     }
     if let Some(p) = &a.plot {
-        let svg = crate::report::export::svg::capacity(r)?;
+        let svg = export::svg(r)?;
         std::fs::write(p, svg)
             .map_err(|e| anyhow::anyhow!("writing the plot {}: {e}", p.display()))?;
         eprintln!("plot written to {}", p.display());

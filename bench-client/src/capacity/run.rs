@@ -13,22 +13,17 @@
 //! Each step's records go to a results file of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
 //! `--resume` of a step needs its own seed and schedule. A resumed search replays the steps whose
 //! files are complete, continues a partial one, and goes on from there.
-//!
-//! Capacity by layer (each part sits in the stage it belongs to, so that no stage imports a later
-//! one): the flags in `cli/capacity.rs`; the search rule, pure, in `measure/capacity.rs`; this run;
-//! the curve and its answer in `report/capacity.rs`; its table, JSON, CSV and plot in
-//! `report/export/` (`table.rs`, `json.rs`, `csv.rs`, `svg/capacity.rs`).
 
 use std::path::{Path, PathBuf};
 
+use super::report::{CapacityReport, CapacityRow, Level};
 use crate::measure::capacity::{CapacityPlan, Next, RequestSpan, StepTiming, STEADY_SPANS};
 use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
-use crate::report::capacity::{CapacityReport, CapacityRow, Level};
 use crate::report::load::LoadSummary;
 use crate::results::read_records;
 use crate::results::settings::{Recorded, ScheduleRecord};
 
-use super::load::{run_load, LoadConfig};
+use crate::drive::load::{run_load, LoadConfig};
 
 /// A validated capacity search.
 #[derive(Clone, Debug)]
