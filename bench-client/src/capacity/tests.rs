@@ -1,6 +1,6 @@
 //! The capacity plot as drawn: the SLO and the answer marked, no dot under a legend.
 
-use super::export::svg;
+use super::export;
 use super::{CapacityReport, CapacityRow, Level};
 use crate::report::export::svg::probe::{dots, is_straight, legend_boxes, polylines, texts};
 
@@ -53,7 +53,7 @@ fn capacity_report() -> CapacityReport {
 
 #[test]
 fn a_capacity_plot_marks_the_slo_and_the_answer() {
-    let svg = svg(&capacity_report()).unwrap();
+    let svg = export::svg(&capacity_report()).unwrap();
     let t = texts(&svg);
     assert!(t.iter().any(|s| s == "TTFT SLO 5 ms"), "{t:?}");
     assert!(t.iter().any(|s| s == "TPOT SLO 2 ms"), "{t:?}");
@@ -88,13 +88,13 @@ fn a_capacity_plot_marks_the_slo_and_the_answer() {
     // No answer, no answer line.
     let mut none = capacity_report();
     none.capacity = None;
-    let svg = svg(&none).unwrap();
+    let svg = export::svg(&none).unwrap();
     assert!(polylines(&svg, "#3C3C3C").is_empty());
 }
 
 #[test]
 fn no_dot_lies_under_a_legend() {
-    let cap = svg(&capacity_report()).unwrap();
+    let cap = export::svg(&capacity_report()).unwrap();
     let d = dots(&cap);
     for (x, y, w, h) in legend_boxes(&cap) {
         assert!(!d.iter().any(|(cx, cy)| *cx >= x - 3.0
