@@ -449,11 +449,13 @@ mod tests {
     #[test]
     fn manifests_of_earlier_versions_read_as_the_typed_ones() {
         let line = |s: &str| serde_json::from_str::<Value>(s).unwrap();
-        // Lines as earlier versions wrote them (fixtures/results/), and as this one does.
+        // Lines as earlier versions wrote them (the first: a fixture's manifest), and as this
+        // one does.
+        let fixture = include_str!("../../../../fixtures/results/load-sglang.jsonl.manifest.jsonl");
         let pairs = [
             (
-                r#"{"schedule":"Closed { concurrency: 4 }","workload":"Random { input: Fixed { n: 256 }, output: Fixed { n: 128 } }"}"#,
-                r#"{"schedule":{"concurrency":4,"kind":"closed"},"workload":{"input":{"kind":"fixed","n":256},"kind":"random","output":{"kind":"fixed","n":128}}}"#,
+                fixture.lines().next().unwrap(),
+                r#"{"dialect":"sglang","schedule":{"concurrency":4,"kind":"closed"},"workload":{"input":{"kind":"fixed","n":256},"kind":"random","output":{"kind":"fixed","n":128}}}"#,
                 "a closed loop at 4 in flight",
             ),
             (
