@@ -11,12 +11,14 @@
 //! - `results`: the JSONL results file and its manifest;
 //! - `report`: statistics over records, and one exporter per format;
 //! - `drive`: sweep and load runs end to end;
+//! - `capacity`: the capacity search end to end, its report and its formats;
 //! - `twin`: results files in, the mock preset that reproduces them out (calibration, the table
 //!   twin); it runs nothing;
 //! - `import`: other tools' result files as records;
 //! - `cli`: flags into validated configs.
 
 pub mod api;
+pub mod capacity;
 pub mod cli;
 pub mod drive;
 pub mod import;

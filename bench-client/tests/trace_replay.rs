@@ -203,17 +203,24 @@ fn speedup_limit_and_scale_reach_the_schedule_the_prompts_and_the_manifest() {
     assert_eq!(recs[0]["prompt_tokens"], 514);
     assert_eq!(recs[1]["prompt_tokens"], 600);
     let m: serde_json::Value = serde_json::from_str(manifest.lines().next().unwrap()).unwrap();
-    let w = m["workload"].as_str().unwrap();
-    for needle in [
-        "format: Azure",
-        "requests: 5",
-        "block_size: 256",
-        "speedup: 4.0",
-        "limit: Some(5)",
-        "scale: 0.5",
+    // The manifest's workload is the trace's settings, typed.
+    let w = &m["workload"];
+    assert_eq!(w["kind"], "trace", "{w}");
+    let t = &w["trace"];
+    for (key, want) in [
+        ("format", serde_json::json!("azure")),
+        ("requests", serde_json::json!(5)),
+        ("block_size", serde_json::json!(256)),
+        ("speedup", serde_json::json!(4.0)),
+        ("limit", serde_json::json!(5)),
+        ("scale", serde_json::json!(0.5)),
     ] {
-        assert!(w.contains(needle), "{needle} not in {w}");
+        assert_eq!(t[key], want, "{key} in {w}");
     }
+    assert_eq!(
+        m["schedule"],
+        serde_json::json!({"kind": "trace", "requests": 5})
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! `bench-client capacity`: the highest open-loop request rate at which a target share of requests
-//! meets the SLO, found by stepping the rate and bisecting; the flags and the run.
+//! `bench-client capacity`: the flags, checked into the search's plan before anything starts,
+//! and what the search prints. The search, its report and its formats are in `crate::capacity`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +11,8 @@ use super::exit::{self, CliError};
 use super::flags::{
     ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, CAPACITY_TARGET, LOAD_WARMUP,
 };
-use crate::drive::{self, CapacityConfig, LoadConfig};
+use crate::capacity::{self, export, CapacityConfig};
+use crate::drive::{self, LoadConfig};
 use crate::measure::capacity::{geometric, CapacityPlan, DEFAULT_THROUGHPUT_TOLERANCE};
 
 #[derive(Args, Debug)]
@@ -158,12 +159,26 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
     })
 }
 
-/// The search the flags ask for, every flag checked, with a stand-in target; `trace`: the
-/// `--trace` file, read.
-fn capacity_config(
+/// The search the flags ask for, every flag checked before anything starts: all but where it
+/// goes, which [`super::common::destination`] resolves after. A search goes only from its plan
+/// ([`CapacityRun::config`]).
+struct CapacityRun {
+    plan: CapacityPlan,
+    stop: crate::plan::Stop,
+    /// The first step's schedule; each step has its own level and length.
+    schedule: crate::plan::Schedule,
+    workload: crate::plan::Workload,
+    slo: crate::report::Slo,
+    timeouts: crate::plan::Timeouts,
+    out: PathBuf,
+}
+
+/// The plan of the search the flags ask for (see [`CapacityRun`]); `trace`: the `--trace`
+/// file, read.
+fn capacity_run(
     a: &CapacityArgs,
     trace: Option<std::sync::Arc<crate::plan::Trace>>,
-) -> anyhow::Result<CapacityConfig> {
+) -> anyhow::Result<CapacityRun> {
     use crate::plan::{Arrivals, LenDist, Schedule, Stop, Workload};
     a.server.check()?;
     let Some(slo) = a.slo.slo()? else {
@@ -210,48 +225,75 @@ fn capacity_config(
         &super::paths::results_and_manifests("the results file", [&out]),
         &super::paths::written(&[("--plot", a.plot.as_ref())]),
     )?;
-    let mut load = LoadConfig {
-        stamping: a.server.stamping(),
-        simulated: a.server.paused(),
-        timeouts: a.timeouts.timeouts()?,
-        warmup: a.run.warmup(LOAD_WARMUP),
-        max_concurrency: arr.max_concurrency,
-        seed: a.run.seed,
-        token_id_range: a.run.ids.range(),
-        slo,
-        scrape_metrics: false,
-        progress: a.run.progress(),
-        command: redact_args(std::env::args()),
-        ..LoadConfig::new(a.server.stand_in_target(), schedule, workload, out.clone())
-    };
-    load.timeouts.caps = a.server.stream_caps()?;
-    let cfg = CapacityConfig {
-        load,
-        arrival: arr.arrival,
-        burstiness: arr.burstiness,
-        stop,
+    let mut timeouts = a.timeouts.timeouts()?;
+    timeouts.caps = a.server.stream_caps()?;
+    // The first step's run is checked as a load run is: its file must hold nothing unless
+    // resumed. The dialect is the one given: a probed server is never openai-chat.
+    if let Some(d) = a.server.api {
+        drive::load::check_dialect(d)?;
+    }
+    drive::load::check(
+        &workload,
+        a.run.seed,
+        a.run.ids.range(),
+        &capacity::step_path(&out, 0),
+        a.run.resume,
+    )?;
+    Ok(CapacityRun {
         plan,
-        slo_text: a.slo.slo.clone().unwrap_or_default(),
+        stop,
+        schedule,
+        workload,
+        slo,
+        timeouts,
         out,
-        resume: a.run.resume,
-    };
-    // The first step's run is checked as a load run is: its file must hold nothing unless resumed.
-    cfg.step_config(0, cfg.plan.coarse[0], stop)?.validate()?;
-    Ok(cfg)
+    })
+}
+
+impl CapacityRun {
+    /// The search of this plan at `server` (as [`super::common::destination`] resolved it), with
+    /// the flags that needed no check.
+    fn config(self, a: &CapacityArgs, server: drive::Destination) -> CapacityConfig {
+        let load = LoadConfig {
+            stamping: a.server.stamping(),
+            simulated: a.server.paused(),
+            timeouts: self.timeouts,
+            warmup: a.run.warmup(LOAD_WARMUP),
+            max_concurrency: a.arrivals.max_concurrency,
+            seed: a.run.seed,
+            token_id_range: a.run.ids.range(),
+            slo: self.slo,
+            scrape_metrics: false,
+            progress: a.run.progress(),
+            command: redact_args(std::env::args()),
+            engine: server.engine,
+            ..LoadConfig::new(
+                server.target,
+                self.schedule,
+                self.workload,
+                self.out.clone(),
+            )
+        };
+        CapacityConfig {
+            load,
+            arrival: a.arrivals.arrival,
+            burstiness: a.arrivals.burstiness,
+            stop: self.stop,
+            plan: self.plan,
+            slo_text: a.slo.slo.clone().unwrap_or_default(),
+            out: self.out,
+            resume: a.run.resume,
+        }
+    }
 }
 
 pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> {
     let trace = a.workload.trace.read(a.workload.prefix_len)?;
-    let mut cfg = capacity_config(&a, trace).map_err(CliError::Usage)?;
-    let timeouts = cfg.load.timeouts.clone();
-    let mock = super::common::target_or_engine(
-        &a.server,
-        &timeouts,
-        &mut cfg.load.target,
-        &mut cfg.load.engine,
-    )
-    .await
-    .map_err(CliError::connecting)?;
+    let run = capacity_run(&a, trace).map_err(CliError::Usage)?;
+    let (server, mock) = super::common::destination(&a.server, &run.timeouts)
+        .await
+        .map_err(CliError::connecting)?;
+    let cfg = run.config(&a, server);
     eprintln!(
         "capacity search against {} ({}), SLO {} for {:.0}% of requests, step results beside {}",
         cfg.load.target.shown_url(),
@@ -262,7 +304,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     );
     let wall0 = std::time::Instant::now();
     let model0 = tokio::time::Instant::now();
-    let outcome = drive::run_capacity(&cfg).await;
+    let outcome = capacity::run_capacity(&cfg).await;
     if cfg.load.simulated {
         // The engine path's steps each start at virtual instant 0; the note counts wall time.
         super::common::simulated_note(wall0, model0.elapsed(), a.server.simulate);
@@ -285,7 +327,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     let gate = r.gate(&cfg.load.slo);
     match a.format {
         Format::Json => {
-            let mut v = crate::report::export::json::capacity(r);
+            let mut v = export::json(r);
             v["slo_gate"] = serde_json::to_value(&gate).map_err(anyhow::Error::from)?;
             v["slo_gate"]["passed"] = serde_json::Value::Bool(gate.passed());
             println!(
@@ -294,13 +336,13 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
             )
         }
         Format::Csv => {
-            print!("{}", crate::report::export::csv::capacity(r)?);
+            print!("{}", export::csv(r)?);
             eprintln!("{}", r.answer());
         }
-        Format::Table => print!("{}", crate::report::export::table::capacity(r)),
+        Format::Table => print!("{}", export::table(r)),
     }
     if let Some(p) = &a.plot {
-        let svg = crate::report::export::svg::capacity(r)?;
+        let svg = export::svg(r)?;
         std::fs::write(p, svg)
             .map_err(|e| anyhow::anyhow!("writing the plot {}: {e}", p.display()))?;
         eprintln!("plot written to {}", p.display());

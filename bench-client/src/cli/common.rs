@@ -157,17 +157,6 @@ impl ServerArgs {
             self.stamping
         }
     }
-
-    /// The target as far as the flags say, before [`connect`] resolves it: for checks that come
-    /// before anything starts.
-    pub(super) fn stand_in_target(&self) -> Target {
-        Target {
-            base_url: self.url.clone().unwrap_or_default(),
-            dialect: self.api.unwrap_or(Dialect::Sglang),
-            model: self.model.clone(),
-            api_key: None,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -285,18 +274,6 @@ pub(super) async fn destination(
     }
     let (target, mock) = connect(s, timeouts).await?;
     Ok((Destination::server(target), mock))
-}
-
-/// [`destination`] written into a run's configuration (`target` and `engine`).
-pub(super) async fn target_or_engine(
-    s: &ServerArgs,
-    timeouts: &Timeouts,
-    target: &mut Target,
-    engine: &mut Option<crate::drive::MockConfig>,
-) -> anyhow::Result<Option<Mock>> {
-    let (d, mock) = destination(s, timeouts).await?;
-    (*target, *engine) = (d.target, d.engine);
-    Ok(mock)
 }
 
 /// A run on the engine path (`--simulate`): the engine's target and the mock's configuration,

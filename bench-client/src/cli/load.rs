@@ -10,7 +10,7 @@ use super::exit::{self, CliError};
 use super::common::{default_out, parse_duration, redact_args, Format, ServerArgs};
 use super::flags::{ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, LOAD_WARMUP};
 use crate::drive::{self, LoadConfig, SessionsConfig};
-use crate::plan::{Sessions, Trace};
+use crate::plan::{Planner, SessionPlan, Sessions, Trace};
 
 #[derive(Args, Debug)]
 pub(super) struct LoadArgs {
@@ -88,13 +88,25 @@ pub(super) fn print_gate(gate: &crate::report::gate::SloGate, format: Format) ->
     !gate.passed()
 }
 
-/// The load run the flags ask for, every flag checked, with a stand-in target that [`connect`]
-/// replaces: nothing is started before this returns. `trace`: the `--trace` file, read. With
-/// `--sessions`, also the sessions.
-fn load_config(
-    a: &LoadArgs,
-    trace: Option<Arc<Trace>>,
-) -> anyhow::Result<(LoadConfig, Option<Sessions>)> {
+/// The load run the flags ask for, every flag checked before anything starts: all but where
+/// it goes, which [`super::common::destination`] resolves after. A run goes only from its
+/// plan ([`LoadPlan::config`]).
+struct LoadPlan {
+    schedule: crate::plan::Schedule,
+    workload: crate::plan::Workload,
+    shard: crate::plan::Shard,
+    slo: crate::report::Slo,
+    timeouts: crate::plan::Timeouts,
+    out: std::path::PathBuf,
+    /// The planner of the run's requests, from the run's one check.
+    planner: Planner,
+    /// With `--sessions`: the sessions and their plan.
+    sessions: Option<(Sessions, SessionPlan)>,
+}
+
+/// The plan of the load run the flags ask for (see [`LoadPlan`]); `trace`: the `--trace` file,
+/// read.
+fn load_plan(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadPlan> {
     use crate::plan::{Arrivals, LenDist, Schedule, Shard, Stop, Workload};
     a.server.check()?;
     let slo = a.slo.slo()?.unwrap_or_default();
@@ -167,46 +179,74 @@ fn load_config(
     let mut timeouts = a.timeouts.timeouts()?;
     timeouts.caps = a.server.stream_caps()?;
     let out = a.run.out.clone().unwrap_or_else(|| default_out("load"));
-    let cfg = LoadConfig {
-        stamping: a.server.stamping(),
-        simulated: a.server.paused(),
-        timeouts,
-        warmup: a.run.warmup(LOAD_WARMUP),
-        max_concurrency: arr.max_concurrency,
-        shard,
-        start_at_unix_ms: a.start_at,
-        resume: a.run.resume,
-        seed: a.run.seed,
-        token_id_range: a.run.ids.range(),
-        slo,
-        scrape_metrics: !a.no_metrics,
-        progress: a.run.progress(),
-        command: redact_args(std::env::args()),
-        ..LoadConfig::new(a.server.stand_in_target(), schedule, workload, out)
-    };
-    match &sessions {
-        Some(s) => {
-            SessionsConfig {
-                run: cfg.clone(),
-                sessions: s.clone(),
-            }
-            .validate()?;
-        }
-        None => {
-            cfg.validate()?;
-        }
+    // The run's one check. The dialect is the one given: a probed server is never openai-chat.
+    if let Some(d) = a.server.api {
+        drive::load::check_dialect(d)?;
     }
-    Ok((cfg, sessions))
+    let planner = drive::load::check(&workload, a.run.seed, a.run.ids.range(), &out, a.run.resume)?;
+    let sessions = match sessions {
+        Some(s) => {
+            let plan = drive::sessions::check_sessions(
+                &s,
+                &schedule.arrivals,
+                arr.max_concurrency,
+                a.run.seed,
+                a.run.ids.range(),
+            )?;
+            Some((s, plan))
+        }
+        None => None,
+    };
+    Ok(LoadPlan {
+        schedule,
+        workload,
+        shard,
+        slo,
+        timeouts,
+        out,
+        planner,
+        sessions,
+    })
+}
+
+impl LoadPlan {
+    /// The run of this plan at `server` (as [`super::common::destination`] resolved it), with
+    /// the flags that needed no check; the planner and sessions it runs from.
+    fn config(
+        self,
+        a: &LoadArgs,
+        server: drive::Destination,
+    ) -> (LoadConfig, Planner, Option<(Sessions, SessionPlan)>) {
+        let cfg = LoadConfig {
+            stamping: a.server.stamping(),
+            simulated: a.server.paused(),
+            timeouts: self.timeouts,
+            warmup: a.run.warmup(LOAD_WARMUP),
+            max_concurrency: a.arrivals.max_concurrency,
+            shard: self.shard,
+            start_at_unix_ms: a.start_at,
+            resume: a.run.resume,
+            seed: a.run.seed,
+            token_id_range: a.run.ids.range(),
+            slo: self.slo,
+            scrape_metrics: !a.no_metrics,
+            progress: a.run.progress(),
+            command: redact_args(std::env::args()),
+            engine: server.engine,
+            ..LoadConfig::new(server.target, self.schedule, self.workload, self.out)
+        };
+        (cfg, self.planner, self.sessions)
+    }
 }
 
 pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     // A trace that cannot be used is a data error (65); the flags around it are usage errors (64).
     let trace = a.workload.trace.read(a.workload.prefix_len)?;
-    let (mut cfg, sessions) = load_config(&a, trace).map_err(CliError::Usage)?;
-    let mock =
-        super::common::target_or_engine(&a.server, &cfg.timeouts, &mut cfg.target, &mut cfg.engine)
-            .await
-            .map_err(CliError::connecting)?;
+    let plan = load_plan(&a, trace).map_err(CliError::Usage)?;
+    let (server, mock) = super::common::destination(&a.server, &plan.timeouts)
+        .await
+        .map_err(CliError::connecting)?;
+    let (cfg, planner, sessions) = plan.config(&a, server);
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
@@ -219,14 +259,14 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     let wall0 = std::time::Instant::now();
     let model0 = tokio::time::Instant::now();
     let outcome = match sessions {
-        Some(sessions) => {
-            drive::run_sessions(&SessionsConfig {
+        Some((sessions, plan)) => {
+            let run = SessionsConfig {
                 run: cfg.clone(),
                 sessions,
-            })
-            .await
+            };
+            drive::run_sessions_with(&run, planner, plan).await
         }
-        None => drive::run_load(&cfg).await,
+        None => drive::run_load_with(&cfg, planner).await,
     };
     if cfg.simulated {
         let model = outcome

@@ -5,7 +5,6 @@
 //! after and the pair kept in the manifest for `merge`. Ctrl-C stops cleanly; `--resume` skips the
 //! indices already in the results file.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,8 +18,7 @@ use crate::net::stamped::Stamping;
 use crate::net::{self, Target};
 use crate::plan::prompt::Prompt;
 use crate::plan::{RequestSpec, Timeouts};
-use crate::results::manifest::{self, Manifest, StampSource};
-use crate::results::{load_record, read_records, ForeignRun, LoadInfo, Record, RecordWriter};
+use crate::results::{load_record, LoadInfo, Record, RecordWriter};
 use crate::trace::Dialect;
 
 use super::pacer::{clock_is_paused, wait_until, Pacer, OPEN_LOOP_LEAD};
@@ -113,17 +111,42 @@ impl LoadConfig {
 
 impl LoadConfig {
     /// Checks everything a load run needs before anything is sent or started: a dialect that
-    /// takes token-id prompts, the workload and its prompt id range, and that `out` holds no
-    /// results unless resumed. Returns the planner of the run's requests.
+    /// takes token-id prompts ([`check_dialect`]) and the rest of [`check`]. Returns the planner
+    /// of the run's requests.
     pub fn validate(&self) -> anyhow::Result<Planner> {
-        if self.target.dialect == Dialect::OpenAiChat {
-            anyhow::bail!("--api openai-chat: load runs send token-id prompts of exact length, and the openai-chat dialect takes only text (use --api openai or sglang)");
-        }
-        let planner = Planner::new(self.workload.clone(), self.seed, self.token_id_range)
-            .map_err(anyhow::Error::msg)?;
-        crate::results::existing_results(&self.out, self.resume, " (with the same --seed)")?;
-        Ok(planner)
+        check_dialect(self.target.dialect)?;
+        check(
+            &self.workload,
+            self.seed,
+            self.token_id_range,
+            &self.out,
+            self.resume,
+        )
     }
+}
+
+/// A load run's dialect must take token-id prompts: `openai-chat` takes only text.
+pub fn check_dialect(dialect: Dialect) -> anyhow::Result<()> {
+    if dialect == Dialect::OpenAiChat {
+        anyhow::bail!("--api openai-chat: load runs send token-id prompts of exact length, and the openai-chat dialect takes only text (use --api openai or sglang)");
+    }
+    Ok(())
+}
+
+/// The checks of a load run that need no target: the workload and its prompt id range, and that
+/// `out` holds no results unless resumed. Returns the planner of the run's requests (not yet
+/// salted), which [`run_load_with`] runs from.
+pub fn check(
+    workload: &Workload,
+    seed: u64,
+    token_id_range: (u32, u32),
+    out: &std::path::Path,
+    resume: bool,
+) -> anyhow::Result<Planner> {
+    let planner =
+        Planner::new(workload.clone(), seed, token_id_range).map_err(anyhow::Error::msg)?;
+    crate::results::existing_results(out, resume, " (with the same --seed)")?;
+    Ok(planner)
 }
 
 /// What a load run did.
@@ -244,146 +267,27 @@ pub(super) async fn scrape_samples(
     metrics::samples(&text).map(|m| (m, at))
 }
 
-/// The manifest line of a load run piece (`run_id`: see [`run_identity`]).
-pub(crate) fn manifest(
-    cfg: &LoadConfig,
-    server_info: Option<serde_json::Value>,
-    start_unix_ms: u64,
-    run_id: String,
-) -> Manifest {
-    Manifest {
-        command: cfg.command.clone(),
-        simulated: Some(cfg.simulated),
-        client_version: env!("CARGO_PKG_VERSION").to_string(),
-        kind: Some(manifest::KIND_LOAD.to_string()),
-        url: Some(cfg.target.shown_url()),
-        dialect: Some(cfg.target.dialect),
-        model: cfg.target.model.clone(),
-        server_info,
-        seed: Some(cfg.seed),
-        shard: Some(cfg.shard.to_string()),
-        start_unix_ms: Some(start_unix_ms),
-        schedule: Some(schedule_text(cfg)),
-        stop: Some(format!("{:?}", cfg.schedule.stop)),
-        workload: Some(
-            format!("{:?}", cfg.workload)
-                .chars()
-                .take(400)
-                .collect::<String>(),
-        ),
-        warmup: Some(cfg.warmup),
-        max_concurrency: Some(cfg.max_concurrency),
-        resume: Some(cfg.resume),
-        run_id: Some(run_id),
-        slo: Some(cfg.slo),
-        stamping: Some(StampSource::Client(cfg.stamping)),
-        ..Manifest::default()
-    }
-}
-
-/// How a load run's manifest states its arrivals (what `capacity --resume` checks a step by).
-pub(crate) fn schedule_text(cfg: &LoadConfig) -> String {
-    format!("{:?}", cfg.schedule.arrivals)
-        .chars()
-        .take(400)
-        .collect()
-}
-
-/// What makes a load run one run: its seed, arrivals and workload (or sessions). Its shards and
-/// resumed pieces share it (neither the shard, the start nor the stop is part of it: a resumed run
-/// may go on past its first stop); another seed, rate or workload gives another.
-pub(crate) fn run_identity(cfg: &LoadConfig, sessions: Option<&crate::plan::Sessions>) -> String {
-    manifest::run_id(&[
-        &cfg.seed.to_string(),
-        &format!("{:?}", cfg.schedule.arrivals),
-        &match sessions {
-            Some(s) => format!("{s:?}"),
-            None => format!("{:?}", cfg.workload),
-        },
-    ])
-}
-
-/// What `--resume` found in a results file: the requests done (by index) and the run id it
-/// keeps.
-#[derive(Debug, Default)]
-pub(crate) struct Resumed {
-    /// Indices of the requests the file holds.
-    pub(crate) done: HashSet<u64>,
-    /// The latest stream end of those requests, unix ms (a resumed piece starts after it).
-    pub(crate) last_end_unix_ms: Option<u64>,
-}
-
-/// The run id of this piece: the one of the file being resumed, which must be this run's (the
-/// same seed, schedule and workload), else this run's own.
-pub(crate) fn piece_run_id(
-    cfg: &LoadConfig,
-    sessions: Option<&crate::plan::Sessions>,
-) -> anyhow::Result<String> {
-    let mine = run_identity(cfg, sessions);
-    if !cfg.resume {
-        return Ok(mine);
-    }
-    let manifests = crate::results::read_manifests(&cfg.out)?;
-    if let Some(theirs) = manifests.iter().find_map(|m| m.run_id.clone()) {
-        if theirs != mine {
-            return Err(ForeignRun::other_plan(&cfg.out, &theirs, &mine).into());
-        }
-    }
-    Ok(mine)
-}
-
-/// What `--resume` finds in the results file (nothing without it); a file of another seed or
-/// shard, of multi-turn records, or holding a request twice, is refused.
-pub(crate) fn resumed(cfg: &LoadConfig) -> anyhow::Result<Resumed> {
-    let mut found = Resumed::default();
-    if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
-        for r in read_records(&cfg.out)? {
-            let Some(l) = &r.load else { continue };
-            let foreign = |why: String| ForeignRun {
-                file: cfg.out.clone(),
-                why,
-            };
-            if l.session.is_some() {
-                return Err(foreign(
-                    "holds multi-turn records: --resume continues it with the same --sessions and --turns".into(),
-                ).into());
-            }
-            if l.seed != cfg.seed || l.shard != cfg.shard {
-                return Err(foreign(format!(
-                    "holds records of seed {} shard {}, this run is seed {} shard {}: --resume needs the same --seed and --shard",
-                    l.seed, l.shard, cfg.seed, cfg.shard
-                )).into());
-            }
-            if !found.done.insert(l.index) {
-                return Err(crate::results::NotOneRun::Twice {
-                    file: cfg.out.clone(),
-                    index: l.index,
-                }
-                .into());
-            }
-            if let Some(t) = &r.trace {
-                let end = crate::report::load::Instants::of(l, t)
-                    .end
-                    .div_ceil(1_000_000);
-                found.last_end_unix_ms = Some(found.last_end_unix_ms.map_or(end, |e| e.max(end)));
-            }
-        }
-    }
-    Ok(found)
-}
+pub(crate) use super::piece::{manifest, piece_run_id, resumed};
 
 /// Run a load test, appending each record to `cfg.out` as it finishes (on the engine path when
 /// the config asks for it).
 pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
+    run_load_with(cfg, cfg.validate()?).await
+}
+
+/// [`run_load`] of a run already checked: `planner` is what [`LoadConfig::validate`] (or
+/// [`check`] and [`check_dialect`]) gave for `cfg`.
+pub async fn run_load_with(cfg: &LoadConfig, planner: Planner) -> anyhow::Result<LoadOutcome> {
     // One writer per results file, taken before the file is read and anything is sent.
     let _lock = crate::results::lock_results(&cfg.out)?;
     #[cfg(feature = "embedded-mock")]
     if let Some(mock) = &cfg.engine {
-        let (mut outcome, model) = super::engine::load::run_load_engine(cfg, mock.clone(), None)?;
+        let (mut outcome, model) =
+            super::engine::load::run_load_engine(cfg, mock.clone(), planner, None)?;
         outcome.model_time = Some(model);
         return Ok(outcome);
     }
-    let planner = cfg.validate()?.salted(
+    let planner = planner.salted(
         cfg.prompt_salt
             .or(cfg.start_at_unix_ms)
             .unwrap_or_else(rand::random),

@@ -2,7 +2,6 @@
 //! handling, Ctrl-C, and the embedded mock when no server is given.
 
 pub mod backoff;
-pub mod capacity;
 pub mod cpu;
 #[cfg(feature = "embedded-mock")]
 pub mod embedded;
@@ -10,6 +9,7 @@ pub mod embedded;
 pub mod engine;
 pub mod load;
 mod pacer;
+mod piece;
 mod progress;
 mod run;
 pub mod sessions;
@@ -48,10 +48,9 @@ impl Destination {
     }
 }
 
-pub use capacity::{run_capacity, CapacityConfig, CapacityOutcome};
 pub use cpu::process_cpu_seconds;
-pub use load::{run_load, LoadConfig, LoadOutcome};
-pub use sessions::{run_sessions, SessionsConfig};
+pub use load::{run_load, run_load_with, LoadConfig, LoadOutcome};
+pub use sessions::{run_sessions, run_sessions_with, SessionsConfig};
 pub use sweep::{
     run_sweep, run_sweep_with, Checked, OnCrash, PromptSource, SweepConfig, SweepOutcome,
 };

@@ -24,6 +24,7 @@ use crate::plan::schedule::Arrivals;
 use crate::plan::session::{Conversation, SessionPlan, Sessions, TurnOutput};
 use crate::plan::workload::Planner;
 use crate::plan::RequestSpec;
+use crate::results::settings::{Recorded, ScheduleRecord, WorkloadRecord};
 use crate::results::{read_records, Record, RecordWriter, SessionTurn};
 use crate::trace::Dialect;
 
@@ -48,18 +49,14 @@ impl SessionsConfig {
     /// [`Self::validate`], also giving the load run's planner (its warm-up shape is not used).
     fn checked(&self) -> anyhow::Result<(Planner, SessionPlan)> {
         let planner = self.run.validate()?;
-        if !matches!(self.run.schedule.arrivals, Arrivals::Closed { .. }) {
-            anyhow::bail!("--sessions runs a closed loop of sessions: give --concurrency (sessions in flight), not --request-rate or --trace");
-        }
-        if self.run.max_concurrency.is_some() {
-            anyhow::bail!("--max-concurrency bounds an open loop; with --sessions, --concurrency bounds the sessions in flight");
-        }
-        let plan = SessionPlan::new(
-            self.sessions.clone(),
-            self.run.seed,
-            self.run.token_id_range,
-        )
-        .map_err(anyhow::Error::msg)?;
+        let run = &self.run;
+        let plan = check_sessions(
+            &self.sessions,
+            &run.schedule.arrivals,
+            run.max_concurrency,
+            run.seed,
+            run.token_id_range,
+        )?;
         Ok((planner, plan))
     }
 
@@ -280,15 +277,48 @@ async fn warm_up(ctx: Arc<LoadRun>, plan: Arc<SessionPlan>, k: u64) {
     }
 }
 
+/// The checks of a multi-turn run beyond a load run's ([`crate::drive::load::check`]): a closed
+/// loop (`arrivals`) without `--max-concurrency`, and sessions that the seed and prompt id range
+/// can plan. Returns the plan (not yet salted).
+pub fn check_sessions(
+    sessions: &Sessions,
+    arrivals: &Arrivals,
+    max_concurrency: Option<u32>,
+    seed: u64,
+    token_id_range: (u32, u32),
+) -> anyhow::Result<SessionPlan> {
+    if !matches!(arrivals, Arrivals::Closed { .. }) {
+        anyhow::bail!("--sessions runs a closed loop of sessions: give --concurrency (sessions in flight), not --request-rate or --trace");
+    }
+    if max_concurrency.is_some() {
+        anyhow::bail!("--max-concurrency bounds an open loop; with --sessions, --concurrency bounds the sessions in flight");
+    }
+    SessionPlan::new(sessions.clone(), seed, token_id_range).map_err(anyhow::Error::msg)
+}
+
 /// Run a multi-turn load test, appending each turn's record to `cfg.run.out` as it finishes.
 pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
     let (planner, plan) = cfg.checked()?;
+    run_sessions_with(cfg, planner, plan).await
+}
+
+/// [`run_sessions`] of a run already checked: `planner` and `plan` are what
+/// [`crate::drive::load::check`] and [`check_sessions`] gave for `cfg`.
+pub async fn run_sessions_with(
+    cfg: &SessionsConfig,
+    planner: Planner,
+    plan: SessionPlan,
+) -> anyhow::Result<LoadOutcome> {
     // One writer per results file, taken before the file is read and anything is sent.
     let _lock = crate::results::lock_results(&cfg.run.out)?;
     #[cfg(feature = "embedded-mock")]
     if let Some(mock) = &cfg.run.engine {
-        let (mut outcome, model) =
-            super::engine::load::run_load_engine(&cfg.run, mock.clone(), Some(cfg))?;
+        let (mut outcome, model) = super::engine::load::run_load_engine(
+            &cfg.run,
+            mock.clone(),
+            planner,
+            Some((cfg, plan)),
+        )?;
         outcome.model_time = Some(model);
         return Ok(outcome);
     }
@@ -417,10 +447,10 @@ pub(crate) fn sessions_manifest(
     output_ids: &str,
 ) -> crate::results::Manifest {
     crate::results::Manifest {
-        schedule: Some(format!(
-            "closed loop of sessions, {in_flight} in flight in this shard"
-        )),
-        workload: Some("multi-turn sessions".to_string()),
+        schedule: Some(Recorded::Typed(ScheduleRecord::Sessions {
+            shard_in_flight: in_flight,
+        })),
+        workload: Some(Recorded::Typed(WorkloadRecord::Sessions)),
         sessions: serde_json::to_value(sessions).ok(),
         output_ids: Some(output_ids.to_string()),
         ..load

@@ -4,7 +4,6 @@
 
 pub mod cache;
 pub mod calibrate;
-pub mod capacity;
 pub mod compare;
 pub mod export;
 pub mod gate;

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+pub use super::settings::{Recorded, ScheduleRecord, WorkloadRecord};
 use super::Method;
 use crate::api::Dialect;
 use crate::measure::Slo;
@@ -64,8 +65,12 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     /// The arrivals (load runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "sorted"
+    )]
+    pub schedule: Option<Recorded<ScheduleRecord>>,
     /// Seed of the schedule and workload (or of a sweep's prompts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
@@ -110,8 +115,12 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup: Option<u32>,
     /// The workload (load runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workload: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "sorted"
+    )]
+    pub workload: Option<Recorded<WorkloadRecord>>,
     /// Keys this build does not know (from other versions), kept as they were.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,

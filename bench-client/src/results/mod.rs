@@ -9,6 +9,7 @@ mod identity;
 mod lock;
 pub mod manifest;
 mod record;
+pub mod settings;
 pub mod table;
 #[cfg(test)]
 mod tests;

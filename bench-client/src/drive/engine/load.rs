@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap;
 use super::Streams;
 use crate::drive::load::{LoadConfig, LoadOutcome};
 use crate::plan::schedule::Stop;
+use crate::plan::session::SessionPlan;
 use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
 use crate::report::load::LoadSummary;
 use crate::report::server_metrics as metrics;
@@ -368,12 +369,17 @@ fn scrape(sim: &Simulator) -> Option<std::collections::BTreeMap<String, f64>> {
 pub fn run_load_engine(
     cfg: &LoadConfig,
     mock: mock_server::Config,
-    sessions: Option<&crate::drive::SessionsConfig>,
+    planner: Planner,
+    sessions: Option<(&crate::drive::SessionsConfig, SessionPlan)>,
 ) -> anyhow::Result<(LoadOutcome, Duration)> {
     if sessions.is_some() && cfg.resume {
         anyhow::bail!("--resume of a multi-turn run goes over HTTP: use --simulate-http");
     }
-    let planner = cfg.validate()?.salted(
+    let (sessions, session_plan) = match sessions {
+        Some((sc, plan)) => (Some(sc), Some(plan)),
+        None => (None, None),
+    };
+    let planner = planner.salted(
         cfg.prompt_salt
             .or(cfg.start_at_unix_ms)
             .unwrap_or_else(rand::random),
@@ -415,7 +421,7 @@ pub fn run_load_engine(
         clock_ns: 0,
         sessions: None,
     };
-    if let Some(sc) = sessions {
+    if let (Some(sc), Some(plan)) = (sessions, session_plan) {
         let salt = cfg
             .prompt_salt
             .or(cfg.start_at_unix_ms)
@@ -426,7 +432,7 @@ pub fn run_load_engine(
         };
         let owned = (0..sc.sessions.sessions).filter(|s| cfg.shard.owns(*s));
         run.sessions = Some(super::sessions::SessionState::new(
-            sc.validate()?.salted(salt),
+            plan.salted(salt),
             owned,
             in_flight,
         ));

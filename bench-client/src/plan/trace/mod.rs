@@ -154,6 +154,27 @@ impl fmt::Debug for Trace {
     }
 }
 
+/// A trace's settings and size, as a run's manifest records them ([`Trace::settings`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceSettings {
+    /// The file, as given.
+    pub source: String,
+    /// Its format.
+    pub format: TraceFormat,
+    /// Requests read (after `--trace-limit`).
+    pub requests: u64,
+    /// Tokens per block after the scale.
+    pub block_size: u32,
+    /// Shared prefix tokens after the scale (0: none).
+    pub prefix_len: u32,
+    /// `--trace-speedup`.
+    pub speedup: f64,
+    /// `--trace-limit`.
+    pub limit: Option<u64>,
+    /// `--trace-scale`.
+    pub scale: f64,
+}
+
 /// One request as a format's reader gives it: lengths as written, ids of its blocks (Mooncake).
 #[derive(Clone, Debug, PartialEq)]
 struct RawRequest {
@@ -261,6 +282,20 @@ impl Trace {
             requests,
             blocks,
         })
+    }
+
+    /// What the trace was read and replayed with, and how many requests it holds.
+    pub fn settings(&self) -> TraceSettings {
+        TraceSettings {
+            source: self.source.clone(),
+            format: self.format,
+            requests: self.requests.len() as u64,
+            block_size: self.block_size,
+            prefix_len: self.prefix_len,
+            speedup: self.speedup,
+            limit: self.limit,
+            scale: self.scale,
+        }
     }
 
     /// The format read.

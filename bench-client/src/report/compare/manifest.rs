@@ -5,11 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use serde::Deserialize;
 use serde_json::Value;
 
+use super::debug_text::debug_value;
 use super::workload::{self, num, Arrivals, Prompts, TraceSettings, Workload};
 use super::Difference;
 use crate::report::load::Slo;
+use crate::results::settings::{Recorded, ScheduleRecord, WorkloadRecord};
 use crate::results::{manifest_path, Manifest};
 
 /// Manifest keys that [`workload_differences`] says in words.
@@ -185,8 +188,9 @@ pub fn workload_differences(base: &[PathBuf], new: &[PathBuf]) -> (Vec<String>, 
     (out, notes)
 }
 
-/// A run line's workload. The manifest writes `schedule` and `workload` as Rust's debug text of
-/// the run's settings (`Closed { concurrency: 64 }`); they are read back with [`debug_value`].
+/// A run line's workload, from its typed `schedule` and `workload` ([`ScheduleRecord`],
+/// [`WorkloadRecord`]); earlier versions wrote them as Rust's debug text of the run's settings
+/// (`Closed { concurrency: 64 }`), read back with [`debug_value`].
 fn workload_of(line: &Value) -> Workload {
     let text = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or("");
     let dialect = line.get("dialect").and_then(|d| match d {
@@ -211,16 +215,95 @@ fn workload_of(line: &Value) -> Workload {
             },
         };
     }
+    let schedule = line
+        .get("schedule")
+        .map(|v| Recorded::<ScheduleRecord>::deserialize(v).ok());
     if let Some(s) = line.get("sessions").filter(|s| !s.is_null()) {
+        let arrivals = match schedule {
+            Some(Some(r)) => r.describe(),
+            _ => text("schedule").to_string(),
+        };
         return Workload {
             dialect,
-            arrivals: Some(Arrivals::Sessions(text("schedule").to_string())),
+            arrivals: Some(Arrivals::Sessions(arrivals)),
             max_concurrency,
             prompts: Prompts::Sessions(sessions(s)),
         };
     }
-    let schedule = debug_value(text("schedule"));
-    let arrivals = if let Some(c) = schedule.pointer("/Closed/concurrency") {
+    let arrivals = match schedule {
+        Some(Some(Recorded::Typed(r))) => Some(arrivals_of(r)),
+        _ => arrivals_of_text(text("schedule")),
+    };
+    let workload = line
+        .get("workload")
+        .and_then(|v| Recorded::<WorkloadRecord>::deserialize(v).ok());
+    let prompts = match workload {
+        Some(Recorded::Typed(w)) => prompts_of(w),
+        _ => prompts_of_text(text("workload")),
+    };
+    Workload {
+        dialect,
+        arrivals,
+        max_concurrency,
+        prompts,
+    }
+}
+
+/// The arrivals a manifest records.
+fn arrivals_of(r: ScheduleRecord) -> Arrivals {
+    match r {
+        ScheduleRecord::Closed { concurrency } => Arrivals::Closed(u64::from(concurrency)),
+        ScheduleRecord::Open {
+            rate,
+            arrival,
+            burstiness,
+        } => Arrivals::Open {
+            rate,
+            process: format!("{arrival:?}"),
+            burstiness,
+        },
+        ScheduleRecord::Trace { .. } => Arrivals::Trace,
+        s @ ScheduleRecord::Sessions { .. } => Arrivals::Sessions(Recorded::Typed(s).describe()),
+    }
+}
+
+/// The prompts a manifest records.
+fn prompts_of(w: WorkloadRecord) -> Prompts {
+    let json = |d: &crate::plan::LenDist| lengths(&serde_json::to_value(d).unwrap_or_default());
+    match w {
+        WorkloadRecord::Random { input, output } => Prompts::Random {
+            input: json(&input),
+            output: json(&output),
+        },
+        WorkloadRecord::SharedPrefix {
+            groups,
+            prefix_len,
+            input,
+            output,
+        } => Prompts::SharedPrefix {
+            groups: u64::from(groups),
+            prefix_len: u64::from(prefix_len),
+            input: json(&input),
+            output: json(&output),
+        },
+        WorkloadRecord::Trace { trace: t } => Prompts::Trace(TraceSettings {
+            source: t.source,
+            format: format!("{:?}", t.format),
+            requests: Some(t.requests),
+            speedup: t.speedup,
+            limit: t.limit,
+            scale: t.scale,
+            block_size: u64::from(t.block_size),
+            prefix_len: u64::from(t.prefix_len),
+        }),
+        WorkloadRecord::Sessions => Prompts::Other("multi-turn sessions".into()),
+    }
+}
+
+/// The arrivals of an earlier version's debug text.
+fn arrivals_of_text(text: &str) -> Option<Arrivals> {
+    let schedule = debug_value(text);
+    if let Some(c) = schedule.pointer("/Closed/concurrency") {
         c.as_u64().map(Arrivals::Closed)
     } else if let Some(o) = schedule.get("Open") {
         Some(Arrivals::Open {
@@ -232,9 +315,13 @@ fn workload_of(line: &Value) -> Workload {
         Some(Arrivals::Trace)
     } else {
         None
-    };
-    let w = debug_value(text("workload"));
-    let prompts = if let Some(r) = w.get("Random") {
+    }
+}
+
+/// The prompts of an earlier version's debug text.
+fn prompts_of_text(text: &str) -> Prompts {
+    let w = debug_value(text);
+    if let Some(r) = w.get("Random") {
         Prompts::Random {
             input: lengths(&r["input"]),
             output: lengths(&r["output"]),
@@ -258,13 +345,7 @@ fn workload_of(line: &Value) -> Workload {
             prefix_len: t["prefix_len"].as_u64().unwrap_or(0),
         })
     } else {
-        Prompts::Other(text("workload").to_string())
-    };
-    Workload {
-        dialect,
-        arrivals,
-        max_concurrency,
-        prompts,
+        Prompts::Other(text.to_string())
     }
 }
 
@@ -309,150 +390,6 @@ fn sessions(s: &Value) -> String {
         lengths(&s["turn_input"]),
         lengths(&s["output"]),
     )
-}
-
-/// Rust's debug text of a value as JSON: `Name { a: 1, b: x }` is `{"Name": {"a": 1, "b": "x"}}`,
-/// `Name(x)` is `{"Name": x}`, `Some(x)` is `x`, `None` is null, a bare name a string. Text cut
-/// short (the manifest keeps 400 characters) gives what was read before the cut.
-fn debug_value(s: &str) -> Value {
-    let mut p = DebugText {
-        s: s.as_bytes(),
-        i: 0,
-    };
-    p.value()
-}
-
-struct DebugText<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl DebugText<'_> {
-    fn ws(&mut self) {
-        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, c: u8) -> bool {
-        self.ws();
-        let hit = self.s.get(self.i) == Some(&c);
-        if hit {
-            self.i += 1;
-        }
-        hit
-    }
-
-    fn word(&mut self, ok: impl Fn(u8) -> bool) -> String {
-        let start = self.i;
-        while self.s.get(self.i).is_some_and(|&c| ok(c)) {
-            self.i += 1;
-        }
-        String::from_utf8_lossy(&self.s[start..self.i]).into_owned()
-    }
-
-    fn value(&mut self) -> Value {
-        self.ws();
-        match self.s.get(self.i) {
-            None => Value::Null,
-            Some(b'"') => {
-                self.i += 1;
-                let mut out = Vec::new();
-                while let Some(&c) = self.s.get(self.i) {
-                    self.i += 1;
-                    match c {
-                        b'"' => break,
-                        b'\\' => {
-                            if let Some(&e) = self.s.get(self.i) {
-                                out.push(e);
-                                self.i += 1;
-                            }
-                        }
-                        c => out.push(c),
-                    }
-                }
-                Value::String(String::from_utf8_lossy(&out).into_owned())
-            }
-            Some(b'[') => {
-                self.i += 1;
-                let mut items = Vec::new();
-                while self.i < self.s.len() && !self.eat(b']') {
-                    items.push(self.value());
-                    if !self.eat(b',') {
-                        self.eat(b']');
-                        break;
-                    }
-                }
-                Value::Array(items)
-            }
-            Some(c) if c.is_ascii_digit() || *c == b'-' => {
-                let w = self.word(|c| c.is_ascii_alphanumeric() || b"-+._".contains(&c));
-                w.parse::<u64>()
-                    .map(Value::from)
-                    .or_else(|_| w.parse::<f64>().map(Value::from))
-                    .unwrap_or(Value::String(w))
-            }
-            Some(_) => {
-                let name = self.word(|c| c.is_ascii_alphanumeric() || c == b'_');
-                if name.is_empty() {
-                    // Not debug text: stop here.
-                    self.i = self.s.len();
-                    return Value::Null;
-                }
-                if self.eat(b'{') {
-                    let mut fields = serde_json::Map::new();
-                    loop {
-                        self.ws();
-                        if self.i >= self.s.len() || self.eat(b'}') {
-                            break;
-                        }
-                        if self.s[self.i..].starts_with(b"..") {
-                            self.i += 2;
-                            continue;
-                        }
-                        let key = self.word(|c| c.is_ascii_alphanumeric() || c == b'_');
-                        if key.is_empty() || !self.eat(b':') {
-                            self.i = self.s.len();
-                            break;
-                        }
-                        let v = self.value();
-                        fields.insert(key, v);
-                        self.eat(b',');
-                    }
-                    let mut m = serde_json::Map::new();
-                    m.insert(name, Value::Object(fields));
-                    Value::Object(m)
-                } else if self.eat(b'(') {
-                    let mut items = Vec::new();
-                    while self.i < self.s.len() && !self.eat(b')') {
-                        items.push(self.value());
-                        if !self.eat(b',') {
-                            self.eat(b')');
-                            break;
-                        }
-                    }
-                    let inner = if items.len() == 1 {
-                        items.pop().unwrap_or(Value::Null)
-                    } else {
-                        Value::Array(items)
-                    };
-                    if name == "Some" {
-                        return inner;
-                    }
-                    let mut m = serde_json::Map::new();
-                    m.insert(name, inner);
-                    Value::Object(m)
-                } else {
-                    match name.as_str() {
-                        "None" => Value::Null,
-                        "true" => Value::Bool(true),
-                        "false" => Value::Bool(false),
-                        _ => Value::String(name),
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// The SLO recorded in the manifests of load runs, when every run that recorded one agrees.
@@ -510,25 +447,44 @@ mod tests {
     }
 
     #[test]
-    fn debug_text_is_read_back() {
+    fn manifests_of_earlier_versions_read_as_the_typed_ones() {
+        let line = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        // Lines as earlier versions wrote them (the first: a fixture's manifest), and as this
+        // one does.
+        let fixture = include_str!("../../../../fixtures/results/load-sglang.jsonl.manifest.jsonl");
+        let pairs = [
+            (
+                fixture.lines().next().unwrap(),
+                r#"{"dialect":"sglang","schedule":{"concurrency":4,"kind":"closed"},"workload":{"input":{"kind":"fixed","n":256},"kind":"random","output":{"kind":"fixed","n":128}}}"#,
+                "a closed loop at 4 in flight",
+            ),
+            (
+                r#"{"schedule":"Open { rate: 2.5, kind: Gamma, burstiness: 0.5 }","workload":"SharedPrefix { groups: 4, prefix_len: 512, input: Uniform { lo: 10, hi: 20 }, output: Normal { mean: 100.0, std: 10.0 } }"}"#,
+                r#"{"schedule":{"arrival":"gamma","burstiness":0.5,"kind":"open","rate":2.5},"workload":{"groups":4,"input":{"hi":20,"kind":"uniform","lo":10},"kind":"shared-prefix","output":{"kind":"normal","mean":100.0,"std":10.0},"prefix_len":512}}"#,
+                "an open loop at 2.5 req/s (Gamma, burstiness 0.5)",
+            ),
+            (
+                r#"{"schedule":"Trace { offsets_ns: [0, 5] }","workload":"Trace(Trace { format: Mooncake, requests: 2, block_size: 512, prefix_len: 0, speedup: 1.0, limit: None, scale: 1.0, source: \"t.jsonl\", .. })"}"#,
+                r#"{"schedule":{"kind":"trace","requests":2},"workload":{"kind":"trace","trace":{"block_size":512,"format":"mooncake","limit":null,"prefix_len":0,"requests":2,"scale":1.0,"source":"t.jsonl","speedup":1.0}}}"#,
+                "a trace replayed at its own arrival times",
+            ),
+        ];
+        for (old, new, arrivals) in pairs {
+            let (old, new) = (workload_of(&line(old)), workload_of(&line(new)));
+            assert_eq!(old, new);
+            assert_eq!(
+                new.arrivals.as_ref().map(|a| a.to_string()).as_deref(),
+                Some(arrivals)
+            );
+            assert!(!matches!(new.prompts, Prompts::Other(_)), "{new:?}");
+        }
+        let w = workload_of(&line(pairs[0].1));
         assert_eq!(
-            debug_value("Open { rate: 20.0, kind: Poisson, burstiness: 1.0 }"),
-            serde_json::json!({"Open": {"rate": 20.0, "kind": "Poisson", "burstiness": 1.0}})
+            w.prompts,
+            Prompts::Random {
+                input: "256 tokens".into(),
+                output: "128 tokens".into()
+            }
         );
-        let t = debug_value(
-            "Trace(Trace { format: Mooncake, requests: 12, limit: Some(5), scale: 0.5, source: \"a \\\"b\\\".jsonl\", .. })",
-        );
-        assert_eq!(t.pointer("/Trace/Trace/limit"), Some(&serde_json::json!(5)));
-        assert_eq!(
-            t.pointer("/Trace/Trace/source"),
-            Some(&serde_json::json!("a \"b\".jsonl"))
-        );
-        // Cut short: what came before the cut.
-        let cut = debug_value("SharedPrefix { groups: 4, prefix_len: 512, input: Fixed { n: 2");
-        assert_eq!(
-            cut.pointer("/SharedPrefix/prefix_len"),
-            Some(&serde_json::json!(512))
-        );
-        assert_eq!(debug_value("[1, 2]"), serde_json::json!([1, 2]));
     }
 }

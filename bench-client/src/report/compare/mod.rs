@@ -13,6 +13,7 @@
 //! ([`crate::measure::compare`]).
 
 mod cache;
+mod debug_text;
 pub mod html;
 mod manifest;
 pub mod summary;

@@ -1,5 +1,5 @@
 //! CSV: one row per context length of a sweep; one row per request of a load run; one row per
-//! step of a capacity search; one row per statistic of a comparison.
+//! statistic of a comparison (a capacity search's: in the capacity folder's `export.rs`).
 
 use std::collections::BTreeMap;
 
@@ -179,18 +179,6 @@ pub fn load_requests(records: &[crate::results::Record], slo: Slo) -> anyhow::Re
             error,
             met,
         ])?;
-    }
-    Ok(String::from_utf8(
-        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
-    )?)
-}
-
-/// CSV of a capacity search: one row per step, in the order the steps ran (the fields of the
-/// JSON's `steps`); the answer is not part of it.
-pub fn capacity(r: &crate::report::capacity::CapacityReport) -> anyhow::Result<String> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for s in &r.steps {
-        w.serialize(s)?;
     }
     Ok(String::from_utf8(
         w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,

@@ -124,13 +124,3 @@ pub fn compare(r: &CompareReport) -> Value {
         "notes": r.notes,
     })
 }
-
-/// The capacity search as JSON: the settings, the steps in the order they ran (latencies in ms),
-/// the answer and its sentence.
-pub fn capacity(r: &crate::report::capacity::CapacityReport) -> Value {
-    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.insert("answer".into(), Value::String(r.answer()));
-    }
-    v
-}

@@ -13,6 +13,6 @@ use crate::measure::ms;
 const PCTS: [(&str, f64); 4] = [("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0)];
 
 /// A value with `prec` decimals, or `-` when there is none.
-fn cell(x: Option<f64>, prec: usize) -> String {
+pub(crate) fn cell(x: Option<f64>, prec: usize) -> String {
     x.map_or_else(|| "-".to_string(), |v| format!("{v:.prec$}"))
 }

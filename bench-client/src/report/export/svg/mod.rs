@@ -2,8 +2,8 @@
 //!
 //! A sweep: TTFT, decode rate (true and naive), prefill rate and tokens per chunk against context
 //! length on a log axis labelled in tokens (1k ... 185k), each median with its p10-p90 band. A load
-//! run: the latency distributions (CDF) and throughput over time. A capacity search: TTFT and
-//! TPOT against throughput. Every value axis goes log when its values span more than a decade
+//! run: the latency distributions (CDF) and throughput over time. A latency-throughput curve (a
+//! capacity search's): TTFT and TPOT against throughput. Every value axis goes log when its values span more than a decade
 //! (`axis::choose_scale`); every legend sits where it covers no data (`legend::place`); SLOs and
 //! the capacity answer are drawn as labelled lines.
 
@@ -16,14 +16,16 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::report::sweep::{Band, Report};
 
 mod axis;
-mod capacity;
 mod compare;
+mod curve;
 mod legend;
 mod marks;
 mod plots;
+#[cfg(test)]
+pub(crate) mod probe;
 
-pub use capacity::capacity;
 pub use compare::compare_sweeps;
+pub use curve::{latency_throughput, Curve, CurvePoint};
 pub use plots::{load, sweep, timeline};
 
 use axis::{Axis, Scale, Unit};

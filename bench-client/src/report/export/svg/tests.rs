@@ -1,5 +1,7 @@
-//! The plots as drawn: log axes where the data asks, legends off the data, SLO and capacity lines.
+//! The plots as drawn: log axes where the data asks, legends off the data, SLO lines (the
+//! capacity plot's answer line: in the capacity folder's tests).
 
+use super::probe::*;
 use super::*;
 use crate::report::LoadSummary;
 
@@ -18,84 +20,6 @@ fn value_labels_are_short() {
     assert_eq!(value_label(45.0), "45");
     assert_eq!(value_label(800_000.0), "800k");
     assert_eq!(value_label(1_400_000.0), "1.4M");
-}
-
-/// The value of attribute `name` in the element text `el`.
-fn attr(el: &str, name: &str) -> Option<String> {
-    let key = format!(" {name}=\"");
-    let i = el.find(&key)? + key.len();
-    Some(el[i..].split('"').next()?.to_string())
-}
-
-fn num(el: &str, name: &str) -> f64 {
-    attr(el, name)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no number {name} in {el}"))
-}
-
-/// The opening tags of the `tag` elements of `svg`.
-fn elements<'s>(svg: &'s str, tag: &str) -> Vec<&'s str> {
-    let open = format!("<{tag} ");
-    svg.match_indices(&open)
-        .filter_map(|(i, _)| svg[i..].split_once('>').map(|(el, _)| el))
-        .collect()
-}
-
-/// The legend boxes: white, 0.85 opaque (x, y, width, height).
-fn legend_boxes(svg: &str) -> Vec<(f64, f64, f64, f64)> {
-    elements(svg, "rect")
-        .into_iter()
-        .filter(|r| {
-            attr(r, "fill").as_deref() == Some("#FFFFFF")
-                && attr(r, "opacity").as_deref() == Some("0.85")
-        })
-        .map(|r| (num(r, "x"), num(r, "y"), num(r, "width"), num(r, "height")))
-        .collect()
-}
-
-/// The dots (circle centres).
-fn dots(svg: &str) -> Vec<(f64, f64)> {
-    elements(svg, "circle")
-        .into_iter()
-        .map(|c| (num(c, "cx"), num(c, "cy")))
-        .collect()
-}
-
-/// The points of every polyline stroked in `color`.
-fn polylines(svg: &str, color: &str) -> Vec<Vec<(f64, f64)>> {
-    elements(svg, "polyline")
-        .into_iter()
-        .filter(|p| attr(p, "stroke").as_deref() == Some(color))
-        .map(|p| {
-            attr(p, "points")
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|xy| {
-                    let (x, y) = xy.split_once(',')?;
-                    Some((x.parse().ok()?, y.parse().ok()?))
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// The texts of `svg`, trimmed.
-fn texts(svg: &str) -> Vec<String> {
-    svg.split("<text ")
-        .skip(1)
-        .filter_map(|t| t.split_once('>')?.1.split_once("</text>"))
-        .map(|(s, _)| s.trim().to_string())
-        .collect()
-}
-
-/// A straight line from `pts`: vertical (`true`) or horizontal, at least `len` pixels long.
-fn is_straight(pts: &[(f64, f64)], vertical: bool, len: f64) -> bool {
-    let [a, b] = pts else { return false };
-    if vertical {
-        a.0 == b.0 && (a.1 - b.1).abs() >= len
-    } else {
-        a.1 == b.1 && (a.0 - b.0).abs() >= len
-    }
 }
 
 /// TTFT and decode p50 of the Kimi sweep (`sweep --simulate --preset
@@ -168,14 +92,6 @@ fn no_dot_lies_under_a_legend() {
                 *cx >= x - 3.0 && *cx <= x + w + 3.0 && *cy >= y - 3.0 && *cy <= y + h + 3.0;
             assert!(!inside, "dot ({cx}, {cy}) under the legend {x},{y} {w}x{h}");
         }
-    }
-    let cap = capacity(&capacity_report()).unwrap();
-    let d = dots(&cap);
-    for (x, y, w, h) in legend_boxes(&cap) {
-        assert!(!d.iter().any(|(cx, cy)| *cx >= x - 3.0
-            && *cx <= x + w + 3.0
-            && *cy >= y - 3.0
-            && *cy <= y + h + 3.0));
     }
 }
 
@@ -268,93 +184,4 @@ fn a_narrow_cdf_stays_linear() {
     let t = texts(&load(&s).unwrap());
     assert!(t.iter().any(|s| s == "latency"), "{t:?}");
     assert!(!t.iter().any(|s| s.contains("log scale")), "{t:?}");
-}
-
-/// A capacity search by rate: passes to 80 req/s (71.6 completed: the answer), fails at 84.
-fn capacity_report() -> crate::report::capacity::CapacityReport {
-    use crate::report::capacity::{CapacityReport, CapacityRow, Level};
-    let row = |step, rate: f64, tput, ttft: (f64, f64), tpot: (f64, f64), passed| CapacityRow {
-        step,
-        rate,
-        requests: 200,
-        succeeded: 200,
-        good: if passed { 200 } else { 100 },
-        tpot_unmeasured: 0,
-        goodput_share: if passed { 1.0 } else { 0.5 },
-        passed,
-        offered_rate: Some(rate),
-        kept_up: true,
-        arrival_span_s: Some(200.0 / rate),
-        mean_request_s: Some(0.01),
-        steady: true,
-        queue_growth: Some(1.0),
-        too_short: false,
-        request_throughput: Some(tput),
-        output_throughput: Some(tput * 128.0),
-        goodput: Some(tput),
-        ttft_p50_ms: Some(ttft.0),
-        ttft_p99_ms: Some(ttft.1),
-        tpot_p50_ms: Some(tpot.0),
-        tpot_p99_ms: Some(tpot.1),
-        cache_hit_rate: None,
-        file: String::new(),
-    };
-    CapacityReport {
-        slo: "ttft=5,tpot=2".into(),
-        target: 0.95,
-        level: Level::Rate,
-        steps: vec![
-            row(0, 1.0, 0.95, (1.2, 3.1), (0.85, 0.99), true),
-            row(1, 16.0, 15.0, (2.0, 3.5), (0.91, 1.12), true),
-            row(2, 64.0, 58.3, (2.4, 4.5), (1.32, 1.69), true),
-            row(3, 80.0, 71.6, (2.8, 5.2), (1.56, 1.96), true),
-            row(4, 84.0, 75.0, (2.9, 5.4), (1.6, 2.05), false),
-            row(5, 128.0, 108.1, (4.0, 8.2), (2.82, 3.41), false),
-        ],
-        capacity: Some(71.6),
-        passing_rate: Some(80.0),
-        first_fail: Some(84.0),
-        server_failing: None,
-    }
-}
-
-#[test]
-fn a_capacity_plot_marks_the_slo_and_the_answer() {
-    let svg = capacity(&capacity_report()).unwrap();
-    let t = texts(&svg);
-    assert!(t.iter().any(|s| s == "TTFT SLO 5 ms"), "{t:?}");
-    assert!(t.iter().any(|s| s == "TPOT SLO 2 ms"), "{t:?}");
-    assert_eq!(
-        t.iter()
-            .filter(|s| *s == "capacity 71.600 req/s (80.000 req/s offered)")
-            .count(),
-        2,
-        "{t:?}"
-    );
-    let slo = polylines(&svg, "#D62728");
-    assert_eq!(
-        slo.iter().filter(|l| is_straight(l, false, 400.0)).count(),
-        2,
-        "{slo:?}"
-    );
-    let answer = polylines(&svg, "#3C3C3C");
-    let vertical: Vec<_> = answer
-        .iter()
-        .filter(|l| is_straight(l, true, 300.0))
-        .collect();
-    assert_eq!(vertical.len(), 2, "{answer:?}");
-    // Both lie where the answer's step (71.6 req/s completed) has its dots.
-    let d = dots(&svg);
-    for v in vertical {
-        let x = v[0].0;
-        assert!(
-            d.iter().any(|(cx, _)| (cx - x).abs() <= 1.0),
-            "no dot at x {x}: {d:?}"
-        );
-    }
-    // No answer, no answer line.
-    let mut none = capacity_report();
-    none.capacity = None;
-    let svg = capacity(&none).unwrap();
-    assert!(polylines(&svg, "#3C3C3C").is_empty());
 }

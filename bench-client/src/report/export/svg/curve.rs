@@ -1,4 +1,4 @@
-//! The capacity search's latency-throughput curve, with the SLO and the answer marked.
+//! A latency-throughput curve (a capacity search's), with the SLO and an answer marked.
 
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -7,15 +7,35 @@ use super::axis::Unit;
 use super::{
     panel, plot_err, Line, Mark, MarkAt, Panel, ANSWER_GREY, BLUE_, GREEN_, ORANGE_, PURPLE_,
 };
-use crate::report::capacity::{CapacityReport, Level};
 use crate::report::Slo;
 
-/// The capacity search's latency-throughput curve, 1100 x 400: TTFT p50/p99 (left) and TPOT
-/// p50/p99 (right) against the achieved request throughput, one dot per step. Each panel has a
-/// horizontal line at its SLO (from the report's SLO text), and both a vertical line at the
-/// throughput the answer's step achieved, labelled with the answer.
-pub fn capacity(r: &CapacityReport) -> anyhow::Result<String> {
-    let curve = r.curve();
+/// One point of a latency-throughput curve: the requests completed per second, and TTFT and
+/// TPOT (p50, p99, ms) there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CurvePoint {
+    /// Completed requests per second.
+    pub throughput: f64,
+    /// TTFT p50 and p99, ms.
+    pub ttft_ms: [Option<f64>; 2],
+    /// TPOT p50 and p99, ms.
+    pub tpot_ms: [Option<f64>; 2],
+}
+
+/// What [`latency_throughput`] draws.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Curve {
+    /// The points, in any order.
+    pub points: Vec<CurvePoint>,
+    /// The SLO, drawn where it sets a bound.
+    pub slo: Option<Slo>,
+    /// A vertical line at this throughput, with its label (the answer).
+    pub answer: Option<(f64, String)>,
+}
+
+/// A latency-throughput curve, 1100 x 400: TTFT p50/p99 (left) and TPOT p50/p99 (right) against
+/// the completed request throughput, one dot per point. Each panel has a horizontal line at its
+/// SLO, and both the vertical answer line. No points: an error.
+pub fn latency_throughput(c: &Curve) -> anyhow::Result<String> {
     let mut ttft = [Line::new("TTFT p50", BLUE_), Line::new("TTFT p99", ORANGE_)];
     let mut tpot = [
         Line::new("TPOT p50", GREEN_),
@@ -23,53 +43,39 @@ pub fn capacity(r: &CapacityReport) -> anyhow::Result<String> {
     ];
     ttft[1].dashed = true;
     tpot[1].dashed = true;
-    let mut pts: Vec<_> = curve
-        .iter()
-        .filter_map(|s| s.request_throughput.map(|x| (x, *s)))
-        .collect();
-    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (x, s) in &pts {
-        let x = *x;
-        for (l, v) in ttft.iter_mut().zip([s.ttft_p50_ms, s.ttft_p99_ms]) {
+    let mut pts = c.points.clone();
+    pts.sort_by(|a, b| a.throughput.total_cmp(&b.throughput));
+    for p in &pts {
+        let x = p.throughput;
+        for (l, v) in ttft.iter_mut().zip(p.ttft_ms) {
             if let Some(v) = v {
                 l.points.push((x, v));
             }
         }
-        for (l, v) in tpot.iter_mut().zip([s.tpot_p50_ms, s.tpot_p99_ms]) {
+        for (l, v) in tpot.iter_mut().zip(p.tpot_ms) {
             if let Some(v) = v {
                 l.points.push((x, v));
             }
         }
     }
     if pts.is_empty() {
-        anyhow::bail!("no step of the search completed a request: nothing to plot");
+        anyhow::bail!("no point to plot");
     }
-    let x_max = pts.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-3);
-    let slo = Slo::parse(&r.slo).ok();
-    // The answer's step is the passing one at the highest passing rate; the answer may be below
-    // that rate (the throughput achieved there), never above.
-    let answer = r.capacity.and_then(|c| {
-        let offered = r.passing_rate.unwrap_or(c);
-        let step = r.steps.iter().find(|s| s.passed && s.rate == offered)?;
-        Some((step.request_throughput?, c, offered))
-    });
+    let x_max = pts
+        .iter()
+        .map(|p| p.throughput)
+        .fold(0.0, f64::max)
+        .max(1e-3);
+    let slo = c.slo;
     let marks = |metric: &str, slo_ms: Option<f64>| {
         let mut m: Vec<Mark> = slo_ms
             .map(|v| Mark::slo(MarkAt::Y(v), metric, v))
             .into_iter()
             .collect();
-        if let Some((x, c, offered)) = answer {
+        if let Some((x, label)) = &c.answer {
             m.push(Mark {
-                at: MarkAt::X(x),
-                label: match r.level {
-                    Level::Rate if c < offered => format!(
-                        "capacity {} ({} offered)",
-                        r.level.show(c),
-                        r.level.show(offered)
-                    ),
-                    Level::Rate => format!("capacity {} offered", r.level.show(c)),
-                    Level::Concurrency => format!("capacity {}", r.level.show(c)),
-                },
+                at: MarkAt::X(*x),
+                label: label.clone(),
                 color: ANSWER_GREY,
             });
         }

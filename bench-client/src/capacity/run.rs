@@ -13,21 +13,17 @@
 //! Each step's records go to a results file of their own beside `out` (`NAME.step-N.jsonl`): a load run's file holds one schedule, and
 //! `--resume` of a step needs its own seed and schedule. A resumed search replays the steps whose
 //! files are complete, continues a partial one, and goes on from there.
-//!
-//! Capacity by layer (each part sits in the stage it belongs to, so that no stage imports a later
-//! one): the flags in `cli/capacity.rs`; the search rule, pure, in `measure/capacity.rs`; this run;
-//! the curve and its answer in `report/capacity.rs`; its table, JSON, CSV and plot in
-//! `report/export/` (`table.rs`, `json.rs`, `csv.rs`, `svg/capacity.rs`).
 
 use std::path::{Path, PathBuf};
 
+use super::report::{CapacityReport, CapacityRow, Level};
 use crate::measure::capacity::{CapacityPlan, Next, RequestSpan, StepTiming, STEADY_SPANS};
 use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
-use crate::report::capacity::{CapacityReport, CapacityRow, Level};
 use crate::report::load::LoadSummary;
 use crate::results::read_records;
+use crate::results::settings::{Recorded, ScheduleRecord};
 
-use super::load::{run_load, LoadConfig};
+use crate::drive::load::{run_load, LoadConfig};
 
 /// A validated capacity search.
 #[derive(Clone, Debug)]
@@ -192,14 +188,15 @@ fn timing(records: &[crate::results::Record]) -> Option<StepTiming> {
 /// A step file being resumed must be of the step's schedule: the same rate and arrivals (a search
 /// resumed with other flags would otherwise read steps of another search as its own).
 fn check_step_file(step: &LoadConfig) -> anyhow::Result<()> {
-    let want = super::load::schedule_text(step);
+    let arrivals = &step.schedule.arrivals;
     let manifest = crate::results::read_manifest(&step.out)?;
-    let got = manifest.as_ref().and_then(|m| m.schedule.as_deref());
-    if got != Some(want.as_str()) {
+    let got = manifest.and_then(|m| m.schedule);
+    if !got.as_ref().is_some_and(|g| g.records(arrivals)) {
         anyhow::bail!(
-            "--resume: {} holds a step of another search (schedule {}, this step is {want}): resume with the flags of the search that wrote it, or choose another --out",
+            "--resume: {} holds a step of another search (schedule {}, this step is {}): resume with the flags of the search that wrote it, or choose another --out",
             step.out.display(),
-            got.unwrap_or("unknown")
+            got.map_or_else(|| "unknown".into(), |g| g.describe()),
+            Recorded::<ScheduleRecord>::of(arrivals).describe()
         );
     }
     Ok(())
