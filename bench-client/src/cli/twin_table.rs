@@ -13,7 +13,9 @@ use crate::measure::table::Point;
 use crate::report::twin_table::{self, mapes, RowView};
 use crate::results::table::{read_table, select_deployment, Measured, TableRow};
 use crate::twin::base_preset;
-use crate::twin::table::{fit_table, point_of, predict_rows, TableFitOptions, UNREACHED_COST};
+use crate::twin::table::{
+    fit_table, point_of, predict_rows, TableFitOptions, CHUNK_CHOICES, UNREACHED_COST,
+};
 use crate::twin::table_preset::{table_preset, TableSource};
 
 /// Whose scheduler a table's server runs.
@@ -65,14 +67,15 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     let rows = select_deployment(&file, rows, a.deployment).map_err(|e| data(e.into()))?;
     let points: Vec<Point> = rows.iter().map(point_of).collect();
     let (mixed, scheduler_from) = scheduler(&rows, a.backend);
-    let chunk = match a.chunked_prefill_size {
-        Some(c) if c > 0 => c as usize,
-        Some(_) => usize::MAX / 4,
-        None => 8192,
+    let (chunk, chunk_choices) = match a.chunked_prefill_size {
+        Some(c) if c > 0 => (c as usize, Vec::new()),
+        Some(_) => (usize::MAX / 4, Vec::new()),
+        None => (CHUNK_CHOICES[0], CHUNK_CHOICES.to_vec()),
     };
     let opts = TableFitOptions {
         chunk,
         mixed,
+        chunk_choices,
         ..TableFitOptions::default()
     };
     let params = 7 + usize::from(crate::twin::table::saturation_pool(&points).is_some());
@@ -84,12 +87,17 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         )));
     }
     let base = base_preset(a.base).map_err(CliError::Usage)?;
+    let chunks = if opts.chunk_choices.is_empty() {
+        chunk.to_string()
+    } else {
+        let c: Vec<String> = CHUNK_CHOICES.iter().map(|c| c.to_string()).collect();
+        format!("the best fit of {}", c.join(", "))
+    };
     eprintln!(
-        "fitting {} rows{} by simulation: scheduler {}, {} prefill tokens a pass",
+        "fitting {} rows{} by simulation: scheduler {}, {chunks} prefill tokens a pass",
         rows.len(),
         a.deployment.map_or(String::new(), |d| format!(" of {d}")),
         if mixed { "vLLM's" } else { "SGLang's" },
-        chunk
     );
     let t0 = std::time::Instant::now();
     let fit = fit_table(&base, &points, &opts).map_err(CliError::Other)?;
@@ -101,7 +109,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         fit.cost
     );
     let views = predict_rows(&fit.config, &rows);
-    print!("{}", twin_table::model(&fit.model, chunk, mixed));
+    print!("{}", twin_table::model(&fit.model, fit.chunk, mixed));
     println!("every row, measured beside the twin (a closed loop of each row's concurrency):");
     print!("{}", twin_table::table(&views));
     let unreached: Vec<&RowView> = views.iter().filter(|v| v.note.is_some()).collect();
@@ -136,9 +144,9 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             pool_fitted: fit.pool_fitted,
             scheduler_from,
             chunk_from: if a.chunked_prefill_size.is_some() {
-                "--chunked-prefill-size"
+                "ASSUMED: --chunked-prefill-size"
             } else {
-                "8192, SGLang's chunked_prefill_size and vLLM's max_num_batched_tokens on H100-class GPUs"
+                "MEASURED: chosen by the rows' fit among 8192, 16384 and 32768 (SGLang's chunked_prefill_size, vLLM's max_num_batched_tokens)"
             },
             base_name: a.base,
         },

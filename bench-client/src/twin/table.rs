@@ -30,6 +30,10 @@ pub struct TableFitOptions {
     pub mixed: bool,
     /// Objective evaluations Nelder-Mead may spend (each runs every row's closed loop).
     pub max_evals: u64,
+    /// Prefill chunks to choose among where the server's is not known: each is fitted with a
+    /// third of the evaluations, and the one whose rows fit best goes on with the rest. Empty:
+    /// `chunk` alone.
+    pub chunk_choices: Vec<usize>,
     /// Where the search starts instead of the closed-form guess (a round trip starts it off the
     /// known costs, so that the search, not the guess, must find them).
     pub start: Option<TableModel>,
@@ -41,6 +45,7 @@ impl Default for TableFitOptions {
             chunk: 8192,
             mixed: false,
             max_evals: 400,
+            chunk_choices: Vec::new(),
             start: None,
         }
     }
@@ -236,14 +241,62 @@ pub struct TableFit {
     pub evals: u64,
     /// Whether the rows saturate and the KV pool was fitted.
     pub pool_fitted: bool,
+    /// The prefill tokens a pass the fit ran with (chosen where `chunk_choices` offers several).
+    pub chunk: usize,
 }
 
-/// Fits `points` (each with its measured TTFT and TPOT) on the table base made from `base`.
+/// The prefill chunks a table fit chooses among where the server's is not given: SGLang's
+/// `chunked_prefill_size` and vLLM's `max_num_batched_tokens` as deployments set them on
+/// H100 to B300 (8,192 by default on H100-class GPUs, 16,384 on larger ones, raised further
+/// for long prompts).
+pub const CHUNK_CHOICES: [usize; 3] = [8192, 16384, 32768];
+
+/// Fits `points` (each with its measured TTFT and TPOT) on the table base made from `base`;
+/// where `opts.chunk_choices` offers several chunks, each is fitted briefly and the best
+/// training fit goes on with the rest of the evaluations.
 pub fn fit_table(
     base: &Config,
     points: &[Point],
     opts: &TableFitOptions,
 ) -> anyhow::Result<TableFit> {
+    if opts.chunk_choices.len() < 2 {
+        return fit_one(base, points, opts);
+    }
+    let brief = (opts.max_evals / 3).max(1);
+    let mut best: Option<TableFit> = None;
+    let mut spent = 0;
+    for &chunk in &opts.chunk_choices {
+        let o = TableFitOptions {
+            chunk,
+            max_evals: brief,
+            chunk_choices: Vec::new(),
+            ..opts.clone()
+        };
+        let fit = fit_one(base, points, &o)?;
+        spent += fit.evals;
+        if best.as_ref().is_none_or(|b| fit.cost < b.cost) {
+            best = Some(fit);
+        }
+    }
+    let Some(first) = best else {
+        return fit_one(base, points, opts);
+    };
+    let o = TableFitOptions {
+        chunk: first.chunk,
+        max_evals: opts.max_evals.saturating_sub(brief).max(1),
+        chunk_choices: Vec::new(),
+        start: Some(first.model),
+        ..opts.clone()
+    };
+    let fit = fit_one(base, points, &o)?;
+    let evals = spent + fit.evals;
+    let mut fit = if fit.cost > first.cost { first } else { fit };
+    fit.evals = evals;
+    Ok(fit)
+}
+
+/// Fits `points` at `opts.chunk`.
+fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::Result<TableFit> {
     let context = points
         .iter()
         .map(|p| (p.isl + p.osl) as usize)
@@ -258,7 +311,8 @@ pub fn fit_table(
         .start
         .unwrap_or_else(|| visible(guess::first_guess(points, opts.chunk), points));
     let pool = saturation_pool(points);
-    start.kv_pool_tokens = pool;
+    // A start that holds a fitted pool keeps it.
+    start.kv_pool_tokens = pool.and(start.kv_pool_tokens.or(pool));
     let evals = Cell::new(0);
     let obj = Objective {
         base: &base,
@@ -309,6 +363,7 @@ pub fn fit_table(
         cost,
         evals: evals.get(),
         pool_fitted: pool.is_some(),
+        chunk: opts.chunk,
     })
 }
 

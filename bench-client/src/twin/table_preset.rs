@@ -20,7 +20,7 @@ pub struct TableSource<'a> {
     pub pool_fitted: bool,
     /// Where the scheduler came from (the table's backend column, a flag).
     pub scheduler_from: &'a str,
-    /// Where the chunk size came from.
+    /// Where the chunk size came from, with its mark (`ASSUMED: ...`, `MEASURED: ...`).
     pub chunk_from: &'a str,
     pub base_name: &'a str,
 }
@@ -67,7 +67,7 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
         "mixed_batches",
         format!("DERIVED: the scheduler of {}", s.scheduler_from),
     );
-    marks.insert("chunked_prefill_size", format!("ASSUMED: {}", s.chunk_from));
+    marks.insert("chunked_prefill_size", s.chunk_from.to_string());
     let no_chunks = "ASSUMED: a table has no per-chunk counts".to_string();
     for k in [
         "speculative_algorithm",

@@ -108,6 +108,7 @@ fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
         chunk: 1024,
         mixed: false,
         max_evals: 3000,
+        chunk_choices: Vec::new(),
         start: None,
     };
     let truth = TableModel {

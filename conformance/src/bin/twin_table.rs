@@ -16,7 +16,7 @@ use anyhow::Context;
 use bench_client::measure::table::baseline::{loglog_neighbours, p1_held_out, p2_folds, Linear};
 use bench_client::measure::table::{error_pct, mape, median, Point};
 use bench_client::results::table::{read_table, Measured, TableRow};
-use bench_client::twin::table::{fit_table, predict_point, TableFitOptions};
+use bench_client::twin::table::{fit_table, predict_point, TableFitOptions, CHUNK_CHOICES};
 
 /// Errors (percent) of one method on one deployment's held-out rows.
 #[derive(Default)]
@@ -155,8 +155,9 @@ fn main() -> anyhow::Result<()> {
         if let Some(m) = max_evals {
             opts.max_evals = m;
         }
-        if let Some(c) = chunk {
-            opts.chunk = c;
+        match chunk {
+            Some(c) => opts.chunk = c,
+            None => opts.chunk_choices = CHUNK_CHOICES.to_vec(),
         }
         let new = |rows| Outcome {
             name: name.clone(),
