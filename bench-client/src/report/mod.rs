@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod compare;
 pub mod export;
 pub mod gate;
+pub mod grid;
 pub mod load;
 pub mod server_metrics;
 pub mod sweep;
