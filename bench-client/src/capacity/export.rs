@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::report::{CapacityReport, Level};
 use crate::report::export::cell;
+use crate::report::grid::{Align, Grid};
 use crate::report::export::svg::{self, Curve, CurvePoint};
 use crate::report::Slo;
 
@@ -52,25 +53,12 @@ pub fn table(r: &CapacityReport) -> String {
             ]
         })
         .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &rows {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
-        }
+    let mut g = Grid::spaced(&vec![Align::Right; header.len()], 2);
+    g.row(header);
+    for row in rows {
+        g.row(row);
     }
-    let mut out = String::new();
-    let line = |cells: Vec<&str>, out: &mut String| {
-        let cells: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
-    };
-    line(header.to_vec(), &mut out);
-    for row in &rows {
-        line(row.iter().map(String::as_str).collect(), &mut out);
-    }
+    let mut out = g.render();
     let _ = writeln!(out, "{}", r.answer());
     out
 }

@@ -276,7 +276,7 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         }
     }
     if let Some(h) = &a.html {
-        let page = export::html::compare_page(&report, plot.as_deref());
+        let page = export::html::compare_page(&report, plot.as_deref())?;
         std::fs::write(h, page).with_context(|| format!("writing {}", h.display()))?;
         eprintln!("HTML report written to {}", h.display());
     }

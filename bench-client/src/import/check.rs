@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::{Run, TpotDef};
 use crate::measure::percentile;
+use crate::report::grid::{Col, Grid};
 use crate::report::{LoadSummary, Slo};
 use crate::results::Record;
 
@@ -172,12 +173,14 @@ fn num(v: Option<f64>) -> String {
 
 /// The rows as a table, each difference with its reason.
 pub fn render(rows: &[Row]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "  {:<52} {:>12} {:>12} {:>9}  verdict",
-        "figure", "tool", "imported", "diff"
-    );
+    let mut g = Grid::new(&[
+        Col::left().min(52).gap(2),
+        Col::right().min(12),
+        Col::right().min(12),
+        Col::right().min(9),
+        Col::left().gap(2),
+    ]);
+    g.row(["figure", "tool", "imported", "diff", "verdict"]);
     for r in rows {
         let diff = r
             .diff
@@ -188,15 +191,15 @@ pub fn render(rows: &[Row]) -> String {
             Verdict::Unexplained => "differs, UNEXPLAINED",
             Verdict::Missing => "not in the file",
         };
-        let _ = writeln!(
-            out,
-            "  {:<52} {:>12} {:>12} {:>9}  {verdict}",
-            r.figure,
+        g.row([
+            r.figure.clone(),
             num(r.tool),
             num(r.imported),
-            diff
-        );
+            diff,
+            verdict.to_string(),
+        ]);
     }
+    let mut out = g.render();
     for r in rows.iter().filter(|r| r.why.is_some()) {
         let _ = writeln!(
             out,

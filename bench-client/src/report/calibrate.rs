@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use crate::measure::calibrate::{Calibration, FitPoint, Observed, Shape};
 use crate::measure::{basics, timeline};
+use crate::report::grid::{Col, Grid};
 use crate::results::{Method, Record};
 
 /// The observation of a successful streaming record with its trace; `None` for anything else.
@@ -72,17 +73,31 @@ pub fn secs(v: f64) -> String {
 
 fn points(out: &mut String, title: &str, r2: f64, pts: &[FitPoint]) {
     let _ = writeln!(out, "{title} (R-squared {r2:.5}):");
+    // Each point: its label, count, the measured and the model's figure and the error, each
+    // figure after its word.
+    let mut g = Grid::new(&[
+        Col::left().min(40).gap(2),
+        Col::left().min(7),
+        Col::left(),
+        Col::right().min(12),
+        Col::left().gap(2),
+        Col::right().min(12),
+        Col::left().gap(2),
+        Col::left(),
+    ]);
     for p in pts {
-        let _ = writeln!(
-            out,
-            "  {:<40} n={:<5} measured {:>12}  model {:>12}  error {:+.2}%",
-            p.label,
-            p.n,
+        g.row([
+            p.label.clone(),
+            format!("n={}", p.n),
+            "measured".into(),
             secs(p.measured),
+            "model".into(),
             secs(p.predicted),
-            100.0 * p.rel_error()
-        );
+            "error".into(),
+            format!("{:+.2}%", 100.0 * p.rel_error()),
+        ]);
     }
+    out.push_str(&g.render());
 }
 
 /// The fitted model in plain units, each measured point beside the prediction, and the notes.

@@ -7,6 +7,7 @@ pub mod calibrate;
 pub mod compare;
 pub mod export;
 pub mod gate;
+pub mod grid;
 pub mod load;
 pub mod server_metrics;
 pub mod sweep;

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::measure::table::{error_pct, mape, TableModel};
+use crate::report::grid::{Col, Grid};
 
 /// One row: its shape, the twin's prediction (ms) and, where measured, the measurement and
 /// the error (percent). `note` says why a row has no prediction or cannot be reached.
@@ -79,51 +80,70 @@ pub fn table(rows: &[RowView]) -> String {
     let measured = rows
         .iter()
         .any(|r| r.ttft_ms.is_some() || r.tpot_ms.is_some());
-    let mut out = String::new();
-    if measured {
-        let _ = writeln!(
-            out,
-            "{:>7} {:>6} {:>5}  {:>11} {:>11} {:>8}  {:>10} {:>10} {:>8}",
-            "isl", "osl", "conc", "TTFT ms", "predicted", "error", "TPOT ms", "predicted", "error"
-        );
+    // Shape, then TTFT and TPOT as groups two spaces apart; a row's note after its last figure.
+    let (shape, group) = (Col::right(), Col::right().gap(2));
+    let mut g = if measured {
+        Grid::new(&[
+            shape.min(7),
+            shape.min(6),
+            shape.min(5),
+            group.min(11),
+            shape.min(11),
+            shape.min(8),
+            group.min(10),
+            shape.min(10),
+            shape.min(8),
+            Col::left().gap(2),
+        ])
     } else {
-        let _ = writeln!(
-            out,
-            "{:>7} {:>6} {:>5}  {:>11} {:>10}",
-            "isl", "osl", "conc", "TTFT ms", "TPOT ms"
-        );
+        Grid::new(&[
+            shape.min(7),
+            shape.min(6),
+            shape.min(5),
+            group.min(11),
+            shape.min(10),
+            Col::left().gap(2),
+        ])
+    };
+    if measured {
+        g.row([
+            "isl",
+            "osl",
+            "conc",
+            "TTFT ms",
+            "predicted",
+            "error",
+            "TPOT ms",
+            "predicted",
+            "error",
+        ]);
+    } else {
+        g.row(["isl", "osl", "conc", "TTFT ms", "TPOT ms"]);
     }
     for r in rows {
+        let mut row = vec![
+            r.isl.to_string(),
+            r.osl.to_string(),
+            r.concurrency.to_string(),
+        ];
         if measured {
-            let _ = write!(
-                out,
-                "{:>7} {:>6} {:>5}  {:>11} {:>11} {:>8}  {:>10} {:>10} {:>8}",
-                r.isl,
-                r.osl,
-                r.concurrency,
+            row.extend([
                 ms(r.ttft_ms),
                 ms(r.pred_ttft_ms),
                 pct(r.err_ttft_pct),
                 ms(r.tpot_ms),
                 ms(r.pred_tpot_ms),
-                pct(r.err_tpot_pct)
-            );
+                pct(r.err_tpot_pct),
+            ]);
         } else {
-            let _ = write!(
-                out,
-                "{:>7} {:>6} {:>5}  {:>11} {:>10}",
-                r.isl,
-                r.osl,
-                r.concurrency,
-                ms(r.pred_ttft_ms),
-                ms(r.pred_tpot_ms)
-            );
+            row.extend([ms(r.pred_ttft_ms), ms(r.pred_tpot_ms)]);
         }
         if let Some(n) = &r.note {
-            let _ = write!(out, "  ({n})");
+            row.push(format!("({n})"));
         }
-        out.push('\n');
+        g.row(row);
     }
+    let mut out = g.render();
     if measured {
         let (a, b) = mapes(rows);
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}%"));

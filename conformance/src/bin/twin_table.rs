@@ -15,6 +15,7 @@ use std::time::Instant;
 use anyhow::Context;
 use bench_client::measure::table::baseline::{loglog_neighbours, p1_held_out, p2_folds, Linear};
 use bench_client::measure::table::{error_pct, mape, median, Point};
+use bench_client::report::grid::{Col, Grid};
 use bench_client::results::table::{read_table, Measured, TableRow};
 use bench_client::twin::table::{fit_table, predict_point, TableFitOptions, CHUNK_CHOICES};
 
@@ -79,20 +80,42 @@ fn fold(
             "  guess {:?} cost {:.4}\n  fit   {:?} cost {:.4} evals {}",
             fit.guess, fit.guess_cost, fit.model, fit.cost, fit.evals
         );
+        let mut g = Grid::new(&[
+            Col::left().min(4).gap(2),
+            Col::right().min(5),
+            Col::right().min(5),
+            Col::left(),
+            Col::right().min(3).gap(0),
+            Col::left().gap(2),
+            Col::right().min(9),
+            Col::left(),
+            Col::left(),
+            Col::right().min(9),
+            Col::left().gap(2),
+            Col::right().min(7),
+            Col::left(),
+            Col::right().min(7),
+        ]);
         for (k, p) in pts.iter().enumerate() {
             let (t, d) = predict_point(&fit.config, p).unwrap_or((f64::NAN, None));
-            println!(
-                "  {} {:>5} {:>5} c={:>3}  ttft {:>9.1} ms pred {:>9.1}  tpot {:>7.2} pred {:>7.2}",
-                if test.contains(&k) { "held" } else { "    " },
-                p.isl,
-                p.osl,
-                p.concurrency,
-                p.ttft_s.unwrap_or(0.0) * 1e3,
-                t * 1e3,
-                p.tpot_s.unwrap_or(0.0) * 1e3,
-                d.unwrap_or(f64::NAN) * 1e3
-            );
+            g.row([
+                if test.contains(&k) { "held" } else { "" }.to_string(),
+                p.isl.to_string(),
+                p.osl.to_string(),
+                "c=".into(),
+                p.concurrency.to_string(),
+                "ttft".into(),
+                format!("{:.1}", p.ttft_s.unwrap_or(0.0) * 1e3),
+                "ms".into(),
+                "pred".into(),
+                format!("{:.1}", t * 1e3),
+                "tpot".into(),
+                format!("{:.2}", p.tpot_s.unwrap_or(0.0) * 1e3),
+                "pred".into(),
+                format!("{:.2}", d.unwrap_or(f64::NAN) * 1e3),
+            ]);
         }
+        print!("{}", g.render());
     }
     let lin = Linear::fit(pts, train);
     for &i in test {
@@ -209,16 +232,44 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
     let (a, b) = o.twin.mape();
     let (c, d) = o.linear.mape();
     let fit = o.fit_s.iter().sum::<f64>() / o.fit_s.len().max(1) as f64;
-    let ll = if loglog {
+    // One line a deployment, printed as its fits end; the columns' least widths line them up.
+    let pct = |v: f64| format!("{v:.1}%");
+    let (word, figure) = (Col::left().gap(2), Col::right().min(7));
+    let mut cols = vec![
+        Col::left(),
+        Col::left().min(90),
+        Col::left(),
+        Col::right().min(2),
+        word,
+        figure,
+        figure,
+    ];
+    let mut row = vec![
+        what.to_string(),
+        o.name.clone(),
+        "rows".into(),
+        o.rows.to_string(),
+        "twin".into(),
+        pct(a),
+        pct(b),
+    ];
+    if loglog {
         let (e, f) = o.loglog.mape();
-        format!("  log-log {e:6.1}% {f:6.1}%")
-    } else {
-        String::new()
-    };
-    println!(
-        "{what} {:<90} rows {:>2}  twin {a:6.1}% {b:6.1}%{ll}  linear {c:6.1}% {d:6.1}%  fit {fit:5.1} s",
-        o.name, o.rows
-    );
+        cols.extend([word, figure, figure]);
+        row.extend(["log-log".into(), pct(e), pct(f)]);
+    }
+    cols.extend([word, figure, figure, word, Col::right().min(5), Col::left()]);
+    row.extend([
+        "linear".into(),
+        pct(c),
+        pct(d),
+        "fit".into(),
+        format!("{fit:.1}"),
+        "s".into(),
+    ]);
+    let mut g = Grid::new(&cols);
+    g.row(row);
+    print!("{}", g.render());
 }
 
 fn summary(what: &str, os: &[Outcome], loglog: bool) {

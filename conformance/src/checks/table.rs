@@ -1,20 +1,24 @@
 //! The results as a plain-text table with a count of each verdict.
 
+use bench_client::report::grid::{Col, Grid};
+
 use super::outcome::{CheckResult, Outcome};
 
 /// Render the results as a table.
 pub fn render_table(results: &[CheckResult]) -> String {
-    let idw = results.iter().map(|r| r.id.len()).max().unwrap_or(2).max(5);
-    let mut s = format!("{:<idw$}  {:<13}  evidence\n", "check", "result");
-    s.push_str(&format!("{}\n", "-".repeat(idw + 2 + 13 + 2 + 8)));
+    // The id column is at least as wide as its header; the rule under the header spans it.
+    let mut g = Grid::new(&[
+        Col::left().min(5),
+        Col::left().min(13).gap(2),
+        Col::left().gap(2),
+    ]);
+    g.row(["check", "result", "evidence"]);
     for r in results {
-        s.push_str(&format!(
-            "{:<idw$}  {:<13}  {}\n",
-            r.id,
-            r.outcome.as_str(),
-            r.evidence
-        ));
+        g.row([r.id, r.outcome.as_str(), r.evidence.as_str()]);
     }
+    let table = g.render();
+    let (head, rows) = table.split_once('\n').unwrap_or((&table, ""));
+    let mut s = format!("{head}\n{}\n{rows}", "-".repeat(head.chars().count()));
     let count = |o: Outcome| results.iter().filter(|r| r.outcome == o).count();
     s.push_str(&format!(
         "\n{} passed, {} failed, {} not supported\n",
@@ -40,5 +44,21 @@ mod tests {
         let t = render_table(&rs);
         assert!(t.contains("1 passed, 1 failed, 1 not supported"), "{t}");
         assert!(t.contains("FAIL"));
+    }
+
+    #[test]
+    fn columns_line_up_under_a_rule_as_wide_as_the_header() {
+        let rs = [
+            result("a", "t", Outcome::Pass, "x"),
+            result("a_longer_id", "t", Outcome::NotSupported, "no /metrics"),
+        ];
+        let t = render_table(&rs);
+        let want = "\
+check        result         evidence
+------------------------------------
+a            pass           x
+a_longer_id  not supported  no /metrics
+";
+        assert!(t.starts_with(want), "{t}");
     }
 }

@@ -2,6 +2,7 @@
 
 use super::compare::Difference;
 use super::known::Known;
+use bench_client::report::grid::{Col, Grid};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -49,36 +50,49 @@ impl DiffReport {
 /// the summary.
 pub fn render(r: &DiffReport, show_known: bool) -> String {
     let mut s = String::new();
-    let line = |s: &mut String, d: &Difference| {
+    // One line a difference: case, kind, what, then both answers; each group of lines has the
+    // same columns.
+    let grid = || {
+        Grid::new(&[
+            Col::left().min(32).gap(2),
+            Col::left().min(15),
+            Col::left().min(44),
+            Col::left(),
+        ])
+    };
+    let line = |g: &mut Grid, d: &Difference| {
         let what = if d.what.is_empty() { "-" } else { &d.what };
-        let _ = writeln!(
-            s,
-            "  {:<32} {:<15} {:<44} real: {}  mock: {}",
-            d.case,
-            d.kind.name(),
+        g.row([
+            d.case.clone(),
+            d.kind.name().to_string(),
             clip(what, 44),
-            clip(&d.real, 60),
-            clip(&d.mock, 60)
-        );
+            format!("real: {}  mock: {}", clip(&d.real, 60), clip(&d.mock, 60)),
+        ]);
     };
     let unknown: Vec<&Difference> = r.unknown().collect();
     if !unknown.is_empty() {
         let _ = writeln!(s, "NEW differences ({}):", unknown.len());
+        let mut g = grid();
         for d in &unknown {
-            line(&mut s, d);
+            line(&mut g, d);
         }
+        s.push_str(&g.render());
     }
     let known: Vec<&Difference> = r.differences.iter().filter(|d| d.known.is_some()).collect();
     if show_known && !known.is_empty() {
         let _ = writeln!(s, "known differences ({}):", known.len());
+        let mut g = grid();
         let mut last_reason = None;
         for d in &known {
             if last_reason != d.known.as_deref() {
+                s.push_str(&g.render());
+                g = grid();
                 let _ = writeln!(s, "  # {}", d.known.as_deref().unwrap_or_default());
                 last_reason = d.known.as_deref();
             }
-            line(&mut s, d);
+            line(&mut g, d);
         }
+        s.push_str(&g.render());
     }
     if !r.stale.is_empty() {
         let _ = writeln!(s, "stale entries of the known list (matched nothing):");

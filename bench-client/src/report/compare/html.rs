@@ -2,11 +2,11 @@
 //! rows as a table with a coloured verdict each, what differs between the manifests, the notes,
 //! and the overlay plot for sweeps. Every text from the files is escaped.
 
-use std::fmt::Write as _;
+use askama::Template;
 
-use super::{CompareReport, Row};
+use super::{CompareReport, Difference, Row};
 use crate::measure::compare::Verdict;
-use crate::report::export::html::{esc, STYLE};
+use crate::report::export::html::STYLE;
 
 /// Verdict colours: green better, red worse, grey same, amber unclear.
 const VERDICTS: &str = "td.better{background:#d4f4d4;color:#0a5a0a;font-weight:bold}\
@@ -84,10 +84,41 @@ pub fn headline(r: &CompareReport) -> String {
     }
 }
 
-fn row_html(o: &mut String, x: &Row) {
-    let ctx = x.context_tokens.map_or("-".into(), |c| c.to_string());
-    let v = x.verdict().as_str();
-    let (base, new, ch, ci) = match &x.outcome {
+/// The page's template (`templates/compare.html`): every value it inserts is escaped, except the
+/// style sheet and the plot, which this crate draws.
+#[derive(Template)]
+#[template(path = "compare.html")]
+struct ComparePage<'a> {
+    title: String,
+    style: String,
+    headline: String,
+    workload: &'a [String],
+    rows: Vec<RowView>,
+    resamples: u32,
+    seed: u64,
+    threshold_pct: f64,
+    plot: Option<&'a str>,
+    truth: Option<TruthView>,
+    differences: &'a [Difference],
+    notes: &'a [String],
+}
+
+/// One row's cells.
+struct RowView {
+    context: String,
+    metric: String,
+    base: String,
+    new: String,
+    change: String,
+    interval: String,
+    verdict: &'static str,
+    n_base: usize,
+    n_new: usize,
+    better: &'static str,
+}
+
+fn row_view(x: &Row) -> RowView {
+    let (base, new, change_, interval) = match &x.outcome {
         Ok(c) => (
             format!("{:.3}", c.base),
             format!("{:.3}", c.new),
@@ -96,22 +127,21 @@ fn row_html(o: &mut String, x: &Row) {
         ),
         Err(e) => ("-".into(), "-".into(), "-".into(), e.clone()),
     };
-    let better = match x.direction {
-        crate::measure::compare::Direction::LowerIsBetter => "lower",
-        crate::measure::compare::Direction::HigherIsBetter => "higher",
-    };
-    let _ = writeln!(
-        o,
-        "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{v}\">{v}</td><td>{}/{}</td><td>{better}</td></tr>",
-        esc(&ctx),
-        esc(&label(x.metric)),
-        esc(&base),
-        esc(&new),
-        esc(&ch),
-        esc(&ci),
-        x.n_base,
-        x.n_new
-    );
+    RowView {
+        context: x.context_tokens.map_or("-".into(), |c| c.to_string()),
+        metric: label(x.metric),
+        base,
+        new,
+        change: change_,
+        interval,
+        verdict: x.verdict().as_str(),
+        n_base: x.n_base,
+        n_new: x.n_new,
+        better: match x.direction {
+            crate::measure::compare::Direction::LowerIsBetter => "lower",
+            crate::measure::compare::Direction::HigherIsBetter => "higher",
+        },
+    }
 }
 
 /// A figure less the truth, in ms and in percent of the truth.
@@ -129,27 +159,36 @@ fn figure(v: Option<f64>) -> String {
 
 /// The mock's ground truth beside the imported tool's figure and this client's, with each one's
 /// error against the truth.
-fn truth_html(o: &mut String, t: &super::truth::Truth) {
-    let tool = esc(&t.tool);
-    let _ = writeln!(
-        o,
-        "<h2>Against the mock's ground truth</h2>\n<table id=\"truth-table\"><tr><th class=\"l\">metric (ms)</th><th>ground truth</th><th>{tool} ({})</th><th>{tool}'s error</th><th>this client</th><th>this client's error</th></tr>",
-        t.imported_side
-    );
-    for x in &t.rows {
-        let _ = writeln!(
-            o,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&label(x.metric)),
-            figure(x.truth),
-            figure(x.imported),
-            esc(&error(x.imported_error(), x.truth)),
-            figure(x.own),
-            esc(&error(x.own_error(), x.truth)),
-        );
-    }
-    o.push_str("</table>\n");
-    let said = if t.with_truth == 0 {
+struct TruthView {
+    tool: String,
+    side: &'static str,
+    rows: Vec<TruthRowView>,
+    note: String,
+}
+
+struct TruthRowView {
+    metric: String,
+    truth: String,
+    imported: String,
+    imported_error: String,
+    own: String,
+    own_error: String,
+}
+
+fn truth_view(t: &super::truth::Truth) -> TruthView {
+    let rows = t
+        .rows
+        .iter()
+        .map(|x| TruthRowView {
+            metric: label(x.metric),
+            truth: figure(x.truth),
+            imported: figure(x.imported),
+            imported_error: error(x.imported_error(), x.truth),
+            own: figure(x.own),
+            own_error: error(x.own_error(), x.truth),
+        })
+        .collect();
+    let note = if t.with_truth == 0 {
         format!(
             "This client's records carry no ground truth (none of its {} requests has the server's own timing): run it against the embedded mock with its timings reported (--mock-set enable_metrics=true) to fill the first column.",
             t.own_requests
@@ -160,72 +199,33 @@ fn truth_html(o: &mut String, t: &super::truth::Truth) {
             t.with_truth, t.own_requests
         )
     };
-    let _ = writeln!(o, "<p id=\"truth-note\">{}</p>", esc(&said));
+    TruthView {
+        tool: t.tool.clone(),
+        side: t.imported_side,
+        rows,
+        note,
+    }
 }
 
 /// The page; `svg` is the overlay plot of sweeps.
-pub fn page(r: &CompareReport, svg: Option<&str>) -> String {
-    let mut o = String::new();
-    let title = format!("llm-bench compare ({})", r.kind.as_str());
-    let _ = writeln!(
-        o,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}{VERDICTS}</style></head><body>\n<h1>{}</h1>",
-        esc(&title),
-        esc(&title)
-    );
-    let _ = writeln!(
-        o,
-        "<p class=\"headline\" id=\"headline\">{}</p>",
-        esc(&headline(r))
-    );
-    if !r.workload.is_empty() {
-        o.push_str("<div class=\"warning\" id=\"workload\"><b>The workloads differ: these verdicts compare different experiments, not only the servers.</b><ul>\n");
-        for w in &r.workload {
-            let _ = writeln!(o, "<li>{}</li>", esc(w));
-        }
-        o.push_str("</ul></div>\n");
+pub fn page(r: &CompareReport, svg: Option<&str>) -> anyhow::Result<String> {
+    let mut html = ComparePage {
+        title: format!("llm-bench compare ({})", r.kind.as_str()),
+        style: format!("{STYLE}{VERDICTS}"),
+        headline: headline(r),
+        workload: &r.workload,
+        rows: r.rows.iter().map(row_view).collect(),
+        resamples: r.bootstrap.resamples,
+        seed: r.bootstrap.seed,
+        threshold_pct: r.bootstrap.threshold * 100.0,
+        plot: svg,
+        truth: r.truth.as_ref().map(truth_view),
+        differences: &r.differences,
+        notes: &r.notes,
     }
-    o.push_str("<h2>NEW against BASE</h2>\n<table id=\"compare-table\"><tr><th>context</th><th class=\"l\">metric</th><th>BASE</th><th>NEW</th><th>change</th><th>95% interval of the change</th><th>verdict</th><th>n</th><th>better</th></tr>\n");
-    for x in &r.rows {
-        row_html(&mut o, x);
-    }
-    let b = &r.bootstrap;
-    let _ = writeln!(
-        o,
-        "</table>\n<p>Change: NEW/BASE - 1. Interval: 95% percentile bootstrap (Efron &amp; Tibshirani 1993; B = {}, seed {}). same: the interval lies within &plusmn;{}%; better or worse: wholly beyond it; unclear: neither.</p>",
-        b.resamples,
-        b.seed,
-        esc(&format!("{}", b.threshold * 100.0))
-    );
-    if let Some(svg) = svg {
-        let _ = writeln!(
-            o,
-            "<figure class=\"plot\" id=\"compare-plot\">{svg}<figcaption>Both runs' medians with their p10-p90 bands, and each row's ratio NEW/BASE with its 95% bootstrap interval; the dashed lines are the threshold of `same`.</figcaption></figure>"
-        );
-    }
-    if let Some(t) = &r.truth {
-        truth_html(&mut o, t);
-    }
-    o.push_str("<h2>What differs between the runs</h2>\n<table id=\"differences\"><tr><th class=\"l\">setting</th><th class=\"l\">BASE</th><th class=\"l\">NEW</th></tr>\n");
-    for d in &r.differences {
-        let _ = writeln!(
-            o,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
-            esc(&d.key),
-            esc(&d.base),
-            esc(&d.new)
-        );
-    }
-    o.push_str("</table>\n");
-    if !r.notes.is_empty() {
-        o.push_str("<h2>Notes</h2>\n<ul id=\"notes\">\n");
-        for n in &r.notes {
-            let _ = writeln!(o, "<li>{}</li>", esc(n));
-        }
-        o.push_str("</ul>\n");
-    }
-    o.push_str("</body></html>\n");
-    o
+    .render()?;
+    html.push('\n');
+    Ok(html)
 }
 
 #[cfg(test)]
@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn the_page_is_a_table_with_coloured_verdicts_and_escaped_text() {
-        let p = page(&report(), None);
+        let p = page(&report(), None).unwrap();
         assert!(p.contains("<td class=\"better\">better</td>"), "{p}");
         assert!(p.contains("<td class=\"same\">same</td>"), "{p}");
         assert!(p.contains("<table id=\"compare-table\">"), "{p}");
@@ -293,6 +293,9 @@ mod tests {
         for raw in ["<script>", "<x>", "<note>", "\"q\""] {
             assert!(!p.contains(raw), "{raw} unescaped: {p}");
         }
-        assert!(p.contains("&lt;script&gt;") && p.contains("&lt;x&gt;"));
+        assert!(
+            p.contains("&#60;script&#62;") && p.contains("&#60;x&#62;"),
+            "{p}"
+        );
     }
 }

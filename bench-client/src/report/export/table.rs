@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use super::{cell, ms, PCTS};
 use crate::measure::compare::Direction;
 use crate::report::compare::CompareReport;
+use crate::report::grid::{Align, Col, Grid};
 use crate::report::load::{LoadSummary, Metric, METRICS};
 use crate::report::sweep::Report;
 
@@ -87,31 +88,12 @@ pub(super) fn sweep_cells(report: &Report) -> (Vec<&'static str>, Vec<Vec<String
 /// A plain-text table, one row per context length.
 pub fn sweep(report: &Report) -> String {
     let (header, rows) = sweep_cells(report);
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let mut out = line(header.iter().map(|h| h.to_string()).collect());
-    out.push('\n');
+    let mut g = Grid::spaced(&vec![Align::Right; header.len()], 2);
+    g.row(header);
     for r in rows {
-        out.push_str(&line(r));
-        out.push('\n');
+        g.row(r);
     }
+    let mut out = g.render();
     let notes: Vec<String> = report
         .summary()
         .iter()
@@ -146,13 +128,19 @@ pub fn load(s: &LoadSummary) -> String {
     let mut o = String::new();
     let shards: Vec<&str> = s.shards.iter().map(String::as_str).collect();
     let _ = writeln!(o, "load summary (shards {})", shards.join(", "));
-    let _ = writeln!(
-        o,
-        "  requests              {} measured, {} ok, {} failed",
-        s.requests,
-        s.succeeded,
-        s.requests - s.succeeded
-    );
+    // Each figure, then its value and definition: the names' column is as wide in every part.
+    let name = Col::left().min(21).gap(2);
+    let mut g = Grid::new(&[name, Col::left()]);
+    g.row([
+        "requests".to_string(),
+        format!(
+            "{} measured, {} ok, {} failed",
+            s.requests,
+            s.succeeded,
+            s.requests - s.succeeded
+        ),
+    ]);
+    o.push_str(&g.render());
     let rows: [(&str, String, &str); 9] = [
         (
             "duration",
@@ -196,35 +184,43 @@ pub fn load(s: &LoadSummary) -> String {
         ),
         ("goodput", cell(d.goodput, 2), "req/s meeting the SLO"),
     ];
+    let mut g = Grid::new(&[name, Col::left().min(12), Col::left()]);
     for (k, v, def) in rows {
-        let _ = writeln!(o, "  {k:<21} {v:<12} {def}");
+        g.row([k.to_string(), v, def.to_string()]);
     }
+    o.push_str(&g.render());
+    let mut g = Grid::new(&[name, Col::left()]);
     if s.slo.is_set() {
-        let _ = writeln!(
-            o,
-            "  slo                   ttft <= {} ms, tpot <= {} ms: {} of {} requests",
-            cell(s.slo.ttft_ms, 1),
-            cell(s.slo.tpot_ms, 1),
-            s.good,
-            s.requests
-        );
+        g.row([
+            "slo".to_string(),
+            format!(
+                "ttft <= {} ms, tpot <= {} ms: {} of {} requests",
+                cell(s.slo.ttft_ms, 1),
+                cell(s.slo.tpot_ms, 1),
+                s.good,
+                s.requests
+            ),
+        ]);
     }
     let c = &s.cache;
     if c.reported > 0 {
-        let _ = writeln!(
-            o,
-            "  prefix cache          {} of {} ok requests reported a cached count: {} hits (cached > 0), {} misses",
-            c.reported,
-            s.succeeded,
-            c.hit.count(),
-            c.miss.count()
-        );
+        g.row([
+            "prefix cache".to_string(),
+            format!(
+                "{} of {} ok requests reported a cached count: {} hits (cached > 0), {} misses",
+                c.reported,
+                s.succeeded,
+                c.hit.count(),
+                c.miss.count()
+            ),
+        ]);
     } else if s.succeeded > 0 {
-        let _ = writeln!(
-            o,
-            "  prefix cache          no request reported a cached count (SGLang's OpenAI API: --enable-cache-report; vLLM: --enable-prompt-tokens-details)"
-        );
+        g.row([
+            "prefix cache",
+            "no request reported a cached count (SGLang's OpenAI API: --enable-cache-report; vLLM: --enable-prompt-tokens-details)",
+        ]);
     }
+    o.push_str(&g.render());
     if s.counts_unknown > 0 {
         let _ = writeln!(
             o,
@@ -239,23 +235,32 @@ pub fn load(s: &LoadSummary) -> String {
             s.imported
         );
     }
-    let _ = writeln!(
-        o,
-        "\n  {:<18} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "latency (ms)", "n", "p50", "p90", "p95", "p99", "max", "mean"
-    );
-    let latency = |o: &mut String, name: &str, m: &Metric| {
-        let mut line = format!("  {name:<18} {:>7}", m.count());
-        for (_, p) in PCTS {
-            let _ = write!(line, " {:>10}", cell(m.percentile(p).map(ms), 3));
-        }
-        let _ = write!(
-            line,
-            " {:>10} {:>10}",
-            cell(m.max().map(ms), 3),
-            cell(m.mean().map(|v| v / 1e6), 3)
-        );
-        let _ = writeln!(o, "{line}");
+    let mut g = Grid::new(&[
+        Col::left().min(18).gap(2),
+        Col::right().min(7),
+        Col::right().min(10),
+        Col::right().min(10),
+        Col::right().min(10),
+        Col::right().min(10),
+        Col::right().min(10),
+        Col::right().min(10),
+    ]);
+    g.row([
+        "latency (ms)",
+        "n",
+        "p50",
+        "p90",
+        "p95",
+        "p99",
+        "max",
+        "mean",
+    ]);
+    let latency = |g: &mut Grid, name: &str, m: &Metric| {
+        let mut row = vec![name.to_string(), m.count().to_string()];
+        row.extend(PCTS.map(|(_, p)| cell(m.percentile(p).map(ms), 3)));
+        row.push(cell(m.max().map(ms), 3));
+        row.push(cell(m.mean().map(|v| v / 1e6), 3));
+        g.row(row);
     };
     // The hit/miss split sits under the TTFT it splits, when the server reported cached counts.
     let split = [("ttft_cache_hit", &c.hit), ("ttft_cache_miss", &c.miss)];
@@ -263,49 +268,59 @@ pub fn load(s: &LoadSummary) -> String {
         let Some(m) = s.metrics.get(name) else {
             continue;
         };
-        latency(&mut o, name, m);
+        latency(&mut g, name, m);
         if name == "ttft" && c.reported > 0 {
             for (n, m) in split {
-                latency(&mut o, n, m);
+                latency(&mut g, n, m);
             }
         }
     }
+    o.push('\n');
+    o.push_str(&g.render());
     o.push_str(&turns(&s.turns));
     let _ = writeln!(o, "\n  definitions:");
+    let mut g = Grid::new(&[Col::left().min(18).gap(4), Col::left()]);
     for (name, def) in METRICS {
-        let _ = writeln!(o, "    {name:<18} {def}");
+        g.row([name, def]);
         if name == "ttft" && c.reported > 0 {
-            let _ = writeln!(
-                o,
-                "    {:<18} TTFT of the requests that reported cached_tokens > 0",
-                "ttft_cache_hit"
-            );
-            let _ = writeln!(
-                o,
-                "    {:<18} TTFT of the requests that reported cached_tokens = 0",
-                "ttft_cache_miss"
-            );
+            g.row([
+                "ttft_cache_hit",
+                "TTFT of the requests that reported cached_tokens > 0",
+            ]);
+            g.row([
+                "ttft_cache_miss",
+                "TTFT of the requests that reported cached_tokens = 0",
+            ]);
         }
     }
+    o.push_str(&g.render());
     if !s.failures.is_empty() {
         let _ = writeln!(o, "\n  failures by cause:");
+        let mut g = Grid::new(&[Col::left().min(24).gap(4), Col::left()]);
         for (k, v) in &s.failures {
-            let _ = writeln!(o, "    {k:<24} {v}");
+            g.row([k.to_string(), v.to_string()]);
         }
+        o.push_str(&g.render());
     }
     if let Some(&t0) = s.timeline.keys().next() {
         let _ = writeln!(o, "\n  timeline (s: sent, completed, failed, output tok)");
+        let mut g = Grid::new(&[
+            Col::right().min(5).gap(4),
+            Col::right().min(7),
+            Col::right().min(9),
+            Col::right().min(6),
+            Col::right().min(10),
+        ]);
         for (k, v) in &s.timeline {
-            let _ = writeln!(
-                o,
-                "    {:>5} {:>7} {:>9} {:>6} {:>10}",
-                k - t0,
-                v.sent,
-                v.completed,
-                v.failed,
-                v.output_tokens
-            );
+            g.row([
+                (k - t0).to_string(),
+                v.sent.to_string(),
+                v.completed.to_string(),
+                v.failed.to_string(),
+                v.output_tokens.to_string(),
+            ]);
         }
+        o.push_str(&g.render());
     }
     o
 }
@@ -320,9 +335,19 @@ fn turns(t: &crate::report::turns::Turns) -> String {
         o,
         "\n  by turn (0 = the first; TTFT from the end of the turn before plus the think time)"
     );
-    let _ = writeln!(
-        o,
-        "  {:>6} {:>7} {:>7} {:>12} {:>10} {:>10} {:>12} {:>12} {:>9} {:>12}",
+    let mut g = Grid::new(&[
+        Col::right().min(6).gap(2),
+        Col::right().min(7),
+        Col::right().min(7),
+        Col::right().min(12),
+        Col::right().min(10),
+        Col::right().min(10),
+        Col::right().min(12),
+        Col::right().min(12),
+        Col::right().min(9),
+        Col::right().min(12),
+    ]);
+    g.row([
         "turn",
         "n",
         "ok",
@@ -332,25 +357,25 @@ fn turns(t: &crate::report::turns::Turns) -> String {
         "prompt tok",
         "cached tok",
         "hit",
-        "stand-in tok"
-    );
+        "stand-in tok",
+    ]);
     let mut stand_in = false;
     for (k, s) in &t.0 {
         stand_in |= s.stand_in_tokens > 0;
-        let _ = writeln!(
-            o,
-            "  {k:>6} {:>7} {:>7} {:>12} {:>10} {:>10} {:>12} {:>12} {:>9} {:>12}",
-            s.requests,
-            s.succeeded,
+        g.row([
+            k.to_string(),
+            s.requests.to_string(),
+            s.succeeded.to_string(),
             cell(s.ttft.mean().map(|v| v / 1e6), 3),
             cell(s.ttft.percentile(50.0).map(ms), 3),
             cell(s.ttft.percentile(99.0).map(ms), 3),
-            s.cache.prompt_tokens,
-            s.cache.cached_tokens,
+            s.cache.prompt_tokens.to_string(),
+            s.cache.cached_tokens.to_string(),
             cell(s.hit_ratio(), 4),
-            s.stand_in_tokens
-        );
+            s.stand_in_tokens.to_string(),
+        ]);
     }
+    o.push_str(&g.render());
     if stand_in {
         let _ = writeln!(
             o,
@@ -370,10 +395,11 @@ pub fn compare(r: &CompareReport) -> String {
         let _ = writeln!(o, "manifests: no differences in server, model or settings");
     } else {
         let _ = writeln!(o, "what differs between the runs (BASE -> NEW):");
-        let w = r.differences.iter().map(|d| d.key.len()).max().unwrap_or(0);
+        let mut g = Grid::new(&[Col::left().gap(2), Col::left().gap(2)]);
         for d in &r.differences {
-            let _ = writeln!(o, "  {:<w$}  {} -> {}", d.key, d.base, d.new);
+            g.row([d.key.clone(), format!("{} -> {}", d.base, d.new)]);
         }
+        o.push_str(&g.render());
     }
     let _ = writeln!(o);
     let header = [
@@ -418,36 +444,17 @@ pub fn compare(r: &CompareReport) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: &[String]| {
-        cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                if i == 1 || i >= 6 {
-                    format!("{c:<w$}")
-                } else {
-                    format!("{c:>w$}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let _ = writeln!(o, "{}", line(&header.map(String::from)));
-    for row in &rows {
-        let _ = writeln!(o, "{}", line(row));
+    // The metric, verdict, n and better read left to right; the figures line up on the right.
+    let (left, right) = (Align::Left, Align::Right);
+    let mut g = Grid::spaced(
+        &[right, left, right, right, right, right, left, left, left],
+        2,
+    );
+    g.row(header);
+    for row in rows {
+        g.row(row);
     }
+    o.push_str(&g.render());
     let counts: Vec<String> = r.counts().iter().map(|(k, v)| format!("{v} {k}")).collect();
     let t = r.bootstrap.threshold;
     let _ = writeln!(
