@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::report::{CapacityReport, Level};
 use crate::report::export::cell;
-use crate::report::grid::{Align, Grid};
 use crate::report::export::svg::{self, Curve, CurvePoint};
+use crate::report::grid::{Align, Grid};
 use crate::report::Slo;
 
 /// The capacity curve as a table, one row per step ordered by rate, and the answer.

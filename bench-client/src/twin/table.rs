@@ -334,7 +334,8 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
     }
     let solver = NelderMead::new(simplex).with_sd_tolerance(1e-7)?;
     let tracked = RefCell::new((x0, f64::INFINITY));
-    let budget = evals.get() + opts.max_evals;
+    // The first simplex is evaluated whole before the search can be stopped.
+    let budget = evals.get() + opts.max_evals.max(n as u64 + 2);
     // A spent budget ends the run with an error; the best point tracked is the result.
     let _ = Executor::new(
         Objective {

@@ -214,6 +214,48 @@ fn rows_made_by_a_known_twin_calibrate_back_to_it() {
 }
 
 #[test]
+fn where_the_chunk_is_not_given_the_fit_chooses_the_servers() {
+    // A known twin prefilling 2,048 tokens a pass, at 20 ms a pass: prompts of 6,000 tokens take
+    // three passes there and one at 8,192, which no per-token cost can make up for at every
+    // length and batch.
+    let (_, mut truth, opts) = known();
+    truth.prefill_base_s = 0.02;
+    let known_opts = TableFitOptions {
+        chunk: 2048,
+        ..opts.clone()
+    };
+    let cfg = apply(
+        &table_base(&mock_server::Config::default(), &known_opts, 8192),
+        &truth,
+    );
+    let mut points = Vec::new();
+    for isl in [1500, 3000, 6000] {
+        for c in [1, 2, 4] {
+            let mut p = Point {
+                isl,
+                osl: 12,
+                concurrency: c,
+                ttft_s: None,
+                tpot_s: None,
+            };
+            let (ttft, tpot) = predict_point(&cfg, &p).unwrap();
+            p.ttft_s = Some(ttft);
+            p.tpot_s = tpot;
+            points.push(p);
+        }
+    }
+    let opts = TableFitOptions {
+        chunk: 8192,
+        chunk_choices: vec![8192, 2048, 32768],
+        max_evals: 600,
+        ..opts
+    };
+    let fit = fit_table(&mock_server::Config::default(), &points, &opts).unwrap();
+    assert_eq!(fit.chunk, 2048, "cost {:e}, {:?}", fit.cost, fit.model);
+    assert_eq!(fit.config.chunked_prefill_size, 2048);
+}
+
+#[test]
 fn a_row_no_batch_can_reach_is_reported_beside_the_fit() {
     let (cfg, _, _) = known();
     let row = |line, tpot_ms| TableRow {
