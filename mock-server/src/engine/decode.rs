@@ -35,9 +35,11 @@ impl Engine {
                 .min(deadline);
             self.wait_until(draw_at).await;
         }
-        let mut stats = PassStats::default();
-        let mut drawn = Vec::with_capacity(self.running.len());
-        let mut events = Vec::with_capacity(self.running.len());
+        let mut stats = std::mem::take(&mut self.spare_stats);
+        let mut drawn = std::mem::take(&mut self.spare_drawn);
+        drawn.reserve(self.running.len());
+        let mut events = std::mem::take(&mut self.spare_events);
+        events.reserve(self.running.len());
         let step_tokens = self
             .draw_running(deadline, &mut stats, &mut events, &mut drawn)
             .await;
@@ -221,22 +223,23 @@ impl Engine {
                     let draft = self.cfg.speculative_num_draft_tokens.max(1) as f64;
                     (len, (len - 1.0) / draft)
                 };
-                SpeculativeStats {
+                Box::new(SpeculativeStats {
                     verify_ct: r.verify_ct,
                     accept_length: len,
                     accept_rate: rate,
                     histogram: r.hist.clone(),
-                }
+                })
             });
             let tokens = new_ids.len();
             // Held for the next pass, the event is timed when it is released (`time_events`);
             // until then it carries the instant its token was drawn.
             let model_at = if self.cfg.results_after_next_pass {
-                pass_end + self.scaled(self.cfg.stream_latency_s)
+                pass_end + self.stream_latency
             } else {
                 self.output_at(pass_end)
             };
-            let at = r.ns(model_at);
+            let since_received = model_at.saturating_duration_since(r.request.received);
+            let at = since_received.as_nanos() as u64;
             let chunk = r.chunks;
             r.chunks += 1;
             // The engine path's driver reads the event itself: no stream, no ground-truth chunk.
@@ -260,13 +263,11 @@ impl Engine {
                     times: r.times,
                 },
                 at: model_at,
-                rid: r.rid.clone(),
+                rid: (stage || finish.is_some()).then(|| r.rid.clone()),
                 key: r.key,
                 received: r.request.received,
             });
-            let t = model_at
-                .saturating_duration_since(r.request.received)
-                .as_secs_f64();
+            let t = since_received.as_secs_f64();
             match r.last_chunk_at {
                 None => pass.ttft.push(t),
                 Some(prev) => pass.itl.push((

@@ -218,23 +218,28 @@ impl Simulator {
     /// Runs the step due at [`Simulator::next_step_ns`]: one pass (or an idle engine's release
     /// of held results), returning the stream events it produced, each at its instant.
     pub fn step(&mut self) -> Vec<SimEvent> {
+        let mut out = Vec::new();
+        self.step_into(&mut out);
+        out
+    }
+
+    /// [`Simulator::step`], appending the events to `out` (a driver keeps one list for a run).
+    pub fn step_into(&mut self, out: &mut Vec<SimEvent>) {
         if self.engine.idle() {
             let chain = self.chain.take();
             let _ = run_now(self.engine.go_idle(chain));
             self.woke = None;
-            let mut out = Vec::new();
-            self.drain(&mut out);
-            return out;
+            self.drain(out);
+            return;
         }
         let start = match self.chain.or(self.woke) {
             Some(t) => t,
-            None => return Vec::new(),
+            None => return,
         };
         self.engine.vnow = Some(start);
         self.woke = None;
         self.engine.publish_stats();
         let stepped = run_now(self.engine.step(self.chain));
-        let mut out = Vec::new();
         match stepped {
             Some(Stepped::Pass(end)) => {
                 self.chain = Some(end);
@@ -279,11 +284,10 @@ impl Simulator {
                     at_ns: self.ns(start),
                     reason,
                 });
-                return out;
+                return;
             }
         }
-        self.drain(&mut out);
-        out
+        self.drain(out);
     }
 
     /// Runs as one the coming decode steps that send nothing and start no later than `limit_ns`
@@ -347,7 +351,9 @@ impl Simulator {
             );
             if last {
                 self.streams.remove(&o.key);
-                self.engine.shared.truth.take(&o.rid);
+                if let Some(rid) = &o.rid {
+                    self.engine.shared.truth.take(rid);
+                }
             }
             out.push(SimEvent::Stream {
                 id: o.key,

@@ -75,15 +75,20 @@ pub(super) struct Agenda {
 
 impl Agenda {
     pub(super) fn push(&mut self, at_ns: u64, due: Due) {
-        self.seq += 1;
         if let Due::Stream { id, event } = due {
-            if self.stream.back().is_none_or(|b| b.0 <= at_ns) {
-                self.stream.push_back((at_ns, self.seq, id, event));
-                return;
-            }
-            return self.push_heap(at_ns, Due::Stream { id, event });
+            return self.push_stream(at_ns, id, event);
         }
+        self.seq += 1;
         self.push_heap(at_ns, due);
+    }
+    /// [`Agenda::push`] of a stream event.
+    fn push_stream(&mut self, at_ns: u64, id: u64, event: StreamEvent) {
+        self.seq += 1;
+        if self.stream.back().is_none_or(|b| b.0 <= at_ns) {
+            self.stream.push_back((at_ns, self.seq, id, event));
+            return;
+        }
+        self.push_heap(at_ns, Due::Stream { id, event });
     }
     fn push_heap(&mut self, at_ns: u64, due: Due) {
         self.heap.push(Reverse(Entry {
@@ -116,6 +121,15 @@ impl Agenda {
                 .pop_front()
                 .map(|(at, _, id, event)| (at, Due::Stream { id, event })),
             false => self.heap.pop().map(|Reverse(e)| (e.at_ns, *e.due)),
+        }
+    }
+    /// The stream queue's head, when it is the next event (handled in place, not moved into a
+    /// [`Due`]).
+    fn pop_stream(&mut self) -> Option<(u64, u64, u64, StreamEvent)> {
+        if self.stream_first()? {
+            self.stream.pop_front()
+        } else {
+            None
         }
     }
 }
@@ -160,6 +174,8 @@ pub(super) struct Run<'a> {
     write_error: Option<anyhow::Error>,
     /// The instant of the last client event handled.
     clock_ns: u64,
+    /// The engine's events of a step, a list kept for the run.
+    stepped: Vec<SimEvent>,
 }
 
 impl Run<'_> {
@@ -310,19 +326,21 @@ impl Run<'_> {
                 scheduled_ns,
             } => self.arrival(index, scheduled_ns, now_ns),
             Due::Turn { slot } => self.send_turn(slot, now_ns),
-            Due::Stream { id, event } => {
-                if let Some(trace) = self.streams.event(id, now_ns, event) {
-                    if let Some(f) = self.flight.remove(&id) {
-                        self.ended(trace, f, now_ns);
-                    }
-                }
-            }
+            Due::Stream { id, event } => self.stream_event(now_ns, id, &event),
             Due::Died => {
                 for (id, trace) in self.streams.cut_all(now_ns) {
                     if let Some(f) = self.flight.remove(&id) {
                         self.ended(trace, f, now_ns);
                     }
                 }
+            }
+        }
+    }
+
+    fn stream_event(&mut self, now_ns: u64, id: u64, event: &StreamEvent) {
+        if let Some(trace) = self.streams.event(id, now_ns, event) {
+            if let Some(f) = self.flight.remove(&id) {
+                self.ended(trace, f, now_ns);
             }
         }
     }
@@ -340,19 +358,25 @@ impl Run<'_> {
                 (None, None) => return,
             };
             if client_first {
-                if let Some((at, due)) = self.agenda.pop() {
+                if let Some((at, _, id, event)) = self.agenda.pop_stream() {
+                    self.clock_ns = self.clock_ns.max(at);
+                    self.stream_event(at, id, &event);
+                } else if let Some((at, due)) = self.agenda.pop() {
                     self.handle(at, due);
                 }
                 continue;
             }
-            for ev in self.sim.step() {
+            let mut stepped = std::mem::take(&mut self.stepped);
+            self.sim.step_into(&mut stepped);
+            for ev in stepped.drain(..) {
                 match ev {
                     SimEvent::Stream { id, at_ns, event } => {
-                        self.agenda.push(at_ns, Due::Stream { id, event })
+                        self.agenda.push_stream(at_ns, id, event)
                     }
                     SimEvent::Died { at_ns, .. } => self.agenda.push(at_ns, Due::Died),
                 }
             }
+            self.stepped = stepped;
         }
     }
 }
@@ -414,6 +438,7 @@ pub fn run_load_engine(
         write_error: None,
         clock_ns: 0,
         sessions: None,
+        stepped: Vec::new(),
     };
     if let Some(sc) = sessions {
         let salt = cfg
