@@ -78,9 +78,10 @@ impl Engine {
         events: &mut Vec<Outgoing>,
         drawn: &mut Vec<Drawn>,
     ) -> usize {
-        let running = std::mem::take(&mut self.running);
+        // The emptied set keeps its capacity for the requests `end_pass` puts back.
+        let mut running = std::mem::take(&mut self.running);
         let mut step_tokens = 0usize;
-        for (i, mut r) in running.into_iter().enumerate() {
+        for (i, mut r) in running.drain(..).enumerate() {
             // Let the output stage and the connections run while a large batch is drawn.
             if i % 32 == 31 {
                 self.let_others_run().await;
@@ -96,6 +97,7 @@ impl Engine {
                 Drawn::Running(r)
             });
         }
+        self.running = running;
         step_tokens
     }
 
@@ -157,6 +159,10 @@ impl Engine {
             r.warmup_steps = self.draw_warmup();
         }
         let n = self.verify_step_len(r.verify_ct, r.warmup_steps);
+        if r.output.capacity() == 0 {
+            // Sized at the first step, bounded for a large `max_new_tokens`.
+            r.output.reserve_exact(r.request.max_new_tokens.min(4096));
+        }
         // `max_new_tokens = 0`: the request ends right after its prefill, with no token.
         let mut finish =
             (r.output.len() >= r.request.max_new_tokens).then_some(Finish::Length(r.output.len()));

@@ -7,6 +7,7 @@
 //! Layout: this file (one server on the virtual clock, streams into traces, sequential sends for
 //! sweeps); [`load`] (the load driver: open and closed loops as a discrete-event simulation).
 
+mod agenda;
 pub mod closed;
 pub mod load;
 mod sessions;
