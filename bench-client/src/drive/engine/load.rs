@@ -19,7 +19,7 @@ use crate::plan::schedule::Stop;
 use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
 use crate::report::load::LoadSummary;
 use crate::report::server_metrics as metrics;
-use crate::results::{load_record, LoadInfo, Record, RecordWriter};
+use crate::results::{load_record_measured, LoadInfo, Record, RecordWriter};
 use crate::trace::RequestTrace;
 
 /// Records written with one `write`: a killed run loses at most these (a resumed run sends them
@@ -164,11 +164,12 @@ impl Run<'_> {
                 prefix_group: f.prefix_group,
                 session: None,
             };
-            let mut rec = load_record(trace, f.prompt_tokens, info);
+            // Measured once, for the record and the summary.
+            let (mut rec, measured) = load_record_measured(trace, f.prompt_tokens, info);
             next_turn = f
                 .slot
                 .and_then(|slot| self.turn_ended(slot, &mut rec, now_ns));
-            self.summary.add(&rec);
+            self.summary.add_measured(&rec, Some(measured));
             self.unwritten.push(rec);
             if self.unwritten.len() >= WRITE_BATCH && !self.write_unwritten() {
                 return;
