@@ -9,14 +9,6 @@ use crate::clock::Clock;
 use rand::Rng;
 use tokio::time::Instant;
 
-/// What one verify step did to a request.
-pub(super) struct Step {
-    /// The request finished (by length or a stop token).
-    pub(super) finished: bool,
-    /// The stream event to send, when one is due.
-    pub(super) event: Option<Outgoing>,
-}
-
 impl Engine {
     pub(super) async fn decode_step(&mut self, start: Instant) -> Instant {
         self.retract_for_decode();
@@ -87,11 +79,10 @@ impl Engine {
                 self.let_others_run().await;
             }
             let before = r.output.len();
-            let step = self.step_tokens(&mut r, deadline, stats);
+            let finished = self.step_tokens(&mut r, deadline, stats, events);
             r.kv_len += r.output.len() - before;
             step_tokens += r.output.len() - before;
-            events.extend(step.event);
-            drawn.push(if step.finished {
+            drawn.push(if finished {
                 Drawn::Finished(r)
             } else {
                 Drawn::Running(r)
@@ -144,8 +135,8 @@ impl Engine {
         shares.iter().rposition(|w| *w > 0.0).unwrap_or(0)
     }
 
-    /// Draws one verify step's tokens for `r`: whether it finished and the event to send, when
-    /// one is due (always when it finished). The pass ended at `pass_end`. Output processing
+    /// Draws one verify step's tokens for `r`: whether it finished; the event to send, when one
+    /// is due (always when it finished), goes onto `events` (built in place: it is large). The pass ended at `pass_end`. Output processing
     /// is one queue in pass order that takes `output_per_request_s` per event (SGLang's
     /// detokenizer and tokenizer manager): an event leaves when the pass has ended and the events
     /// before it have left.
@@ -154,7 +145,8 @@ impl Engine {
         r: &mut RequestState,
         pass_end: Instant,
         pass: &mut PassStats,
-    ) -> Step {
+        events: &mut Vec<Outgoing>,
+    ) -> bool {
         if r.verify_ct == 0 && !self.cfg.spec_warmup_shares.is_empty() && self.cfg.speculative() {
             r.warmup_steps = self.draw_warmup();
         }
@@ -218,7 +210,6 @@ impl Engine {
         let due = finish.is_some()
             || r.pending.len() >= self.cfg.stream_interval
             || r.last_chunk_at.is_none();
-        let mut event = None;
         if due && (!r.pending.is_empty() || finish.is_some()) {
             let new_ids = std::mem::take(&mut r.pending);
             let speculative = (finish.is_some() && self.cfg.speculative()).then(|| {
@@ -250,7 +241,7 @@ impl Engine {
             r.chunks += 1;
             // The engine path's driver reads the event itself: no stream, no ground-truth chunk.
             let stage = matches!(self.out, OutQueue::Stage(_));
-            event = Some(Outgoing {
+            events.push(Outgoing {
                 tx: stage.then(|| r.tx.clone()),
                 model_ns: at,
                 tokens,
@@ -286,10 +277,7 @@ impl Engine {
             }
             r.last_chunk_at = Some(model_at);
         }
-        Step {
-            finished: finish.is_some(),
-            event,
-        }
+        finish.is_some()
     }
 
     /// Puts a finished request away: counters, cache, KV. Its finish goes into the ground truth

@@ -148,9 +148,7 @@ impl Engine {
             r.times.prefill_finished_ns.get_or_insert(done_ns);
             if !r.emitted_first {
                 r.emitted_first = true;
-                let step = self.step_tokens(&mut r, deadline, &mut stats);
-                events.extend(step.event);
-                if step.finished {
+                if self.step_tokens(&mut r, deadline, &mut stats, &mut events) {
                     drawn.push(Drawn::Finished(r));
                     continue;
                 }

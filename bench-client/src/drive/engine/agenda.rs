@@ -107,13 +107,16 @@ impl Agenda {
             false => self.heap.pop().map(|Reverse(e)| (e.at_ns, *e.due)),
         }
     }
-    /// The stream queue's head, when it is the next event (handled in place, not moved into a
-    /// [`Due`]).
-    pub(super) fn pop_stream(&mut self) -> Option<(u64, u64, u64, StreamEvent)> {
+    /// The stream queue's head (instant, key, event), when it is the next event: handled where
+    /// it sits, then dropped with [`Agenda::drop_stream_head`].
+    pub(super) fn stream_head(&self) -> Option<(u64, u64, &StreamEvent)> {
         if self.stream_first()? {
-            self.stream.pop_front()
+            self.stream.front().map(|(at, _, id, event)| (*at, *id, event))
         } else {
             None
         }
+    }
+    pub(super) fn drop_stream_head(&mut self) {
+        self.stream.pop_front();
     }
 }

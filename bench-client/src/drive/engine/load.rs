@@ -68,8 +68,6 @@ pub(super) struct Run<'a> {
     write_error: Option<anyhow::Error>,
     /// The instant of the last client event handled.
     clock_ns: u64,
-    /// The engine's events of a step, a list kept for the run.
-    stepped: Vec<SimEvent>,
     /// [`Simulator::next_step_ns`] as of the last submission or step (`None`: not asked since).
     next_step: Option<Option<u64>>,
 }
@@ -254,9 +252,13 @@ impl Run<'_> {
 
     fn stream_event(&mut self, now_ns: u64, id: u64, event: &StreamEvent) {
         if let Some(trace) = self.streams.event(id, now_ns, event) {
-            if let Some(f) = self.flight.remove(&id) {
-                self.ended(trace, f, now_ns);
-            }
+            self.stream_ended(now_ns, id, trace);
+        }
+    }
+
+    fn stream_ended(&mut self, now_ns: u64, id: u64, trace: RequestTrace) {
+        if let Some(f) = self.flight.remove(&id) {
+            self.ended(trace, f, now_ns);
         }
     }
 
@@ -276,26 +278,24 @@ impl Run<'_> {
                 (None, None) => return,
             };
             if client_first {
-                if let Some((at, _, id, event)) = self.agenda.pop_stream() {
+                if let Some((at, id, event)) = self.agenda.stream_head() {
+                    let trace = self.streams.event(id, at, event);
+                    self.agenda.drop_stream_head();
                     self.clock_ns = self.clock_ns.max(at);
-                    self.stream_event(at, id, &event);
+                    if let Some(trace) = trace {
+                        self.stream_ended(at, id, trace);
+                    }
                 } else if let Some((at, due)) = self.agenda.pop() {
                     self.handle(at, due);
                 }
                 continue;
             }
-            let mut stepped = std::mem::take(&mut self.stepped);
-            self.sim.step_into(&mut stepped);
+            let agenda = &mut self.agenda;
+            self.sim.step_with(|ev| match ev {
+                SimEvent::Stream { id, at_ns, event } => agenda.push_stream(at_ns, id, event),
+                SimEvent::Died { at_ns, .. } => agenda.push(at_ns, Due::Died),
+            });
             self.next_step = None;
-            for ev in stepped.drain(..) {
-                match ev {
-                    SimEvent::Stream { id, at_ns, event } => {
-                        self.agenda.push_stream(at_ns, id, event)
-                    }
-                    SimEvent::Died { at_ns, .. } => self.agenda.push(at_ns, Due::Died),
-                }
-            }
-            self.stepped = stepped;
         }
     }
 }
@@ -358,7 +358,6 @@ pub fn run_load_engine(
         write_error: None,
         clock_ns: 0,
         sessions: None,
-        stepped: Vec::new(),
         next_step: None,
     };
     if let Some(sc) = sessions {
