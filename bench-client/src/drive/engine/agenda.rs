@@ -111,7 +111,9 @@ impl Agenda {
     /// it sits, then dropped with [`Agenda::drop_stream_head`].
     pub(super) fn stream_head(&self) -> Option<(u64, u64, &StreamEvent)> {
         if self.stream_first()? {
-            self.stream.front().map(|(at, _, id, event)| (*at, *id, event))
+            self.stream
+                .front()
+                .map(|(at, _, id, event)| (*at, *id, event))
         } else {
             None
         }
