@@ -141,7 +141,7 @@ impl Engine {
                     // The driver's emptied list comes back as the spare.
                     std::mem::swap(out, &mut events);
                 } else {
-                    out.extend(events.drain(..));
+                    out.append(&mut events);
                 }
             }
         }
