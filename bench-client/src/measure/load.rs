@@ -48,7 +48,9 @@ pub fn ttft_from_schedule_ns(trace: &RequestTrace, client_queue_ns: u64) -> Opti
 
 /// The load figures of a request that `m` measured.
 pub fn load_numbers(trace: &RequestTrace, m: &Measurement, client_queue_ns: u64) -> LoadNumbers {
-    let out: Vec<_> = trace.chunks.iter().filter(|c| c.carries_output()).collect();
+    // Sized once: a long stream's list would otherwise be copied at each doubling.
+    let mut out = Vec::with_capacity(trace.chunks.len());
+    out.extend(trace.chunks.iter().filter(|c| c.carries_output()));
     let first_ns = out.first().map_or(0, |c| c.at_ns);
     let last_ns = out.last().map_or(0, |c| c.at_ns);
     let output = u64::from(m.completion_tokens.unwrap_or(0));

@@ -145,7 +145,9 @@ pub fn measure(trace: &RequestTrace) -> Result<Measurement, MeasureError> {
     if let Some(f) = trace.failure() {
         return Err(MeasureError::Failed(f));
     }
-    let out: Vec<_> = trace.chunks.iter().filter(|c| c.carries_output()).collect();
+    // Sized once: a long stream's list would otherwise be copied at each doubling.
+    let mut out = Vec::with_capacity(trace.chunks.len());
+    out.extend(trace.chunks.iter().filter(|c| c.carries_output()));
     let (Some(first), Some(last)) = (out.first(), out.last()) else {
         return Err(MeasureError::NoOutput);
     };
@@ -176,7 +178,8 @@ pub fn measure(trace: &RequestTrace) -> Result<Measurement, MeasureError> {
         .windows(2)
         .map(|w| ms(w[1].at_ns.saturating_sub(w[0].at_ns)))
         .collect();
-    let mut per_token_ms = Vec::new();
+    let after_first: u32 = tokens_per_chunk.iter().skip(1).sum();
+    let mut per_token_ms = Vec::with_capacity(after_first as usize);
     if known {
         for w in out.windows(2) {
             let t = w[1].tokens.unwrap_or(0);
@@ -186,7 +189,6 @@ pub fn measure(trace: &RequestTrace) -> Result<Measurement, MeasureError> {
             }
         }
     }
-    let after_first: u32 = tokens_per_chunk.iter().skip(1).sum();
     let (decode_tok_s, decode_unavailable, tpot_ms) = if !known {
         (None, Some(DecodeUnavailable::CountsUnknown), None)
     } else if completion_tokens.unwrap_or(0) <= 1 {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::CacheSplit;
 pub use crate::measure::Slo;
-use crate::measure::{load_numbers, measure};
+use crate::measure::{load_numbers, measure, MeasureError, Measurement};
 use crate::results::{LoadInfo, Record};
 use crate::trace::RequestTrace;
 
@@ -332,7 +332,13 @@ impl LoadSummary {
 
     /// Add one record.
     pub fn add(&mut self, rec: &Record) {
-        let (Some(load), Some(trace)) = (&rec.load, &rec.trace) else {
+        let trace = rec.load.as_ref().and(rec.trace.as_ref());
+        self.add_measured(rec, trace.map(measure));
+    }
+
+    /// [`LoadSummary::add`] of a record whose trace `m` measured.
+    pub fn add_measured(&mut self, rec: &Record, m: Option<Result<Measurement, MeasureError>>) {
+        let (Some(load), Some(trace), Some(m)) = (&rec.load, &rec.trace, m) else {
             return;
         };
         let instants = Instants::of(load, trace);
@@ -359,7 +365,7 @@ impl LoadSummary {
         self.busy_ns += u128::from(trace.end_ns);
         self.timeline.entry(sent / 1_000_000_000).or_default().sent += 1;
         self.metric("client_queue").record(load.client_queue_ns);
-        let m = match (&rec.error, measure(trace)) {
+        let m = match (&rec.error, m) {
             (None, Ok(m)) => m,
             (err, _) => {
                 let kind = err.as_ref().map_or("no-output", |e| e.kind.as_str());
@@ -574,27 +580,4 @@ pub fn merge_files(files: &[std::path::PathBuf], slo: Slo) -> anyhow::Result<(Lo
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slo_parses() {
-        assert_eq!(
-            Slo::parse("ttft=500,tpot=50").unwrap(),
-            Slo {
-                ttft_ms: Some(500.0),
-                tpot_ms: Some(50.0)
-            }
-        );
-        for bad in ["", "ttft", "ttft=-1", "ttft=abc", "itl=3", "tpot=inf"] {
-            assert!(Slo::parse(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn overlapping_pieces_count_once_and_gaps_not_at_all() {
-        assert_eq!(union_ns(Vec::new()), 0);
-        assert_eq!(union_ns(vec![(10, 20), (15, 30)]), 20);
-        assert_eq!(union_ns(vec![(100, 130), (10, 20), (12, 18)]), 40);
-    }
-}
+mod tests;

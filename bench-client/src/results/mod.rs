@@ -23,6 +23,6 @@ pub use identity::{check_one_run, ForeignRun, NotOneRun, Piece, RequestKey};
 pub use lock::{lock_results, ResultsBusy, ResultsLock};
 pub use manifest::Manifest;
 pub use record::{
-    load_record, ErrorKind, LoadInfo, Method, Record, RecordError, SessionTurn, TwoPointDetail,
-    SCHEMA,
+    load_record, load_record_measured, ErrorKind, LoadInfo, Method, Record, RecordError,
+    SessionTurn, TwoPointDetail, SCHEMA,
 };

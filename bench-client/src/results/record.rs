@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::measure::{
-    basics, contamination, measure, ms, ttft_from_schedule_ns, MeasureError, TtftSplit, TwoPoint,
-    TwoPointError,
+    basics, contamination, measure, ms, ttft_from_schedule_ns, MeasureError, Measurement,
+    TtftSplit, TwoPoint, TwoPointError,
 };
 use crate::plan::Shard;
 use crate::trace::{FailureKind, RequestTrace, TokenAttribution};
@@ -256,6 +256,15 @@ pub struct Record {
 impl Record {
     /// A streaming record from a trace.
     pub fn streaming(trace: RequestTrace, context_tokens: u32, run: u32) -> Self {
+        Self::streaming_measured(trace, context_tokens, run).0
+    }
+
+    /// [`Record::streaming`] and the trace's measurement (for a caller that summarises it too).
+    pub fn streaming_measured(
+        trace: RequestTrace,
+        context_tokens: u32,
+        run: u32,
+    ) -> (Self, Result<Measurement, MeasureError>) {
         let contamination = contamination(&trace, context_tokens);
         let b = basics(&trace);
         let base = Self {
@@ -271,7 +280,8 @@ impl Record {
             contamination,
             ..Self::empty(Method::Streaming, context_tokens, run)
         };
-        let rec = match measure(&trace) {
+        let measured = measure(&trace);
+        let rec = match &measured {
             Ok(m) => Self {
                 ttft_ms: Some(m.ttft_ms),
                 e2e_ms: Some(m.e2e_ms),
@@ -281,13 +291,13 @@ impl Record {
                 naive_decode_tok_s: m.naive_decode_tok_s,
                 tpot_ms: m.tpot_ms,
                 ttft_split: m.ttft_split,
-                tokens_per_chunk: m.tokens_per_chunk,
+                tokens_per_chunk: m.tokens_per_chunk.clone(),
                 ..base
             },
             Err(MeasureError::Failed(f)) => Self {
                 error: Some(RecordError {
                     kind: ErrorKind::Request(f.kind),
-                    message: f.message,
+                    message: f.message.clone(),
                 }),
                 ..base
             },
@@ -299,10 +309,11 @@ impl Record {
                 ..base
             },
         };
-        Self {
+        let rec = Self {
             trace: Some(trace),
             ..rec
-        }
+        };
+        (rec, measured)
     }
 
     /// A two-point record from its result.
@@ -393,7 +404,16 @@ impl Record {
 /// Build the record of one finished request: TTFT from its scheduled start is the client's queue
 /// time (scheduled start to the trace's send) plus the trace's TTFT.
 pub fn load_record(trace: RequestTrace, prompt_tokens: u32, info: LoadInfo) -> Record {
-    let mut rec = Record::streaming(
+    load_record_measured(trace, prompt_tokens, info).0
+}
+
+/// [`load_record`] and the trace's measurement.
+pub fn load_record_measured(
+    trace: RequestTrace,
+    prompt_tokens: u32,
+    info: LoadInfo,
+) -> (Record, Result<Measurement, MeasureError>) {
+    let (mut rec, measured) = Record::streaming_measured(
         trace,
         prompt_tokens,
         u32::try_from(info.index).unwrap_or(u32::MAX),
@@ -407,7 +427,7 @@ pub fn load_record(trace: RequestTrace, prompt_tokens: u32, info: LoadInfo) -> R
         ttft_from_schedule_ms: ttft.map(ms),
         ..info
     });
-    rec
+    (rec, measured)
 }
 
 /// The load-run fields of a record.

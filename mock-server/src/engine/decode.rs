@@ -9,14 +9,6 @@ use crate::clock::Clock;
 use rand::Rng;
 use tokio::time::Instant;
 
-/// What one verify step did to a request.
-pub(super) struct Step {
-    /// The request finished (by length or a stop token).
-    pub(super) finished: bool,
-    /// The stream event to send, when one is due.
-    pub(super) event: Option<Outgoing>,
-}
-
 impl Engine {
     pub(super) async fn decode_step(&mut self, start: Instant) -> Instant {
         self.retract_for_decode();
@@ -35,9 +27,11 @@ impl Engine {
                 .min(deadline);
             self.wait_until(draw_at).await;
         }
-        let mut stats = PassStats::default();
-        let mut drawn = Vec::with_capacity(self.running.len());
-        let mut events = Vec::with_capacity(self.running.len());
+        let mut stats = std::mem::take(&mut self.spare_stats);
+        let mut drawn = std::mem::take(&mut self.spare_drawn);
+        drawn.reserve(self.running.len());
+        let mut events = std::mem::take(&mut self.spare_events);
+        events.reserve(self.running.len());
         let step_tokens = self
             .draw_running(deadline, &mut stats, &mut events, &mut drawn)
             .await;
@@ -76,24 +70,25 @@ impl Engine {
         events: &mut Vec<Outgoing>,
         drawn: &mut Vec<Drawn>,
     ) -> usize {
-        let running = std::mem::take(&mut self.running);
+        // The emptied set keeps its capacity for the requests `end_pass` puts back.
+        let mut running = std::mem::take(&mut self.running);
         let mut step_tokens = 0usize;
-        for (i, mut r) in running.into_iter().enumerate() {
+        for (i, mut r) in running.drain(..).enumerate() {
             // Let the output stage and the connections run while a large batch is drawn.
             if i % 32 == 31 {
                 self.let_others_run().await;
             }
             let before = r.output.len();
-            let step = self.step_tokens(&mut r, deadline, stats);
+            let finished = self.step_tokens(&mut r, deadline, stats, events);
             r.kv_len += r.output.len() - before;
             step_tokens += r.output.len() - before;
-            events.extend(step.event);
-            drawn.push(if step.finished {
+            drawn.push(if finished {
                 Drawn::Finished(r)
             } else {
                 Drawn::Running(r)
             });
         }
+        self.running = running;
         step_tokens
     }
 
@@ -140,8 +135,8 @@ impl Engine {
         shares.iter().rposition(|w| *w > 0.0).unwrap_or(0)
     }
 
-    /// Draws one verify step's tokens for `r`: whether it finished and the event to send, when
-    /// one is due (always when it finished). The pass ended at `pass_end`. Output processing
+    /// Draws one verify step's tokens for `r`: whether it finished; the event to send, when one
+    /// is due (always when it finished), goes onto `events` (built in place: it is large). The pass ended at `pass_end`. Output processing
     /// is one queue in pass order that takes `output_per_request_s` per event (SGLang's
     /// detokenizer and tokenizer manager): an event leaves when the pass has ended and the events
     /// before it have left.
@@ -150,11 +145,16 @@ impl Engine {
         r: &mut RequestState,
         pass_end: Instant,
         pass: &mut PassStats,
-    ) -> Step {
+        events: &mut Vec<Outgoing>,
+    ) -> bool {
         if r.verify_ct == 0 && !self.cfg.spec_warmup_shares.is_empty() && self.cfg.speculative() {
             r.warmup_steps = self.draw_warmup();
         }
         let n = self.verify_step_len(r.verify_ct, r.warmup_steps);
+        if r.output.capacity() == 0 {
+            // Sized at the first step, bounded for a large `max_new_tokens`.
+            r.output.reserve_exact(r.request.max_new_tokens.min(4096));
+        }
         // `max_new_tokens = 0`: the request ends right after its prefill, with no token.
         let mut finish =
             (r.output.len() >= r.request.max_new_tokens).then_some(Finish::Length(r.output.len()));
@@ -210,7 +210,6 @@ impl Engine {
         let due = finish.is_some()
             || r.pending.len() >= self.cfg.stream_interval
             || r.last_chunk_at.is_none();
-        let mut event = None;
         if due && (!r.pending.is_empty() || finish.is_some()) {
             let new_ids = std::mem::take(&mut r.pending);
             let speculative = (finish.is_some() && self.cfg.speculative()).then(|| {
@@ -221,27 +220,28 @@ impl Engine {
                     let draft = self.cfg.speculative_num_draft_tokens.max(1) as f64;
                     (len, (len - 1.0) / draft)
                 };
-                SpeculativeStats {
+                Box::new(SpeculativeStats {
                     verify_ct: r.verify_ct,
                     accept_length: len,
                     accept_rate: rate,
                     histogram: r.hist.clone(),
-                }
+                })
             });
             let tokens = new_ids.len();
             // Held for the next pass, the event is timed when it is released (`time_events`);
             // until then it carries the instant its token was drawn.
             let model_at = if self.cfg.results_after_next_pass {
-                pass_end + self.scaled(self.cfg.stream_latency_s)
+                pass_end + self.stream_latency
             } else {
                 self.output_at(pass_end)
             };
-            let at = r.ns(model_at);
+            let since_received = model_at.saturating_duration_since(r.request.received);
+            let at = since_received.as_nanos() as u64;
             let chunk = r.chunks;
             r.chunks += 1;
             // The engine path's driver reads the event itself: no stream, no ground-truth chunk.
             let stage = matches!(self.out, OutQueue::Stage(_));
-            event = Some(Outgoing {
+            events.push(Outgoing {
                 tx: stage.then(|| r.tx.clone()),
                 model_ns: at,
                 tokens,
@@ -260,13 +260,11 @@ impl Engine {
                     times: r.times,
                 },
                 at: model_at,
-                rid: r.rid.clone(),
+                rid: (stage || finish.is_some()).then(|| r.rid.clone()),
                 key: r.key,
                 received: r.request.received,
             });
-            let t = model_at
-                .saturating_duration_since(r.request.received)
-                .as_secs_f64();
+            let t = since_received.as_secs_f64();
             match r.last_chunk_at {
                 None => pass.ttft.push(t),
                 Some(prev) => pass.itl.push((
@@ -279,10 +277,7 @@ impl Engine {
             }
             r.last_chunk_at = Some(model_at);
         }
-        Step {
-            finished: finish.is_some(),
-            event,
-        }
+        finish.is_some()
     }
 
     /// Puts a finished request away: counters, cache, KV. Its finish goes into the ground truth

@@ -4,6 +4,10 @@
 use crate::truth::FinishTruth;
 use tokio::time::Instant;
 
+/// The token ids of one stream event: held inline up to four (a speculative step's usual
+/// yield), so that an event allocates nothing.
+pub type EventIds = smallvec::SmallVec<[u32; 4]>;
+
 /// A validated generation request.
 #[derive(Debug, Clone)]
 pub struct GenRequest {
@@ -65,12 +69,13 @@ pub enum StreamEvent {
         chunk: usize,
         /// When the engine handed the event over, in ns since the request was received.
         at_ns: u64,
-        new_ids: Vec<u32>,
+        new_ids: EventIds,
         prompt_tokens: usize,
         cached_tokens: usize,
         completion_tokens: usize,
         finish: Option<Finish>,
-        speculative: Option<SpeculativeStats>,
+        /// Boxed: only a final event carries it, and every event is moved a few times.
+        speculative: Option<Box<SpeculativeStats>>,
         times: RequestTimes,
     },
     Error(String),

@@ -16,7 +16,7 @@ mod prefill;
 pub mod sim;
 pub mod stats;
 
-pub use events::{Finish, GenRequest, RequestTimes, SpeculativeStats, StreamEvent};
+pub use events::{EventIds, Finish, GenRequest, RequestTimes, SpeculativeStats, StreamEvent};
 pub use stats::Stats;
 
 use crate::clock::Clock;
@@ -27,6 +27,7 @@ use crate::truth::{FinishTruth, GroundTruth, RequestTruth};
 use output::{output_stage, OutQueue, Outgoing};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use stats::PassStats;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -140,7 +141,7 @@ struct RequestState {
     locked_len: usize,
     cached: usize,
     output: Vec<u32>,
-    pending: Vec<u32>,
+    pending: EventIds,
     emitted_first: bool,
     verify_ct: usize,
     /// Its verify steps after the first token that accept no draft (`spec_warmup_steps`, or its
@@ -202,6 +203,13 @@ struct Engine {
     vnow: Option<Instant>,
     /// A finished request's sequence for the radix cache, reused from request to request.
     scratch: Vec<u32>,
+    /// `output_per_request_s` and `stream_latency_s` scaled, as every event takes them.
+    output_gap: Duration,
+    stream_latency: Duration,
+    /// Emptied lists of the last passes, kept for the next (a pass allocates nothing).
+    spare_events: Vec<Outgoing>,
+    spare_drawn: Vec<output::Drawn>,
+    spare_stats: PassStats,
 }
 
 impl Engine {
@@ -228,6 +236,11 @@ impl Engine {
             Some(_) => OutQueue::Direct(Vec::new()),
             None => OutQueue::Stage(out_tx),
         };
+        let scaled = |secs: f64| Duration::from_secs_f64((secs / config.time_scale).max(0.0));
+        let (output_gap, stream_latency) = (
+            scaled(config.output_per_request_s),
+            scaled(config.stream_latency_s),
+        );
         let engine = Engine {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             tree: RadixTree::new(),
@@ -243,6 +256,11 @@ impl Engine {
             clock,
             vnow,
             scratch: Vec::new(),
+            output_gap,
+            stream_latency,
+            spare_events: Vec::new(),
+            spare_drawn: Vec::new(),
+            spare_stats: PassStats::default(),
         };
         (engine, out_rx)
     }
@@ -294,7 +312,7 @@ impl Engine {
                     locked_len: 0,
                     cached: 0,
                     output: Vec::new(),
-                    pending: Vec::new(),
+                    pending: EventIds::new(),
                     emitted_first: false,
                     verify_ct: 0,
                     warmup_steps: self.cfg.spec_warmup_steps,

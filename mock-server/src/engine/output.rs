@@ -18,7 +18,9 @@ pub(super) struct Outgoing {
     pub(super) at: Instant,
     /// The same, in ns since the request was received.
     pub(super) model_ns: u64,
-    pub(super) rid: Arc<str>,
+    /// The request id: on the engine path only on a final event (its ground truth is taken out
+    /// then), so that an event costs no reference count.
+    pub(super) rid: Option<Arc<str>>,
     /// The request's key ([`super::Msg::Submit`]).
     pub(super) key: u64,
     pub(super) received: Instant,
@@ -52,12 +54,13 @@ impl Engine {
     /// events due meanwhile are not held up.
     pub(super) async fn end_pass(
         &mut self,
-        stats: PassStats,
+        mut stats: PassStats,
         events: Vec<Outgoing>,
-        reqs: Vec<Drawn>,
+        mut reqs: Vec<Drawn>,
         end: Instant,
     ) {
         stats.apply(&self.shared);
+        self.spare_stats = stats;
         let events = if self.cfg.results_after_next_pass {
             // This pass's results wait for the next pass; the last pass's are processed now.
             let mut last = std::mem::replace(&mut self.lagged, events);
@@ -68,7 +71,7 @@ impl Engine {
         };
         self.hand_over(events).await;
         let mut completed = 0usize;
-        for drawn in reqs {
+        for drawn in reqs.drain(..) {
             let r = match drawn {
                 Drawn::Running(r) => {
                     self.running.push(r);
@@ -82,6 +85,7 @@ impl Engine {
             self.complete(r);
             completed += 1;
         }
+        self.spare_drawn = reqs;
     }
 
     /// Hands the held events of the last pass to the output stage, processed from `at` on.
@@ -111,8 +115,8 @@ impl Engine {
     /// queue's next slot (`output_per_request_s` each), then `stream_latency_s`.
     pub(super) fn output_at(&mut self, from: Instant) -> Instant {
         let processed = self.output_free.map_or(from, |f| f.max(from));
-        self.output_free = Some(processed + self.scaled(self.cfg.output_per_request_s));
-        processed + self.scaled(self.cfg.stream_latency_s)
+        self.output_free = Some(processed + self.output_gap);
+        processed + self.stream_latency
     }
 
     /// Hands a pass's events to the output stage, then yields once if there were any. Sending
@@ -120,24 +124,28 @@ impl Engine {
     /// task from: until the engine yields, the events due now would wait behind the rest of the
     /// pass's bookkeeping and the next scheduling step, which grows with the running batch (see
     /// BENCHMARKS.md).
-    pub(super) async fn hand_over(&mut self, events: Vec<Outgoing>) {
+    /// The emptied list is kept for the next pass.
+    pub(super) async fn hand_over(&mut self, mut events: Vec<Outgoing>) {
         if events.is_empty() {
+            self.spare_events = events;
             return;
         }
         match &mut self.out {
             OutQueue::Stage(tx) => {
-                for o in events {
+                for o in events.drain(..) {
                     let _ = tx.send(o);
                 }
             }
             OutQueue::Direct(out) => {
                 if out.is_empty() {
-                    *out = events;
+                    // The driver's emptied list comes back as the spare.
+                    std::mem::swap(out, &mut events);
                 } else {
-                    out.extend(events);
+                    out.append(&mut events);
                 }
             }
         }
+        self.spare_events = events;
         self.let_others_run().await;
     }
 }
@@ -199,8 +207,8 @@ fn emit(mut o: Outgoing, shared: &Shared) {
         // tick (or the stage's backlog) before the crash; the ground truth has only what left.
         // A request whose final event this was is no longer in the engine's sets, so the crash
         // did not mark it.
-        if finish.is_some() {
-            shared.truth.update(&o.rid, |t| {
+        if let (Some(rid), true) = (&o.rid, finish.is_some()) {
+            shared.truth.update(rid, |t| {
                 if t.finish == FinishTruth::Pending {
                     t.finish = FinishTruth::OomCrash;
                 }
@@ -221,7 +229,8 @@ fn emit(mut o: Outgoing, shared: &Shared) {
         sent_ns: None,
     };
     let (completion, verify_ct, hist) = (o.completion, o.verify_ct, o.hist);
-    shared.truth.update(&o.rid, |t| {
+    let rid = o.rid.as_deref().unwrap_or_default();
+    shared.truth.update(rid, |t| {
         t.chunks.push(chunk);
         t.completion_tokens = completion;
         t.spec_verify_ct = verify_ct;

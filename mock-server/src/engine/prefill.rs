@@ -2,7 +2,6 @@
 //! pass, and the CUDA out-of-memory death when the peak exceeds the free headroom.
 
 use super::output::Drawn;
-use super::stats::PassStats;
 use super::{Engine, RequestState, StreamEvent};
 use crate::truth::{FinishTruth, PrefillPass};
 use tokio::time::Instant;
@@ -135,9 +134,9 @@ impl Engine {
                 finished.push(r);
             }
         }
-        let mut drawn = Vec::new();
-        let mut stats = PassStats::default();
-        let mut events = Vec::new();
+        let mut drawn = std::mem::take(&mut self.spare_drawn);
+        let mut stats = std::mem::take(&mut self.spare_stats);
+        let mut events = std::mem::take(&mut self.spare_events);
         let step_tokens = if mixed {
             self.draw_running(deadline, &mut stats, &mut events, &mut drawn)
                 .await
@@ -149,9 +148,7 @@ impl Engine {
             r.times.prefill_finished_ns.get_or_insert(done_ns);
             if !r.emitted_first {
                 r.emitted_first = true;
-                let step = self.step_tokens(&mut r, deadline, &mut stats);
-                events.extend(step.event);
-                if step.finished {
+                if self.step_tokens(&mut r, deadline, &mut stats, &mut events) {
                     drawn.push(Drawn::Finished(r));
                     continue;
                 }

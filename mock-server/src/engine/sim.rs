@@ -218,23 +218,34 @@ impl Simulator {
     /// Runs the step due at [`Simulator::next_step_ns`]: one pass (or an idle engine's release
     /// of held results), returning the stream events it produced, each at its instant.
     pub fn step(&mut self) -> Vec<SimEvent> {
+        let mut out = Vec::new();
+        self.step_into(&mut out);
+        out
+    }
+
+    /// [`Simulator::step`], appending the events to `out` (a driver keeps one list for a run).
+    pub fn step_into(&mut self, out: &mut Vec<SimEvent>) {
+        self.step_with(|e| out.push(e));
+    }
+
+    /// [`Simulator::step`], handing each event to `f` in order (straight from the engine's
+    /// output list: an event is large, and a driver that queues it moves it once).
+    pub fn step_with(&mut self, mut f: impl FnMut(SimEvent)) {
         if self.engine.idle() {
             let chain = self.chain.take();
             let _ = run_now(self.engine.go_idle(chain));
             self.woke = None;
-            let mut out = Vec::new();
-            self.drain(&mut out);
-            return out;
+            self.drain(&mut f);
+            return;
         }
         let start = match self.chain.or(self.woke) {
             Some(t) => t,
-            None => return Vec::new(),
+            None => return,
         };
         self.engine.vnow = Some(start);
         self.woke = None;
         self.engine.publish_stats();
         let stepped = run_now(self.engine.step(self.chain));
-        let mut out = Vec::new();
         match stepped {
             Some(Stepped::Pass(end)) => {
                 self.chain = Some(end);
@@ -251,7 +262,7 @@ impl Simulator {
                 if let Some((rid, id)) = refused {
                     if let Some(mut rx) = self.streams.remove(&id) {
                         while let Ok(event) = rx.try_recv() {
-                            out.push(SimEvent::Stream {
+                            f(SimEvent::Stream {
                                 id,
                                 at_ns: self.ns(start),
                                 event,
@@ -275,15 +286,14 @@ impl Simulator {
                 self.die(start, reason.clone());
                 // Events of earlier passes due after the death never leave: the driver cuts
                 // every stream still open at `at_ns`.
-                out.push(SimEvent::Died {
+                f(SimEvent::Died {
                     at_ns: self.ns(start),
                     reason,
                 });
-                return out;
+                return;
             }
         }
-        self.drain(&mut out);
-        out
+        self.drain(&mut f);
     }
 
     /// Runs as one the coming decode steps that send nothing and start no later than `limit_ns`
@@ -330,12 +340,11 @@ impl Simulator {
 
     /// The output stage's events of the last step, each at its modelled instant; a request's
     /// final event takes its ground truth out of the store (constant memory over a long run).
-    fn drain(&mut self, out: &mut Vec<SimEvent>) {
+    fn drain(&mut self, f: &mut impl FnMut(SimEvent)) {
         let mut events = match &mut self.engine.out {
             OutQueue::Direct(events) => std::mem::take(events),
             OutQueue::Stage(_) => Vec::new(),
         };
-        out.reserve(events.len());
         for o in events.drain(..) {
             let at_ns = self.ns(o.at);
             let last = matches!(
@@ -347,9 +356,11 @@ impl Simulator {
             );
             if last {
                 self.streams.remove(&o.key);
-                self.engine.shared.truth.take(&o.rid);
+                if let Some(rid) = &o.rid {
+                    self.engine.shared.truth.take(rid);
+                }
             }
-            out.push(SimEvent::Stream {
+            f(SimEvent::Stream {
                 id: o.key,
                 at_ns,
                 event: o.event,

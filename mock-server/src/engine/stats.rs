@@ -88,20 +88,27 @@ pub(super) struct PassStats {
 }
 
 impl PassStats {
-    pub(super) fn apply(self, shared: &Shared) {
+    /// Adds the pass to the live counters and empties it (its lists keep their capacity for the
+    /// next pass).
+    pub(super) fn apply(&mut self, shared: &Shared) {
         if let Ok(mut s) = shared.stats.lock() {
             s.generation_tokens_total += self.generation_tokens;
             s.verify_steps_total += self.verify_steps;
             s.verify_tokens_total += self.generation_tokens;
-            for t in self.ttft {
+            for &t in &self.ttft {
                 s.ttft.observe(t);
             }
-            for (gap, tokens) in self.itl {
+            for &(gap, tokens) in &self.itl {
                 s.itl.observe_tokens(gap, tokens);
             }
-            for t in self.e2e {
+            for &t in &self.e2e {
                 s.e2e.observe(t);
             }
         }
+        self.generation_tokens = 0;
+        self.verify_steps = 0;
+        self.ttft.clear();
+        self.itl.clear();
+        self.e2e.clear();
     }
 }

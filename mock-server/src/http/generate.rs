@@ -51,7 +51,7 @@ pub(super) async fn collect(
                         ids,
                         cached: cached_tokens,
                         finish,
-                        speculative,
+                        speculative: speculative.map(|s| *s),
                         at_ns,
                         first_at_ns,
                         times,

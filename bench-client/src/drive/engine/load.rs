@@ -5,14 +5,14 @@
 //! submitted. A closed-loop worker sends its next request at the instant its stream ended, as
 //! the HTTP path's does on the paused clock.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use mock_server::engine::StreamEvent;
 use mock_server::{SimEvent, SimRequest, Simulator};
 use rustc_hash::FxHashMap;
 
+use super::agenda::{Agenda, Due};
 use super::Streams;
 use crate::drive::load::{LoadConfig, LoadOutcome};
 use crate::plan::schedule::Stop;
@@ -20,106 +20,12 @@ use crate::plan::session::SessionPlan;
 use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
 use crate::report::load::LoadSummary;
 use crate::report::server_metrics as metrics;
-use crate::results::{load_record, LoadInfo, RecordWriter};
+use crate::results::{load_record_measured, LoadInfo, Record, RecordWriter};
 use crate::trace::RequestTrace;
 
-/// Something the client does at an instant.
-#[derive(Debug)]
-pub(super) enum Due {
-    /// Open loop: a scheduled request (its slot's index and offset from the run's start).
-    Arrival { index: u64, scheduled_ns: u64 },
-    /// Multi-turn: the next turn of the session in this slot is due.
-    Turn { slot: usize },
-    /// A stream event the engine produced (for the request of this key).
-    Stream { id: u64, event: StreamEvent },
-    /// The server died.
-    Died,
-}
-
-/// A client event at its instant; ties in order of insertion.
-struct Entry {
-    at_ns: u64,
-    seq: u64,
-    /// Boxed: the heap moves entries as it sifts, and a stream event is a few hundred bytes.
-    due: Box<Due>,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at_ns, self.seq) == (other.at_ns, other.seq)
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at_ns, self.seq).cmp(&(other.at_ns, other.seq))
-    }
-}
-
-/// The client's pending events, in order of their instants, ties in order of insertion.
-///
-/// The engine's stream events come out of its output queue in order of their instants, so
-/// they wait in a plain queue (`stream`) while each is no earlier than the one before; any
-/// other event, and a stream event out of that order, goes to the heap. `pop` takes the
-/// earlier of the two heads by (instant, insertion), which is the order one heap would give.
-#[derive(Default)]
-pub(super) struct Agenda {
-    heap: BinaryHeap<Reverse<Entry>>,
-    stream: VecDeque<(u64, u64, u64, StreamEvent)>,
-    seq: u64,
-}
-
-impl Agenda {
-    pub(super) fn push(&mut self, at_ns: u64, due: Due) {
-        self.seq += 1;
-        if let Due::Stream { id, event } = due {
-            if self.stream.back().is_none_or(|b| b.0 <= at_ns) {
-                self.stream.push_back((at_ns, self.seq, id, event));
-                return;
-            }
-            return self.push_heap(at_ns, Due::Stream { id, event });
-        }
-        self.push_heap(at_ns, due);
-    }
-    fn push_heap(&mut self, at_ns: u64, due: Due) {
-        self.heap.push(Reverse(Entry {
-            at_ns,
-            seq: self.seq,
-            due: Box::new(due),
-        }));
-    }
-    /// Whether the stream queue's head comes before the heap's.
-    fn stream_first(&self) -> Option<bool> {
-        let h = self.heap.peek().map(|Reverse(e)| (e.at_ns, e.seq));
-        let s = self.stream.front().map(|f| (f.0, f.1));
-        match (h, s) {
-            (None, None) => None,
-            (Some(_), None) => Some(false),
-            (None, Some(_)) => Some(true),
-            (Some(h), Some(s)) => Some(s < h),
-        }
-    }
-    fn peek_ns(&self) -> Option<u64> {
-        match self.stream_first()? {
-            true => self.stream.front().map(|f| f.0),
-            false => self.heap.peek().map(|Reverse(e)| e.at_ns),
-        }
-    }
-    fn pop(&mut self) -> Option<(u64, Due)> {
-        match self.stream_first()? {
-            true => self
-                .stream
-                .pop_front()
-                .map(|(at, _, id, event)| (at, Due::Stream { id, event })),
-            false => self.heap.pop().map(|Reverse(e)| (e.at_ns, *e.due)),
-        }
-    }
-}
+/// Records written with one `write`: a killed run loses at most these (a resumed run sends them
+/// again), and a run of short requests makes a system call every few ms of CPU, not every one.
+const WRITE_BATCH: usize = 16;
 
 /// A request in flight, as the client knows it.
 pub(super) struct InFlight {
@@ -153,14 +59,18 @@ pub(super) struct Run<'a> {
     limit: Option<usize>,
     closed: bool,
     deadline_ns: Option<u64>,
-    /// Records are written as their streams end (each a few KB: a long run holds none).
+    /// Records are written as their streams end, [`WRITE_BATCH`] at a time (each a few KB: a
+    /// long run holds few).
     writer: RecordWriter,
+    unwritten: Vec<Record>,
     summary: LoadSummary,
     written: u64,
     /// The first write error; the run stops sending once there is one.
     write_error: Option<anyhow::Error>,
     /// The instant of the last client event handled.
     clock_ns: u64,
+    /// [`Simulator::next_step_ns`] as of the last submission or step (`None`: not asked since).
+    next_step: Option<Option<u64>>,
 }
 
 impl Run<'_> {
@@ -221,6 +131,7 @@ impl Run<'_> {
             ignore_eos: true,
             stop_token_ids: Vec::new(),
         };
+        self.next_step = None;
         match self.sim.submit(now_ns, req) {
             Ok(id) => {
                 let keep_ids = info.slot.is_some();
@@ -252,17 +163,15 @@ impl Run<'_> {
                 prefix_group: f.prefix_group,
                 session: None,
             };
-            let mut rec = load_record(trace, f.prompt_tokens, info);
+            // Measured once, for the record and the summary.
+            let (mut rec, measured) = load_record_measured(trace, f.prompt_tokens, info);
             next_turn = f
                 .slot
                 .and_then(|slot| self.turn_ended(slot, &mut rec, now_ns));
-            self.summary.add(&rec);
-            match self.writer.write_all(std::slice::from_ref(&rec)) {
-                Ok(()) => self.written += 1,
-                Err(e) => {
-                    self.write_error.get_or_insert(e);
-                    return;
-                }
+            self.summary.add_measured(&rec, Some(measured));
+            self.unwritten.push(rec);
+            if self.unwritten.len() >= WRITE_BATCH && !self.write_unwritten() {
+                return;
             }
         } else if let Some(fail) = trace.failure() {
             tracing::warn!("warm-up request failed: {}", fail.message);
@@ -281,6 +190,26 @@ impl Run<'_> {
             self.next_closed(now_ns);
         } else if let Some((index, scheduled_ns)) = self.waiting.pop_front() {
             self.send(index, scheduled_ns, now_ns);
+        }
+    }
+
+    /// Writes the records held, in one `write`; false after a write error.
+    fn write_unwritten(&mut self) -> bool {
+        if self.unwritten.is_empty() {
+            return true;
+        }
+        let result = self.writer.write_all(&self.unwritten);
+        let n = self.unwritten.len() as u64;
+        self.unwritten.clear();
+        match result {
+            Ok(()) => {
+                self.written += n;
+                true
+            }
+            Err(e) => {
+                self.write_error.get_or_insert(e);
+                false
+            }
         }
     }
 
@@ -311,13 +240,7 @@ impl Run<'_> {
                 scheduled_ns,
             } => self.arrival(index, scheduled_ns, now_ns),
             Due::Turn { slot } => self.send_turn(slot, now_ns),
-            Due::Stream { id, event } => {
-                if let Some(trace) = self.streams.event(id, now_ns, event) {
-                    if let Some(f) = self.flight.remove(&id) {
-                        self.ended(trace, f, now_ns);
-                    }
-                }
-            }
+            Due::Stream { id, event } => self.stream_event(now_ns, id, &event),
             Due::Died => {
                 for (id, trace) in self.streams.cut_all(now_ns) {
                     if let Some(f) = self.flight.remove(&id) {
@@ -328,11 +251,26 @@ impl Run<'_> {
         }
     }
 
+    fn stream_event(&mut self, now_ns: u64, id: u64, event: &StreamEvent) {
+        if let Some(trace) = self.streams.event(id, now_ns, event) {
+            self.stream_ended(now_ns, id, trace);
+        }
+    }
+
+    fn stream_ended(&mut self, now_ns: u64, id: u64, trace: RequestTrace) {
+        if let Some(f) = self.flight.remove(&id) {
+            self.ended(trace, f, now_ns);
+        }
+    }
+
     /// Runs until nothing is left to do: client events in order, and the engine's passes when
     /// they are due before the client's next event.
     pub(super) fn run_until_quiet(&mut self) {
         loop {
-            let engine = self.sim.next_step_ns();
+            let engine = match self.next_step {
+                Some(n) => n,
+                None => *self.next_step.insert(self.sim.next_step_ns()),
+            };
             let client = self.agenda.peek_ns();
             let client_first = match (client, engine) {
                 (Some(c), Some(e)) => c < e,
@@ -341,19 +279,24 @@ impl Run<'_> {
                 (None, None) => return,
             };
             if client_first {
-                if let Some((at, due)) = self.agenda.pop() {
+                if let Some((at, id, event)) = self.agenda.stream_head() {
+                    let trace = self.streams.event(id, at, event);
+                    self.agenda.drop_stream_head();
+                    self.clock_ns = self.clock_ns.max(at);
+                    if let Some(trace) = trace {
+                        self.stream_ended(at, id, trace);
+                    }
+                } else if let Some((at, due)) = self.agenda.pop() {
                     self.handle(at, due);
                 }
                 continue;
             }
-            for ev in self.sim.step() {
-                match ev {
-                    SimEvent::Stream { id, at_ns, event } => {
-                        self.agenda.push(at_ns, Due::Stream { id, event })
-                    }
-                    SimEvent::Died { at_ns, .. } => self.agenda.push(at_ns, Due::Died),
-                }
-            }
+            let agenda = &mut self.agenda;
+            self.sim.step_with(|ev| match ev {
+                SimEvent::Stream { id, at_ns, event } => agenda.push_stream(at_ns, id, event),
+                SimEvent::Died { at_ns, .. } => agenda.push(at_ns, Due::Died),
+            });
+            self.next_step = None;
         }
     }
 }
@@ -415,11 +358,13 @@ pub fn run_load_engine(
         closed,
         deadline_ns: None,
         writer,
+        unwritten: Vec::with_capacity(WRITE_BATCH),
         summary: LoadSummary::new(cfg.slo),
         written: 0,
         write_error: None,
         clock_ns: 0,
         sessions: None,
+        next_step: None,
     };
     if let (Some(sc), Some(plan)) = (sessions, session_plan) {
         let salt = cfg
@@ -515,6 +460,7 @@ pub fn run_load_engine(
         }
     }
     run.run_until_quiet();
+    run.write_unwritten();
 
     if let Some(e) = run.write_error.take() {
         return Err(e);

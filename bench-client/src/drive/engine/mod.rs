@@ -7,6 +7,7 @@
 //! Layout: this file (one server on the virtual clock, streams into traces, sequential sends for
 //! sweeps); [`load`] (the load driver: open and closed loops as a discrete-event simulation).
 
+mod agenda;
 pub mod closed;
 pub mod load;
 mod sessions;
@@ -135,7 +136,7 @@ impl Streams {
         &mut self,
         id: u64,
         at_ns: u64,
-        event: StreamEvent,
+        event: &StreamEvent,
     ) -> Option<RequestTrace> {
         let o = self.open.get_mut(&id)?;
         let rel = at_ns.saturating_sub(o.sent_ns);
@@ -159,9 +160,11 @@ impl Streams {
                 }
                 let first = *o.first_ns.get_or_insert(rel);
                 if let Some(ids) = &mut o.trace.output_ids {
-                    ids.extend_from_slice(&new_ids);
+                    ids.extend_from_slice(new_ids);
                 }
                 let u = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                let (prompt_tokens, cached_tokens, completion_tokens) =
+                    (*prompt_tokens, *cached_tokens, *completion_tokens);
                 let queue_s = times.forward_entry_ns.map(|ns| ns as f64 / 1e9);
                 let first_token_s = (finish.is_some() && first > 0).then(|| first as f64 / 1e9);
                 o.trace.chunks.push(Chunk {
@@ -187,7 +190,7 @@ impl Streams {
             StreamEvent::Error(message) => {
                 o.trace.chunks.push(Chunk {
                     at_ns: rel,
-                    error: Some(message),
+                    error: Some(message.clone()),
                     ..Chunk::default()
                 });
                 true
@@ -305,7 +308,7 @@ impl EngineServer {
             for ev in self.sim.step() {
                 match ev {
                     SimEvent::Stream { id, at_ns, event } => {
-                        if let Some(t) = streams.event(id, at_ns, event) {
+                        if let Some(t) = streams.event(id, at_ns, &event) {
                             self.now_ns = self.now_ns.max(at_ns);
                             return t;
                         }

@@ -137,11 +137,11 @@ pub(super) fn render(ctx: &mut Renderer, ev: StreamEvent) -> Rendered {
                 ctx.native(
                     &mut buf,
                     &Collected {
-                        ids: new_ids,
+                        ids: new_ids.into_vec(),
                         cached: cached_tokens,
                         completion: completion_tokens,
                         finish: finish.clone(),
-                        speculative,
+                        speculative: speculative.map(|s| *s),
                         at_ns,
                         first_at_ns: at_ns,
                         times,
