@@ -87,11 +87,12 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         )));
     }
     let base = base_preset(a.base).map_err(CliError::Usage)?;
-    let chunks = if opts.chunk_choices.is_empty() {
+    let choices: Vec<String> = opts.chunk_choices.iter().map(|c| c.to_string()).collect();
+    let choices = choices.join(", ");
+    let chunks = if choices.is_empty() {
         chunk.to_string()
     } else {
-        let c: Vec<String> = CHUNK_CHOICES.iter().map(|c| c.to_string()).collect();
-        format!("the best fit of {}", c.join(", "))
+        format!("the best fit of {choices}")
     };
     eprintln!(
         "fitting {} rows{} by simulation: scheduler {}, {chunks} prefill tokens a pass",
@@ -143,10 +144,10 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             mape: mapes(&views),
             pool_fitted: fit.pool_fitted,
             scheduler_from,
-            chunk_from: if a.chunked_prefill_size.is_some() {
-                "ASSUMED: --chunked-prefill-size"
+            chunk_from: &if choices.is_empty() {
+                "ASSUMED: --chunked-prefill-size".to_string()
             } else {
-                "MEASURED: chosen by the rows' fit among 8192, 16384 and 32768 (SGLang's chunked_prefill_size, vLLM's max_num_batched_tokens)"
+                format!("MEASURED: chosen by the rows' fit among {choices} (SGLang's chunked_prefill_size, vLLM's max_num_batched_tokens)")
             },
             base_name: a.base,
         },
