@@ -4,6 +4,10 @@
 
 use std::process::ExitCode;
 
+/// mimalloc: the engine path allocates and frees many small event and key buffers.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

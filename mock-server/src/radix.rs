@@ -1,14 +1,89 @@
 //! A radix tree over token ids, like SGLang's RadixCache: longest-prefix match, lock references
 //! that protect a running request's prefix, and LRU eviction of unlocked leaves.
+//!
+//! A node's key is a range of a shared token buffer (a request's prompt), so that inserting a
+//! prompt copies none of it, as long as the range is at least half of its buffer; a shorter range
+//! is copied into a buffer of its own. The tree then never holds more than twice its tokens in
+//! memory, however much of each prompt was a cache hit or has been evicted.
+
+use std::ops::Range;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
+
+/// Token ids shared between a request and the cache nodes that hold ranges of them.
+pub type Tokens = Arc<Vec<u32>>;
+
+/// A range of a shared token buffer: what a node of the tree holds.
+#[derive(Debug, Clone, Default)]
+pub struct Key {
+    src: Tokens,
+    start: usize,
+    end: usize,
+}
+
+impl Key {
+    /// `range` of `src` (clamped to it).
+    pub fn new(src: &Tokens, range: Range<usize>) -> Self {
+        let end = range.end.min(src.len());
+        Self::share_or_copy(src, range.start.min(end), end)
+    }
+
+    /// A key of its own tokens.
+    pub fn owned(tokens: Vec<u32>) -> Self {
+        let end = tokens.len();
+        Key {
+            src: Arc::new(tokens),
+            start: 0,
+            end,
+        }
+    }
+
+    /// `start..end` of `src`: shared when it is at least half of `src`, else copied.
+    fn share_or_copy(src: &Tokens, start: usize, end: usize) -> Self {
+        if (end - start) * 2 >= src.len() {
+            Key {
+                src: Arc::clone(src),
+                start,
+                end,
+            }
+        } else {
+            Self::owned(src[start..end].to_vec())
+        }
+    }
+
+    /// The tokens.
+    pub fn tokens(&self) -> &[u32] {
+        &self.src[self.start..self.end]
+    }
+
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// The tokens from `at` on.
+    fn from(&self, at: usize) -> Key {
+        Self::share_or_copy(&self.src, self.start + at, self.end)
+    }
+
+    /// The first `at` tokens.
+    fn to(&self, at: usize) -> Key {
+        Self::share_or_copy(&self.src, self.start, self.start + at)
+    }
+
+    /// The tokens of the buffer this key keeps alive.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.src.len()
+    }
+}
 
 /// Index of a node in the tree; the root is [`RadixTree::ROOT`].
 pub type NodeId = usize;
 
 #[derive(Debug, Clone)]
 struct Node {
-    key: Vec<u32>,
+    key: Key,
     parent: NodeId,
     children: HashMap<u32, NodeId>,
     lock_ref: usize,
@@ -37,7 +112,7 @@ impl RadixTree {
     pub fn new() -> Self {
         RadixTree {
             nodes: vec![Node {
-                key: Vec::new(),
+                key: Key::default(),
                 parent: 0,
                 children: HashMap::default(),
                 lock_ref: 0,
@@ -75,7 +150,7 @@ impl RadixTree {
         self.clock
     }
 
-    fn alloc(&mut self, key: Vec<u32>, parent: NodeId) -> NodeId {
+    fn alloc(&mut self, key: Key, parent: NodeId) -> NodeId {
         let node = Node {
             key,
             parent,
@@ -96,15 +171,14 @@ impl RadixTree {
     /// Splits `child` so that its first `at` tokens become a new parent node; returns that node.
     fn split(&mut self, child: NodeId, at: usize) -> NodeId {
         let parent = self.nodes[child].parent;
-        // The head keeps the key's buffer (shrunk); only the tail is copied.
-        let tail: Vec<u32> = self.nodes[child].key.split_off(at);
-        let mut head = std::mem::take(&mut self.nodes[child].key);
-        head.shrink_to_fit();
-        let first = head[0];
+        let key = &self.nodes[child].key;
+        let (head, tail) = (key.to(at), key.from(at));
+        let first = head.tokens()[0];
+        let tail_first = tail.tokens()[0];
         let mid = self.alloc(head, parent);
         self.nodes[mid].lock_ref = self.nodes[child].lock_ref;
         self.nodes[mid].last_access = self.nodes[child].last_access;
-        self.nodes[mid].children.insert(tail[0], child);
+        self.nodes[mid].children.insert(tail_first, child);
         self.nodes[child].key = tail;
         self.nodes[child].parent = mid;
         self.nodes[parent].children.insert(first, mid);
@@ -125,7 +199,7 @@ impl RadixTree {
             let Some(&child) = self.nodes[node].children.get(&tokens[pos]) else {
                 break;
             };
-            let common = common_prefix(&self.nodes[child].key, &tokens[pos..]);
+            let common = common_prefix(self.nodes[child].key.tokens(), &tokens[pos..]);
             if common < self.nodes[child].key.len() {
                 let mid = self.split(child, common);
                 self.nodes[mid].last_access = now;
@@ -138,17 +212,18 @@ impl RadixTree {
         (pos, node)
     }
 
-    /// Inserts `tokens`; returns (tokens newly added, node covering the whole sequence).
-    pub fn insert(&mut self, tokens: &[u32]) -> (usize, NodeId) {
-        let (matched, node) = self.match_prefix(tokens);
-        self.add_leaf(tokens, matched, node)
+    /// Inserts the tokens of `key`; returns (tokens newly added, node covering the whole
+    /// sequence).
+    pub fn insert(&mut self, key: Key) -> (usize, NodeId) {
+        let (matched, node) = self.match_prefix(key.tokens());
+        self.add_leaf(key, matched, node)
     }
 
     /// Inserts the sequence that `node`'s prefix begins and `rest` ends, exactly as
     /// [`RadixTree::insert`] of the whole sequence does (the same nodes touched, split and
     /// added), without comparing the prefix again: a request's locked node stands for the
     /// tokens it has in the cache. Returns (tokens newly added, node covering the sequence).
-    pub fn insert_below(&mut self, node: NodeId, rest: &[u32]) -> (usize, NodeId) {
+    pub fn insert_below(&mut self, node: NodeId, rest: Key) -> (usize, NodeId) {
         let now = self.tick();
         // A match from the root passes every node above `node`, to its end.
         let mut up = node;
@@ -156,18 +231,19 @@ impl RadixTree {
             self.nodes[up].last_access = now;
             up = self.nodes[up].parent;
         }
-        let (matched, end) = self.match_from(node, rest, now);
+        let (matched, end) = self.match_from(node, rest.tokens(), now);
         self.add_leaf(rest, matched, end)
     }
 
-    /// Adds `tokens[matched..]` as a leaf below `node` (where `tokens[..matched]` ends).
-    fn add_leaf(&mut self, tokens: &[u32], matched: usize, node: NodeId) -> (usize, NodeId) {
-        if matched == tokens.len() {
+    /// Adds the tokens of `key` from `matched` on as a leaf below `node` (where its first
+    /// `matched` tokens end).
+    fn add_leaf(&mut self, key: Key, matched: usize, node: NodeId) -> (usize, NodeId) {
+        if matched == key.len() {
             return (0, node);
         }
-        let rest = tokens[matched..].to_vec();
+        let rest = key.from(matched);
         let added = rest.len();
-        let first = rest[0];
+        let first = rest.tokens()[0];
         let leaf = self.alloc(rest, node);
         self.nodes[node].children.insert(first, leaf);
         self.size += added;
@@ -222,10 +298,10 @@ impl RadixTree {
             };
             let parent = self.nodes[id].parent;
             let len = self.nodes[id].key.len();
-            let first = self.nodes[id].key[0];
+            let first = self.nodes[id].key.tokens()[0];
             self.nodes[parent].children.remove(&first);
             self.nodes[id].alive = false;
-            self.nodes[id].key = Vec::new();
+            self.nodes[id].key = Key::default();
             self.nodes[id].children = HashMap::default();
             self.free.push(id);
             self.size -= len;
@@ -259,13 +335,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn k(tokens: &[u32]) -> Key {
+        Key::owned(tokens.to_vec())
+    }
+
     #[test]
     fn match_insert_split() {
         let mut t = RadixTree::new();
-        assert_eq!(t.insert(&[1, 2, 3, 4]).0, 4);
+        assert_eq!(t.insert(k(&[1, 2, 3, 4])).0, 4);
         assert_eq!(t.match_prefix(&[1, 2, 3, 4, 5]).0, 4);
         assert_eq!(t.match_prefix(&[1, 2, 9]).0, 2);
-        assert_eq!(t.insert(&[1, 2, 7]).0, 1);
+        assert_eq!(t.insert(k(&[1, 2, 7])).0, 1);
         assert_eq!(t.size(), 5);
         let (n, node) = t.match_prefix(&[1, 2]);
         assert_eq!((n, t.depth(node)), (2, 2));
@@ -275,15 +355,15 @@ mod tests {
     #[test]
     fn lru_eviction_respects_locks() {
         let mut t = RadixTree::new();
-        let (_, a) = t.insert(&[1, 2, 3]);
-        t.insert(&[4, 5]);
+        let (_, a) = t.insert(k(&[1, 2, 3]));
+        t.insert(k(&[4, 5]));
         t.lock(a);
         assert_eq!(t.evictable_size(), 2);
         assert_eq!(t.evict(10), 2);
         assert_eq!(t.match_prefix(&[4, 5]).0, 0);
         assert_eq!(t.match_prefix(&[1, 2, 3]).0, 3);
         t.unlock(a);
-        t.insert(&[6]);
+        t.insert(k(&[6]));
         // [1,2,3] was touched before [6] was inserted, so it goes first.
         assert_eq!(t.evict(1), 3);
         assert_eq!(t.match_prefix(&[6]).0, 1);
@@ -291,11 +371,54 @@ mod tests {
         assert_eq!(t.size(), 0);
     }
 
+    /// Tokens of the distinct buffers the tree's live nodes keep alive.
+    fn held(t: &RadixTree) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        t.nodes
+            .iter()
+            .filter(|n| n.alive && n.key.len() > 0 && seen.insert(Arc::as_ptr(&n.key.src)))
+            .map(|n| n.key.held())
+            .sum()
+    }
+
+    proptest! {
+        /// Ranges of shared buffers (prompts whose heads are cache hits, inserted chunk by
+        /// chunk) give the tree that copies of them give, and the buffers kept alive hold at most
+        /// twice the tree's tokens, before and after evictions.
+        #[test]
+        fn shared_ranges_match_copies_and_keep_at_most_twice_the_tree(
+            seqs in prop::collection::vec((prop::collection::vec(0u32..3, 1..40), 1usize..12), 1..10),
+            evict in 0usize..60,
+        ) {
+            let (mut shared, mut copied) = (RadixTree::new(), RadixTree::new());
+            for (s, chunk) in &seqs {
+                let src: Tokens = Arc::new(s.clone());
+                let (hit, mut node) = shared.match_prefix(s);
+                let (hit2, mut node2) = copied.match_prefix(s);
+                prop_assert_eq!(hit, hit2);
+                let mut at = hit;
+                while at < s.len() {
+                    let to = (at + chunk).min(s.len());
+                    node = shared.insert_below(node, Key::new(&src, at..to)).1;
+                    node2 = copied.insert_below(node2, k(&s[at..to])).1;
+                    at = to;
+                }
+                prop_assert!(held(&shared) <= 2 * shared.size());
+            }
+            prop_assert_eq!(shared.size(), copied.size());
+            prop_assert_eq!(shared.evict(evict), copied.evict(evict));
+            prop_assert!(held(&shared) <= 2 * shared.size());
+            for (s, _) in &seqs {
+                prop_assert_eq!(shared.match_prefix(s).0, copied.match_prefix(s).0);
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn size_equals_distinct_prefix_tokens(seqs in prop::collection::vec(prop::collection::vec(0u32..4, 1..8), 1..12), evict in 0usize..20) {
             let mut t = RadixTree::new();
-            for s in &seqs { t.insert(s); }
+            for s in &seqs { t.insert(k(s)); }
             for s in &seqs { prop_assert_eq!(t.match_prefix(s).0, s.len()); }
             let before = t.size();
             let freed = t.evict(evict);

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::load::LoadConfig;
 use crate::results::manifest::{self, Manifest, StampSource};
-use crate::results::settings::{Recorded, ScheduleRecord, WorkloadRecord};
+use crate::results::settings::{Recorded, ScheduleRecord, StopRecord, WorkloadRecord};
 use crate::results::{read_records, ForeignRun};
 
 /// The manifest line of a load run piece (`run_id`: see [`run_identity`]).
@@ -28,7 +28,7 @@ pub(crate) fn manifest(
         shard: Some(cfg.shard.to_string()),
         start_unix_ms: Some(start_unix_ms),
         schedule: Some(Recorded::<ScheduleRecord>::of(&cfg.schedule.arrivals)),
-        stop: Some(format!("{:?}", cfg.schedule.stop)),
+        stop: Some(Recorded::<StopRecord>::of(cfg.schedule.stop)),
         workload: Some(Recorded::<WorkloadRecord>::of(&cfg.workload)),
         warmup: Some(cfg.warmup),
         max_concurrency: Some(cfg.max_concurrency),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-pub use super::settings::{Recorded, ScheduleRecord, WorkloadRecord};
+pub use super::settings::{Recorded, ScheduleRecord, StopRecord, WorkloadRecord};
 use super::Method;
 use crate::api::Dialect;
 use crate::measure::Slo;
@@ -107,7 +107,7 @@ pub struct Manifest {
     pub started_unix_s: Option<u64>,
     /// The stop condition (load runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop: Option<String>,
+    pub stop: Option<Recorded<StopRecord>>,
     /// Server base URL.
     #[serde(default)]
     pub url: Option<String>,

@@ -1,11 +1,11 @@
-//! A load run's arrivals and workload as its manifest records them (`schedule`, `workload`):
-//! typed JSON objects, read back by the same types. Manifests of earlier versions hold Rust's
+//! A load run's arrivals, stop and workload as its manifest records them (`schedule`, `stop`,
+//! `workload`): typed JSON objects, read back by the same types. Manifests of earlier versions hold Rust's
 //! debug text of the settings instead; they read as [`Recorded::Text`], which
 //! `report::compare` reads with its debug-text fallback.
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::schedule::{ArrivalKind, Arrivals};
+use crate::plan::schedule::{ArrivalKind, Arrivals, Stop};
 use crate::plan::trace::TraceSettings;
 use crate::plan::workload::{LenDist, Workload};
 
@@ -130,6 +130,26 @@ impl Recorded<ScheduleRecord> {
             }
             Self::Text(t) => t.clone(),
         }
+    }
+}
+
+/// When a load run ends (the manifest's `stop`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopRecord {
+    /// After this many measured requests, over all shards together.
+    Requests(u64),
+    /// No request is scheduled or started after this many seconds.
+    DurationS(f64),
+}
+
+impl Recorded<StopRecord> {
+    /// The manifest's `stop` of a run that ends at `stop`.
+    pub fn of(stop: Stop) -> Self {
+        Self::Typed(match stop {
+            Stop::Requests(n) => StopRecord::Requests(n),
+            Stop::Duration(d) => StopRecord::DurationS(d.as_secs_f64()),
+        })
     }
 }
 
@@ -273,5 +293,27 @@ mod tests {
         assert!(
             !Recorded::<ScheduleRecord>::of(&closed).records(&Arrivals::Closed { concurrency: 8 })
         );
+    }
+
+    #[test]
+    fn the_stop_is_typed_and_the_text_of_earlier_versions_still_reads() {
+        let by_count = Recorded::<StopRecord>::of(Stop::Requests(4));
+        let by_time =
+            Recorded::<StopRecord>::of(Stop::Duration(std::time::Duration::from_millis(2500)));
+        assert_eq!(
+            serde_json::to_string(&by_count).unwrap(),
+            r#"{"requests":4}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&by_time).unwrap(),
+            r#"{"duration_s":2.5}"#
+        );
+        for r in [&by_count, &by_time] {
+            let back: Recorded<StopRecord> =
+                serde_json::from_str(&serde_json::to_string(r).unwrap()).unwrap();
+            assert_eq!(&back, r);
+        }
+        let old: Recorded<StopRecord> = serde_json::from_str(r#""Requests(4)""#).unwrap();
+        assert_eq!(old, Recorded::Text("Requests(4)".into()));
     }
 }

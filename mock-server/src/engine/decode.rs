@@ -290,13 +290,11 @@ impl Engine {
         }
         if !self.cfg.disable_radix_cache {
             // Prompt and output but the last token, inserted below the request's locked node
-            // (which holds its first `locked_len` tokens): only the rest is copied, into a
-            // buffer kept between requests.
+            // (which holds its first `locked_len` tokens): only the rest is copied.
             let prompt = &r.request.input_ids;
             let len = (prompt.len() + r.output.len()).saturating_sub(1);
             let from = if r.locked_len <= len { r.locked_len } else { 0 };
-            let mut rest = std::mem::take(&mut self.scratch);
-            rest.clear();
+            let mut rest = Vec::with_capacity(len - from);
             if from < prompt.len() {
                 rest.extend_from_slice(&prompt[from..]);
                 rest.extend_from_slice(&r.output);
@@ -305,12 +303,12 @@ impl Engine {
             }
             rest.truncate(len - from);
             debug_assert!(from == 0 || self.tree.depth(r.node) == from);
+            let rest = crate::radix::Key::owned(rest);
             if from == 0 {
-                self.tree.insert(&rest);
+                self.tree.insert(rest);
             } else {
-                self.tree.insert_below(r.node, &rest);
+                self.tree.insert_below(r.node, rest);
             }
-            self.scratch = rest;
         }
         self.release(&mut r);
     }

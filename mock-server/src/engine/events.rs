@@ -12,7 +12,8 @@ pub type EventIds = smallvec::SmallVec<[u32; 4]>;
 #[derive(Debug, Clone)]
 pub struct GenRequest {
     pub rid: String,
-    pub input_ids: Vec<u32>,
+    /// The prompt, shared with the cache nodes that hold its ranges.
+    pub input_ids: crate::radix::Tokens,
     pub max_new_tokens: usize,
     pub min_new_tokens: usize,
     pub ignore_eos: bool,

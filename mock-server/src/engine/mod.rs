@@ -161,9 +161,17 @@ impl RequestState {
         if self.output.is_empty() {
             return std::borrow::Cow::Borrowed(&self.request.input_ids);
         }
-        let mut t = self.request.input_ids.clone();
+        let mut t = self.request.input_ids.to_vec();
         t.extend_from_slice(&self.output);
         std::borrow::Cow::Owned(t)
+    }
+    /// `range` of [`RequestState::target`] as a cache key: a range of the prompt itself while
+    /// there is no output, else a copy of the range.
+    fn target_key(&self, range: std::ops::Range<usize>) -> crate::radix::Key {
+        if self.output.is_empty() {
+            return crate::radix::Key::new(&self.request.input_ids, range);
+        }
+        crate::radix::Key::owned(self.target()[range].to_vec())
     }
     fn target_len(&self) -> usize {
         self.request.input_ids.len() + self.output.len()
@@ -201,8 +209,6 @@ struct Engine {
     /// The engine path's virtual clock (`sim`): waits end at once and move it to their instant.
     /// `None`: the engine waits on tokio's clock.
     vnow: Option<Instant>,
-    /// A finished request's sequence for the radix cache, reused from request to request.
-    scratch: Vec<u32>,
     /// `output_per_request_s` and `stream_latency_s` scaled, as every event takes them.
     output_gap: Duration,
     stream_latency: Duration,
@@ -255,7 +261,6 @@ impl Engine {
             cfg: config,
             clock,
             vnow,
-            scratch: Vec::new(),
             output_gap,
             stream_latency,
             spare_events: Vec::new(),

@@ -115,8 +115,8 @@ impl Engine {
             if radix {
                 // Its locked node holds the sequence's first `locked_len` tokens.
                 debug_assert_eq!(self.tree.depth(r.node), r.locked_len);
-                let seq = r.target();
-                let (_, node) = self.tree.insert_below(r.node, &seq[r.locked_len..r.kv_len]);
+                let key = r.target_key(r.locked_len..r.kv_len);
+                let (_, node) = self.tree.insert_below(r.node, key);
                 let r = &mut self.prefilling[i];
                 self.tree.unlock(r.node);
                 self.tree.lock(node);

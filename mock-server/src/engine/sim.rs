@@ -23,7 +23,8 @@ use tokio::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct SimRequest {
     pub rid: String,
-    pub input_ids: Vec<u32>,
+    /// The prompt (shared: a closed loop sends one buffer many times without copying it).
+    pub input_ids: crate::radix::Tokens,
     pub max_new_tokens: usize,
     pub min_new_tokens: usize,
     pub ignore_eos: bool,

@@ -84,7 +84,7 @@ pub(super) fn submit(
     engine
         .submit(GenRequest {
             rid: rid.to_string(),
-            input_ids: prompt,
+            input_ids: std::sync::Arc::new(prompt),
             max_new_tokens: c.max_new,
             min_new_tokens: c.min_new.min(c.max_new),
             ignore_eos: c.ignore_eos,

@@ -26,7 +26,7 @@ fn engine_request(
 ) -> mock_server::engine::GenRequest {
     mock_server::engine::GenRequest {
         rid: rid.into(),
-        input_ids,
+        input_ids: std::sync::Arc::new(input_ids),
         max_new_tokens: max_new,
         min_new_tokens: 0,
         ignore_eos: true,

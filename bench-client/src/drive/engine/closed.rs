@@ -10,6 +10,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use mock_server::engine::StreamEvent;
+use mock_server::radix::Tokens;
 use mock_server::{Config, Refusal, SimEvent, SimRequest, Simulator};
 
 /// One closed-loop point: every request `isl` tokens in and `osl` out, `concurrency` in flight.
@@ -99,7 +100,7 @@ fn closed_loop(
     }
     let sim = Simulator::new(cfg).map_err(|e| ClosedError::Config(e.to_string()))?;
     let vocab = config.vocab_size.max(2);
-    let prompt: Vec<u32> = (0..shape.isl).map(|i| 1 + i % (vocab - 1)).collect();
+    let prompt: Tokens = std::sync::Arc::new((0..shape.isl).map(|i| 1 + i % (vocab - 1)).collect());
     let mut run = Loop {
         sim,
         shape,
@@ -143,7 +144,7 @@ fn closed_loop(
 struct Loop {
     sim: Simulator,
     shape: Shape,
-    prompt: Vec<u32>,
+    prompt: Tokens,
     jump: bool,
     agenda: BinaryHeap<Reverse<(u64, u64, u64, bool)>>,
     seq: u64,
@@ -163,7 +164,7 @@ impl Loop {
         self.next += 1;
         let req = SimRequest {
             rid: id.to_string(),
-            input_ids: self.prompt.clone(),
+            input_ids: std::sync::Arc::clone(&self.prompt),
             max_new_tokens: self.shape.osl as usize,
             min_new_tokens: 0,
             ignore_eos: true,

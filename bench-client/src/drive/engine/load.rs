@@ -125,7 +125,7 @@ impl Run<'_> {
         let prompt_tokens = info.prompt_tokens;
         let req = SimRequest {
             rid: rid.clone(),
-            input_ids: prompt,
+            input_ids: std::sync::Arc::new(prompt),
             max_new_tokens: output_len as usize,
             min_new_tokens: 0,
             ignore_eos: true,

@@ -240,7 +240,7 @@ pub(crate) fn sim_request(spec: &RequestSpec) -> Option<SimRequest> {
     };
     Some(SimRequest {
         rid: spec.rid.clone(),
-        input_ids: ids.clone(),
+        input_ids: std::sync::Arc::new(ids.clone()),
         max_new_tokens: spec.max_tokens as usize,
         min_new_tokens: 0,
         ignore_eos: spec.ignore_eos,

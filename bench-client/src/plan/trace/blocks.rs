@@ -53,20 +53,73 @@ impl Hasher for IdHasher {
 
 type IdMap = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
 
+/// Block ids numbered in order of first sight (`0, 1, 2, ...`): ids below [`IdSlots::DENSE`] (a
+/// Mooncake trace numbers its blocks from 0) are looked up in a table, others hashed.
+#[derive(Debug, Default)]
+pub(super) struct IdSlots {
+    dense: Vec<u32>,
+    sparse: IdMap,
+    len: u32,
+}
+
+impl IdSlots {
+    /// Ids below this are table entries (at most 16 MiB of table).
+    const DENSE: u64 = 1 << 22;
+    const NONE: u32 = u32::MAX;
+
+    /// The number of `id`, if seen.
+    pub(super) fn get(&self, id: u64) -> Option<usize> {
+        let n = if id < Self::DENSE {
+            *self.dense.get(id as usize)?
+        } else {
+            *self.sparse.get(&id)?
+        };
+        (n != Self::NONE).then_some(n as usize)
+    }
+
+    /// The number of `id`, numbering it next if it is new; `true` when it is.
+    pub(super) fn number(&mut self, id: u64) -> (usize, bool) {
+        if let Some(n) = self.get(id) {
+            return (n, false);
+        }
+        let n = self.len;
+        self.len = self.len.saturating_add(1).min(Self::NONE - 1);
+        if id < Self::DENSE {
+            let i = id as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, Self::NONE);
+            }
+            self.dense[i] = n;
+        } else {
+            self.sparse.insert(id, n);
+        }
+        (n as usize, true)
+    }
+}
+
 /// Ranks handed out while a trace is read, in its order: a slice of a trace (`--trace-limit`) ranks
 /// its blocks as the whole trace does.
 #[derive(Debug, Default)]
 pub(super) struct BlockTree {
-    rank: IdMap,
-    /// Followers ranked so far, per block; `root`: of the first blocks.
-    followers: IdMap,
+    /// Each id seen: its place in `seen`.
+    slot: IdSlots,
+    /// Per id seen: its rank, and the followers ranked so far.
+    seen: Vec<Ranks>,
+    /// Followers ranked so far of no block (first blocks).
     root: u32,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Ranks {
+    rank: u32,
+    followers: u32,
+}
+
 impl BlockTree {
-    fn next_follower(&mut self, parent: Option<u64>) -> u32 {
+    /// The next rank among the followers of the block in `parent` (`None`: of no block).
+    fn next_follower(&mut self, parent: Option<usize>) -> u32 {
         let n = match parent {
-            Some(p) => self.followers.entry(p).or_insert(0),
+            Some(p) => &mut self.seen[p].followers,
             None => &mut self.root,
         };
         let r = *n;
@@ -87,16 +140,16 @@ impl BlockTree {
         let used = &ids[..needed.min(ids.len())];
         let mut parent = None;
         for &id in used {
-            let rank = match self.rank.get(&id) {
-                Some(&r) => r,
-                None => {
-                    let r = self.next_follower(parent);
-                    self.rank.insert(id, r);
-                    r
-                }
-            };
-            out.push(Block { id, rank });
-            parent = Some(id);
+            let (at, new) = self.slot.number(id);
+            if new {
+                let rank = self.next_follower(parent);
+                self.seen.push(Ranks { rank, followers: 0 });
+            }
+            out.push(Block {
+                id,
+                rank: self.seen[at].rank,
+            });
+            parent = Some(at);
         }
         let covered = used.len() as u64 * u64::from(block_size);
         (covered < u64::from(input_len)).then(|| self.next_follower(parent))
@@ -195,6 +248,38 @@ pub(super) fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_numbered_in_order_of_first_sight_whether_small_or_large() {
+        let mut slots = IdSlots::default();
+        let ids = [
+            7,
+            u64::MAX,
+            0,
+            7,
+            IdSlots::DENSE,
+            IdSlots::DENSE - 1,
+            0,
+            u64::MAX,
+        ];
+        let got: Vec<(usize, bool)> = ids.iter().map(|&id| slots.number(id)).collect();
+        assert_eq!(
+            got,
+            [
+                (0, true),
+                (1, true),
+                (2, true),
+                (0, false),
+                (3, true),
+                (4, true),
+                (2, false),
+                (1, false)
+            ]
+        );
+        assert_eq!(slots.get(IdSlots::DENSE), Some(3));
+        assert_eq!(slots.get(8), None);
+        assert_eq!(slots.get(IdSlots::DENSE + 1), None);
+    }
 
     #[test]
     fn a_cut_block_is_a_prefix_of_the_whole_block_and_ids_stay_in_range() {

@@ -9,7 +9,6 @@ mod line;
 mod mooncake;
 pub mod native;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
@@ -339,7 +338,10 @@ impl Trace {
         let page = u64::from(page_size.max(1));
         let bs = u64::from(self.block_size);
         // Per block id: the most tokens an earlier prompt holds through the end of that block.
-        let mut through: HashMap<u64, u64> = HashMap::new();
+        // Per block id (numbered by `slots`): the most tokens an earlier prompt holds through the
+        // end of that block.
+        let mut slots = blocks::IdSlots::default();
+        let mut through: Vec<u64> = Vec::new();
         let (mut cached, mut prompt) = (0u64, 0u64);
         for r in &self.requests {
             let len = u64::from(r.input_len);
@@ -350,7 +352,7 @@ impl Trace {
             let ids = self.blocks.get(start..start + n).unwrap_or_default();
             let mut shared = 0u64;
             for (k, b) in ids.iter().enumerate() {
-                let Some(&held) = through.get(&b.id()) else {
+                let Some(held) = slots.get(b.id()).map(|i| through[i]) else {
                     break;
                 };
                 let end = (k as u64 + 1) * bs;
@@ -363,8 +365,11 @@ impl Trace {
             cached += hit / page * page;
             for (k, b) in ids.iter().enumerate() {
                 let held = ((k as u64 + 1) * bs).min(len);
-                let e = through.entry(b.id()).or_insert(0);
-                *e = (*e).max(held);
+                let (i, new) = slots.number(b.id());
+                if new {
+                    through.push(0);
+                }
+                through[i] = through[i].max(held);
             }
         }
         Some((cached, prompt))
