@@ -171,7 +171,18 @@ impl RequestState {
         if self.output.is_empty() {
             return crate::radix::Key::new(&self.request.input_ids, range);
         }
-        crate::radix::Key::owned(self.target()[range].to_vec())
+        // Prompt and output joined, only the range copied.
+        let prompt = &self.request.input_ids[..];
+        let (lo, hi) = (range.start.min(prompt.len()), range.end.min(prompt.len()));
+        let mut tokens = Vec::with_capacity(range.len());
+        tokens.extend_from_slice(&prompt[lo..hi]);
+        let (lo, hi) = (range.start.max(prompt.len()), range.end.max(prompt.len()));
+        let out = self.output.len();
+        tokens.extend_from_slice(
+            &self.output[(lo - prompt.len()).min(out)..(hi - prompt.len()).min(out)],
+        );
+        debug_assert_eq!(tokens[..], self.target()[range]);
+        crate::radix::Key::owned(tokens)
     }
     fn target_len(&self) -> usize {
         self.request.input_ids.len() + self.output.len()

@@ -167,13 +167,14 @@ const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Keeps the keys of a request's own tokens apart from the blocks' keys.
 const OWN_DOMAIN: u64 = 0x0f11_0000_0000_0000;
 
-/// Random words that blocks read windows of, made once per process: 2^20 words (4 MiB). Copying
-/// a window is several times faster than hashing each token, and the conversation trace has 93
-/// million block tokens; windows may overlap, which no prefix cache can see (token 0 differs).
+/// Random words that blocks read windows of, made once per process: 2^16 words (256 KiB, which stays
+/// in a core's cache while prompts are copied out of it). Copying a window is several times faster
+/// than hashing each token, and the conversation trace has 93 million block tokens; windows may
+/// overlap, which no prefix cache can see (token 0 differs).
 fn table() -> &'static [u32] {
     static TABLE: OnceLock<Box<[u32]>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        (0..1u64 << 20)
+        (0..1u64 << 16)
             .map(|i| mix(i.wrapping_mul(GOLDEN)) as u32)
             .collect()
     })
