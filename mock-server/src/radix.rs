@@ -6,6 +6,7 @@
 //! range is copied into a buffer of its own. The tree then never keeps more than four times its
 //! tokens in memory, however much of each prompt was a cache hit or has been evicted.
 
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -98,6 +99,9 @@ pub struct RadixTree {
     free: Vec<NodeId>,
     clock: u64,
     size: usize,
+    /// The evictable nodes (alive unlocked leaves but the root) by (last access, id): what
+    /// [`RadixTree::evict`] takes from, kept up to date by every change of a node.
+    leaves: BTreeSet<(u64, NodeId)>,
 }
 
 impl Default for RadixTree {
@@ -122,7 +126,36 @@ impl RadixTree {
             free: Vec::new(),
             clock: 0,
             size: 0,
+            leaves: BTreeSet::new(),
         }
+    }
+
+    /// Whether `id` is evictable.
+    fn evictable(&self, id: NodeId) -> bool {
+        let n = &self.nodes[id];
+        id != Self::ROOT && n.alive && n.children.is_empty() && n.lock_ref == 0
+    }
+
+    /// Takes `id` out of the evictable set before a change to it (its last access, locks or
+    /// children); [`RadixTree::relist`] puts it back after.
+    fn unlist(&mut self, id: NodeId) {
+        if self.evictable(id) {
+            self.leaves.remove(&(self.nodes[id].last_access, id));
+        }
+    }
+
+    /// Puts `id` in the evictable set if it is evictable after a change.
+    fn relist(&mut self, id: NodeId) {
+        if self.evictable(id) {
+            self.leaves.insert((self.nodes[id].last_access, id));
+        }
+    }
+
+    /// Sets the last access of `id`, keeping the evictable set in order.
+    fn touch(&mut self, id: NodeId, now: u64) {
+        self.unlist(id);
+        self.nodes[id].last_access = now;
+        self.relist(id);
     }
 
     /// Tokens held by the tree.
@@ -159,13 +192,15 @@ impl RadixTree {
             last_access: self.clock,
             alive: true,
         };
-        if let Some(id) = self.free.pop() {
+        let id = if let Some(id) = self.free.pop() {
             self.nodes[id] = node;
             id
         } else {
             self.nodes.push(node);
             self.nodes.len() - 1
-        }
+        };
+        self.relist(id);
+        id
     }
 
     /// Splits `child` so that its first `at` tokens become a new parent node; returns that node.
@@ -176,6 +211,7 @@ impl RadixTree {
         let first = head.tokens()[0];
         let tail_first = tail.tokens()[0];
         let mid = self.alloc(head, parent);
+        self.unlist(mid);
         self.nodes[mid].lock_ref = self.nodes[child].lock_ref;
         self.nodes[mid].last_access = self.nodes[child].last_access;
         self.nodes[mid].children.insert(tail_first, child);
@@ -202,10 +238,10 @@ impl RadixTree {
             let common = common_prefix(self.nodes[child].key.tokens(), &tokens[pos..]);
             if common < self.nodes[child].key.len() {
                 let mid = self.split(child, common);
-                self.nodes[mid].last_access = now;
+                self.touch(mid, now);
                 return (pos + common, mid);
             }
-            self.nodes[child].last_access = now;
+            self.touch(child, now);
             pos += common;
             node = child;
         }
@@ -228,7 +264,7 @@ impl RadixTree {
         // A match from the root passes every node above `node`, to its end.
         let mut up = node;
         while up != Self::ROOT {
-            self.nodes[up].last_access = now;
+            self.touch(up, now);
             up = self.nodes[up].parent;
         }
         let (matched, end) = self.match_from(node, rest.tokens(), now);
@@ -244,6 +280,7 @@ impl RadixTree {
         let rest = key.from(matched);
         let added = rest.len();
         let first = rest.tokens()[0];
+        self.unlist(node);
         let leaf = self.alloc(rest, node);
         self.nodes[node].children.insert(first, leaf);
         self.size += added;
@@ -263,6 +300,7 @@ impl RadixTree {
     /// Protects the path from `node` to the root from eviction.
     pub fn lock(&mut self, mut node: NodeId) {
         while node != Self::ROOT {
+            self.unlist(node);
             self.nodes[node].lock_ref += 1;
             node = self.nodes[node].parent;
         }
@@ -273,7 +311,9 @@ impl RadixTree {
         while node != Self::ROOT {
             let n = &mut self.nodes[node];
             n.lock_ref = n.lock_ref.saturating_sub(1);
-            node = n.parent;
+            let parent = n.parent;
+            self.relist(node);
+            node = parent;
         }
     }
 
@@ -281,19 +321,8 @@ impl RadixTree {
     /// evictable; returns the tokens freed.
     pub fn evict(&mut self, want: usize) -> usize {
         let mut freed = 0;
-        // Keys are distinct (node ids are), so the heap pops them in one order however it was
-        // built.
-        let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, NodeId)>> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, n)| {
-                *i != Self::ROOT && n.alive && n.children.is_empty() && n.lock_ref == 0
-            })
-            .map(|(i, n)| std::cmp::Reverse((n.last_access, i)))
-            .collect();
         while freed < want {
-            let Some(std::cmp::Reverse((_, id))) = heap.pop() else {
+            let Some((_, id)) = self.leaves.pop_first() else {
                 break;
             };
             let parent = self.nodes[id].parent;
@@ -306,10 +335,7 @@ impl RadixTree {
             self.free.push(id);
             self.size -= len;
             freed += len;
-            let p = &self.nodes[parent];
-            if parent != Self::ROOT && p.children.is_empty() && p.lock_ref == 0 {
-                heap.push(std::cmp::Reverse((p.last_access, parent)));
-            }
+            self.relist(parent);
         }
         freed
     }
@@ -369,6 +395,50 @@ mod tests {
         assert_eq!(t.match_prefix(&[6]).0, 1);
         t.reset();
         assert_eq!(t.size(), 0);
+    }
+
+    /// The evictable set as a scan of every node finds it.
+    fn scanned(t: &RadixTree) -> BTreeSet<(u64, NodeId)> {
+        (0..t.nodes.len())
+            .filter(|&i| t.evictable(i))
+            .map(|i| (t.nodes[i].last_access, i))
+            .collect()
+    }
+
+    proptest! {
+        /// Through any mix of matches, inserts, locks, unlocks and evictions, the evictable set
+        /// kept up to date is the one a scan of every node finds, so eviction takes the same
+        /// leaves in the same order as a heap built from a scan at each call.
+        #[test]
+        fn the_evictable_set_is_what_a_scan_finds(
+            ops in prop::collection::vec((0u8..5, prop::collection::vec(0u32..3, 1..10), 0usize..12), 1..60),
+        ) {
+            let mut t = RadixTree::new();
+            let mut locked: Vec<NodeId> = Vec::new();
+            for (op, seq, n) in ops {
+                match op {
+                    0 => { t.match_prefix(&seq); }
+                    1 => { t.insert(k(&seq)); }
+                    2 => {
+                        let (_, node) = t.insert(k(&seq));
+                        t.lock(node);
+                        locked.push(node);
+                    }
+                    3 => {
+                        if !locked.is_empty() {
+                            let node = locked.remove(n % locked.len());
+                            t.unlock(node);
+                        }
+                    }
+                    _ => {
+                        let before = t.size();
+                        let freed = t.evict(n);
+                        prop_assert_eq!(t.size(), before - freed);
+                    }
+                }
+                prop_assert_eq!(&t.leaves, &scanned(&t));
+            }
+        }
     }
 
     /// Tokens of the distinct buffers the tree's live nodes keep alive.
