@@ -317,9 +317,14 @@ run_decide() {
 # run_twin NAME URL API [MODEL]: only what the twin check needs, in target/real/NAME/twin/:
 # LLMB_TWIN_ROUNDS (default 5) rounds of an interleaved sweep at 256, 512, 1k, 2k and 3k (the fit's
 # contexts and the held-out ones, run round-robin), a load run at concurrency 4 (what `calibrate` fits
-# from) and held-out load runs at concurrency 2 and 8 (what the twin predicts), then `run_twin_check`.
+# from) and held-out load runs at concurrency 2 and 8, one of mixed inputs (concurrency 6, uniform
+# over 256..2k tokens) and one of Poisson arrivals (4 req/s, 768 tokens in): what the twin predicts.
+# Then `run_twin_check`.
 # Requests of a held-out load run at concurrency $1, on the server and in the twin alike.
 held_out_requests() { echo $((8 * $1 + 8)); }
+# The held-out loads of other shapes, by name: their flags, on the server and in the twin alike.
+TWIN_MIXED=(--concurrency 6 --num-requests 56 --input-len uniform:256:2048 --output-len 32 --warmup 2)
+TWIN_POISSON=(--request-rate 4 --num-requests 60 --input-len 768 --output-len 32 --warmup 2)
 # The sweep contexts `calibrate` fits from; the twin predicts the others.
 TWIN_FIT_CONTEXTS=256,1024,3000
 
@@ -346,6 +351,10 @@ run_twin() {
                 "${target[@]}" --concurrency "$c" --num-requests "$(held_out_requests "$c")" --input-len 1024 \
                 --output-len 32 --warmup 2 --seed "${k}6" --no-progress --out "$out/load-c$c-$k.jsonl" || rc=1
         done
+        run_step "held-out load $k, mixed inputs" "$out/load-mix-$k.txt" bench-client load "${target[@]}" \
+            "${TWIN_MIXED[@]}" --seed "${k}7" --no-progress --out "$out/load-mix-$k.jsonl" || rc=1
+        run_step "held-out load $k, Poisson arrivals" "$out/load-poi-$k.txt" bench-client load "${target[@]}" \
+            "${TWIN_POISSON[@]}" --seed "${k}8" --no-progress --out "$out/load-poi-$k.jsonl" || rc=1
     done
     run_twin_check "$out" || rc=1
     log "twin: outputs in $out"
@@ -386,6 +395,17 @@ run_twin_check() {
                 --num-requests "$(held_out_requests "$c")" --input-len 1024 --output-len 32 --warmup 2 \
                 --seed "${k}6" --no-progress --out "$d/twin-c$c-$k.jsonl" || return 1
         done
+        # The loads of other shapes where the server ran them (`run_twin`).
+        if [[ -f "$d/load-mix-$k.jsonl" ]]; then
+            run_step "the twin: load $k, mixed inputs, simulated" "$d/twin-mix-$k.txt" bench-client load \
+                --preset-file "$d/twin.toml" --mock-set "seed=$k" --simulate "${TWIN_MIXED[@]}" \
+                --seed "${k}7" --no-progress --out "$d/twin-mix-$k.jsonl" || return 1
+        fi
+        if [[ -f "$d/load-poi-$k.jsonl" ]]; then
+            run_step "the twin: load $k, Poisson arrivals, simulated" "$d/twin-poi-$k.txt" bench-client load \
+                --preset-file "$d/twin.toml" --mock-set "seed=$k" --simulate "${TWIN_POISSON[@]}" \
+                --seed "${k}8" --no-progress --out "$d/twin-poi-$k.jsonl" || return 1
+        fi
     done
     python3 - "$d" >"$d/twin-table.md" <<'PY' || return 1
 import glob, json, sys
@@ -440,6 +460,14 @@ for c in (2, 8):
     for m, get in (("TTFT", lambda r: r["load"]["ttft_from_schedule_ms"]), ("TPOT", lambda r: r["tpot_ms"])):
         row(f"load c={c}: {m} median ms", pooled(f"load-c{c}", loaded, get), pooled(f"twin-c{c}", loaded, get),
             20, by_round(f"load-c{c}", loaded, get))
+# The loads of other shapes (issue 34: within 10% on TTFT and TPOT p50), where the server ran them.
+for name, what in (("mix", "mixed inputs c=6 (256..2k)"), ("poi", "Poisson 4 req/s (768 in)")):
+    if not files(f"load-{name}-"):
+        continue
+    loaded = lambda r: r.get("load") is not None
+    for m, get in (("TTFT", lambda r: r["load"]["ttft_from_schedule_ms"]), ("TPOT", lambda r: r["tpot_ms"])):
+        row(f"load {what}: {m} median ms", pooled(f"load-{name}-", loaded, get),
+            pooled(f"twin-{name}-", loaded, get), 10, by_round(f"load-{name}-", loaded, get))
 for prefix, what in (("sweep-", "the sweeps"), ("load-c2", "the c=2 load runs"), ("load-c8", "the c=8 load runs")):
     n = sum(len(recs) for recs in files(prefix, held=True))
     if n:
