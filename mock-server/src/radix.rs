@@ -183,6 +183,8 @@ impl RadixTree {
         self.clock
     }
 
+    /// A new node below `parent`, not yet in the evictable set (its caller lists it once the node
+    /// has its place).
     fn alloc(&mut self, key: Key, parent: NodeId) -> NodeId {
         let node = Node {
             key,
@@ -192,15 +194,13 @@ impl RadixTree {
             last_access: self.clock,
             alive: true,
         };
-        let id = if let Some(id) = self.free.pop() {
+        if let Some(id) = self.free.pop() {
             self.nodes[id] = node;
             id
         } else {
             self.nodes.push(node);
             self.nodes.len() - 1
-        };
-        self.relist(id);
-        id
+        }
     }
 
     /// Splits `child` so that its first `at` tokens become a new parent node; returns that node.
@@ -211,7 +211,6 @@ impl RadixTree {
         let first = head.tokens()[0];
         let tail_first = tail.tokens()[0];
         let mid = self.alloc(head, parent);
-        self.unlist(mid);
         self.nodes[mid].lock_ref = self.nodes[child].lock_ref;
         self.nodes[mid].last_access = self.nodes[child].last_access;
         self.nodes[mid].children.insert(tail_first, child);
@@ -282,6 +281,7 @@ impl RadixTree {
         let first = rest.tokens()[0];
         self.unlist(node);
         let leaf = self.alloc(rest, node);
+        self.relist(leaf);
         self.nodes[node].children.insert(first, leaf);
         self.size += added;
         (added, leaf)

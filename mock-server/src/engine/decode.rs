@@ -136,10 +136,10 @@ impl Engine {
     }
 
     /// Draws one verify step's tokens for `r`: whether it finished; the event to send, when one
-    /// is due (always when it finished), goes onto `events` (built in place: it is large). The pass ended at `pass_end`. Output processing
-    /// is one queue in pass order that takes `output_per_request_s` per event (SGLang's
-    /// detokenizer and tokenizer manager): an event leaves when the pass has ended and the events
-    /// before it have left.
+    /// is due (always when it finished), goes onto `events` (built in place: it is large). The
+    /// pass ended at `pass_end`. Output processing is one queue in pass order that takes
+    /// `output_per_request_s` per event (SGLang's detokenizer and tokenizer manager): an event
+    /// leaves when the pass has ended and the events before it have left.
     pub(super) fn step_tokens(
         &mut self,
         r: &mut RequestState,
@@ -290,20 +290,11 @@ impl Engine {
         }
         if !self.cfg.disable_radix_cache {
             // Prompt and output but the last token, inserted below the request's locked node
-            // (which holds its first `locked_len` tokens): only the rest is copied.
-            let prompt = &r.request.input_ids;
-            let len = (prompt.len() + r.output.len()).saturating_sub(1);
+            // (which holds its first `locked_len` tokens): only the rest, as a cache key.
+            let len = r.target_len().saturating_sub(1);
             let from = if r.locked_len <= len { r.locked_len } else { 0 };
-            let mut rest = Vec::with_capacity(len - from);
-            if from < prompt.len() {
-                rest.extend_from_slice(&prompt[from..]);
-                rest.extend_from_slice(&r.output);
-            } else {
-                rest.extend_from_slice(&r.output[from - prompt.len()..]);
-            }
-            rest.truncate(len - from);
+            let rest = r.target_key(from..len);
             debug_assert!(from == 0 || self.tree.depth(r.node) == from);
-            let rest = crate::radix::Key::owned(rest);
             if from == 0 {
                 self.tree.insert(rest);
             } else {

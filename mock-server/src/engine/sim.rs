@@ -220,13 +220,8 @@ impl Simulator {
     /// of held results), returning the stream events it produced, each at its instant.
     pub fn step(&mut self) -> Vec<SimEvent> {
         let mut out = Vec::new();
-        self.step_into(&mut out);
-        out
-    }
-
-    /// [`Simulator::step`], appending the events to `out` (a driver keeps one list for a run).
-    pub fn step_into(&mut self, out: &mut Vec<SimEvent>) {
         self.step_with(|e| out.push(e));
+        out
     }
 
     /// [`Simulator::step`], handing each event to `f` in order (straight from the engine's

@@ -337,7 +337,6 @@ impl Trace {
         }
         let page = u64::from(page_size.max(1));
         let bs = u64::from(self.block_size);
-        // Per block id: the most tokens an earlier prompt holds through the end of that block.
         // Per block id (numbered by `slots`): the most tokens an earlier prompt holds through the
         // end of that block.
         let mut slots = blocks::IdSlots::default();
