@@ -107,7 +107,7 @@ pub fn svg(r: &CapacityReport) -> anyhow::Result<String> {
     // that rate (the throughput achieved there), never above.
     let answer = r.capacity.and_then(|c| {
         let offered = r.passing_rate.unwrap_or(c);
-        let step = r.steps.iter().find(|s| s.passed && s.rate == offered)?;
+        let step = r.passed_at(offered)?;
         let label = match r.level {
             Level::Rate if c < offered => format!(
                 "capacity {} ({} offered)",

@@ -242,12 +242,15 @@ impl CapacityReport {
         }
     }
 
+    /// The step that passed at `rate` (a level that passed is not run again).
+    pub fn passed_at(&self, rate: f64) -> Option<&CapacityRow> {
+        self.steps.iter().rev().find(|s| s.passed && s.rate == rate)
+    }
+
     /// The SLO gate of the search: over the step at the highest passing level; when none passed,
     /// failed, over the step at the lowest level tried.
     pub fn gate(&self, slo: &crate::measure::Slo) -> SloGate {
-        let passing = self
-            .passing_rate
-            .and_then(|r| self.steps.iter().rev().find(|s| s.passed && s.rate == r));
+        let passing = self.passing_rate.and_then(|r| self.passed_at(r));
         let lowest = self.steps.iter().min_by(|a, b| a.rate.total_cmp(&b.rate));
         let Some(row) = passing.or(lowest) else {
             let mut g = SloGate::new(slo, self.target, 0, 0);

@@ -247,7 +247,12 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
                 return Ok(cfg.outcome(rows, &answer, resumed_steps, true));
             }
         }
-        let records = records_in(&step.out)?;
+        // A complete resumed step's records are those just read; a run step's, its file now.
+        let records = if complete {
+            existing
+        } else {
+            records_in(&step.out)?
+        };
         let summary = LoadSummary::from_records(&records, cfg.load.slo);
         let t = timing(&records);
         let open = cfg.level() == Level::Rate;

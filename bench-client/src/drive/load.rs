@@ -22,6 +22,7 @@ use crate::results::{load_record, LoadInfo, Record, RecordWriter};
 use crate::trace::Dialect;
 
 use super::pacer::{clock_is_paused, wait_until, Pacer, OPEN_LOOP_LEAD};
+use super::piece::{manifest, piece_run_id, resumed};
 use super::run::{collect, metrics_after, run_start, Collected};
 use crate::net::scrape;
 use crate::plan::schedule::{Schedule, Shard, Stop};
@@ -266,8 +267,6 @@ pub(super) async fn scrape_samples(
     let (text, at) = scrape::scrape(http, target).await?;
     metrics::samples(&text).map(|m| (m, at))
 }
-
-pub(crate) use super::piece::{manifest, piece_run_id, resumed};
 
 /// Run a load test, appending each record to `cfg.out` as it finishes (on the engine path when
 /// the config asks for it).

@@ -41,12 +41,8 @@ pub struct SessionsConfig {
 
 impl SessionsConfig {
     /// Checks everything before anything is sent: the load run's checks, a closed loop without
-    /// `--max-concurrency`, and the sessions. Returns the plan (not yet salted).
-    pub fn validate(&self) -> anyhow::Result<SessionPlan> {
-        self.checked().map(|(_, plan)| plan)
-    }
-
-    /// [`Self::validate`], also giving the load run's planner (its warm-up shape is not used).
+    /// `--max-concurrency`, and the sessions. Returns the load run's planner (its warm-up shape is
+    /// not used) and the sessions' plan (not yet salted).
     fn checked(&self) -> anyhow::Result<(Planner, SessionPlan)> {
         let planner = self.run.validate()?;
         let run = &self.run;
@@ -329,7 +325,7 @@ pub async fn run_sessions_with(
         } else {
             (HashMap::new(), 0)
         };
-    let run_id = super::load::piece_run_id(run, Some(&cfg.sessions))?;
+    let run_id = super::piece::piece_run_id(run, Some(&cfg.sessions))?;
     let http =
         net::http_client_with(&run.timeouts, run.stamping).context("building the HTTP client")?;
     let writer = RecordWriter::open(&run.out)?;
@@ -373,7 +369,7 @@ pub async fn run_sessions_with(
     let concurrency = cfg.concurrency();
     // A load run's manifest, saying what the sessions send and where their output ids come from.
     let manifest = sessions_manifest(
-        super::load::manifest(run, server_info, start_unix_ms, run_id),
+        super::piece::manifest(run, server_info, start_unix_ms, run_id),
         concurrency,
         &cfg.sessions,
         output_ids_source(run.target.dialect),

@@ -59,6 +59,8 @@ impl Col {
 pub struct Grid {
     cols: Vec<Col>,
     table: Table,
+    /// Columns that have their settings (the table's first ones).
+    set: usize,
 }
 
 impl Grid {
@@ -70,6 +72,7 @@ impl Grid {
         Grid {
             cols: cols.to_vec(),
             table,
+            set: 0,
         }
     }
 
@@ -91,8 +94,9 @@ impl Grid {
     pub fn row<S: ToString>(&mut self, cells: impl IntoIterator<Item = S>) -> &mut Grid {
         self.table
             .add_row(cells.into_iter().map(|c| c.to_string()).collect::<Vec<_>>());
-        // A row can add columns; each takes its settings once it exists.
-        for (i, col) in self.table.column_iter_mut().enumerate() {
+        // A row can add columns; each takes its settings once, when it comes to exist.
+        let set = self.set;
+        for (i, col) in self.table.column_iter_mut().enumerate().skip(set) {
             let c = self.cols.get(i).copied().unwrap_or(Col::left());
             let gap = c.gap.unwrap_or(if i == 0 { 0 } else { 1 });
             col.set_padding((gap, 0));
@@ -106,6 +110,7 @@ impl Grid {
                 )));
             }
         }
+        self.set = self.table.column_count();
         self
     }
 

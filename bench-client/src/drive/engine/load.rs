@@ -327,8 +327,8 @@ pub fn run_load_engine(
             .or(cfg.start_at_unix_ms)
             .unwrap_or_else(rand::random),
     );
-    let resumed = crate::drive::load::resumed(cfg)?;
-    let run_id = crate::drive::load::piece_run_id(cfg, sessions.map(|s| &s.sessions))?;
+    let resumed = crate::drive::piece::resumed(cfg)?;
+    let run_id = crate::drive::piece::piece_run_id(cfg, sessions.map(|s| &s.sessions))?;
     let done = resumed.done;
     let sim = Simulator::new(mock).map_err(|e| anyhow::anyhow!("embedded mock: {e}"))?;
     // Virtual time runs ahead of the wall clock: a resumed piece starts after the last request
@@ -401,7 +401,7 @@ pub fn run_load_engine(
     } else {
         None
     };
-    let mut manifest = crate::drive::load::manifest(cfg, Some(server_info), start_unix_ms, run_id);
+    let mut manifest = crate::drive::piece::manifest(cfg, Some(server_info), start_unix_ms, run_id);
     if let Some(sc) = sessions {
         let slots = run.sessions.as_ref().map_or(1, |s| s.slots());
         manifest = crate::drive::sessions::sessions_manifest(
