@@ -125,25 +125,39 @@ fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
     (apply(&base, &truth), truth, opts)
 }
 
-#[test]
-fn rows_made_by_a_known_twin_calibrate_back_to_it() {
-    let (cfg, truth, opts) = known();
-    let mut points = Vec::new();
-    for (isl, osl) in [(256, 16), (1024, 32), (2048, 24)] {
-        for c in [1, 3, 8] {
+/// The rows `cfg` gives at each (isl, osl, concurrency): its closed loops' mean TTFT and TPOT.
+fn rows_of(
+    cfg: &mock_server::Config,
+    shapes: impl IntoIterator<Item = (u32, u32, u32)>,
+) -> Vec<Point> {
+    shapes
+        .into_iter()
+        .map(|(isl, osl, concurrency)| {
             let mut p = Point {
                 isl,
                 osl,
-                concurrency: c,
+                concurrency,
                 ttft_s: None,
                 tpot_s: None,
             };
-            let (ttft, tpot) = predict_point(&cfg, &p).unwrap();
+            let (ttft, tpot) = predict_point(cfg, &p).unwrap();
             p.ttft_s = Some(ttft);
             p.tpot_s = tpot;
-            points.push(p);
-        }
-    }
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn rows_made_by_a_known_twin_calibrate_back_to_it() {
+    let (cfg, truth, opts) = known();
+    let shapes = [(256, 16), (1024, 32), (2048, 24)];
+    let points = rows_of(
+        &cfg,
+        shapes
+            .iter()
+            .flat_map(|&(isl, osl)| [1, 3, 8].map(|c| (isl, osl, c))),
+    );
     // The search starts 30% off every known cost, alternately high and low.
     let off = |v: f64, up: bool| v * if up { 1.3 } else { 0.7 };
     let start = TableModel {
@@ -228,22 +242,12 @@ fn where_the_chunk_is_not_given_the_fit_chooses_the_servers() {
         &table_base(&mock_server::Config::default(), &known_opts, 8192),
         &truth,
     );
-    let mut points = Vec::new();
-    for isl in [1500, 3000, 6000] {
-        for c in [1, 2, 4] {
-            let mut p = Point {
-                isl,
-                osl: 12,
-                concurrency: c,
-                ttft_s: None,
-                tpot_s: None,
-            };
-            let (ttft, tpot) = predict_point(&cfg, &p).unwrap();
-            p.ttft_s = Some(ttft);
-            p.tpot_s = tpot;
-            points.push(p);
-        }
-    }
+    let points = rows_of(
+        &cfg,
+        [1500, 3000, 6000]
+            .iter()
+            .flat_map(|&isl| [1, 2, 4].map(|c| (isl, 12, c))),
+    );
     let opts = TableFitOptions {
         chunk: 8192,
         chunk_choices: vec![8192, 2048, 32768],
