@@ -19,11 +19,12 @@ use std::path::{Path, PathBuf};
 use super::report::{CapacityReport, CapacityRow, Level};
 use crate::measure::capacity::{CapacityPlan, Next, RequestSpan, StepTiming, STEADY_SPANS};
 use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
+use crate::plan::Planner;
 use crate::report::load::LoadSummary;
 use crate::results::read_records;
 use crate::results::settings::{Recorded, ScheduleRecord};
 
-use crate::drive::load::{run_load, LoadConfig};
+use crate::drive::load::{run_load_with, LoadConfig};
 
 /// A validated capacity search.
 #[derive(Clone, Debug)]
@@ -38,6 +39,9 @@ pub struct CapacityConfig {
     pub stop: Stop,
     /// The search.
     pub plan: CapacityPlan,
+    /// Every step's requests, from the workload checked once (each step's file is checked as
+    /// its run opens it).
+    pub planner: Planner,
     /// The SLO as given, for the report.
     pub slo_text: String,
     /// The base results path; steps go beside it.
@@ -236,7 +240,7 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
                 cfg.level().unit(),
                 step.out.display()
             );
-            let outcome = run_load(&step).await?;
+            let outcome = run_load_with(&step, cfg.planner.clone()).await?;
             if outcome.interrupted {
                 let answer = crate::measure::capacity::CapacityAnswer {
                     rate: None,

@@ -168,6 +168,8 @@ struct CapacityRun {
     /// The first step's schedule; each step has its own level and length.
     schedule: crate::plan::Schedule,
     workload: crate::plan::Workload,
+    /// The workload's requests, checked once for every step.
+    planner: crate::plan::Planner,
     slo: crate::report::Slo,
     timeouts: crate::plan::Timeouts,
     out: PathBuf,
@@ -232,7 +234,7 @@ fn capacity_run(
     if let Some(d) = a.server.api {
         drive::load::check_dialect(d)?;
     }
-    drive::load::check(
+    let planner = drive::load::check(
         &workload,
         a.run.seed,
         a.run.ids.range(),
@@ -244,6 +246,7 @@ fn capacity_run(
         stop,
         schedule,
         workload,
+        planner,
         slo,
         timeouts,
         out,
@@ -280,6 +283,7 @@ impl CapacityRun {
             burstiness: a.arrivals.burstiness,
             stop: self.stop,
             plan: self.plan,
+            planner: self.planner,
             slo_text: a.slo.slo.clone().unwrap_or_default(),
             out: self.out,
             resume: a.run.resume,
