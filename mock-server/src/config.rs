@@ -101,8 +101,13 @@ pub struct Config {
     pub decode_base_s: f64,
     /// Per token of context summed over the batch.
     pub decode_per_context_token_s: f64,
-    /// Per request in the batch.
+    /// Per request in the batch, raised to `decode_batch_exponent`.
     pub decode_per_request_s: f64,
+    /// The batch's request cost grows as batch^exponent: 1 is linear; below 1 the step grows
+    /// more slowly than the batch, as GPU steps do where a larger batch fills the same kernels
+    /// (and a mixture of experts reads each expert once however many requests chose it).
+    #[serde(default = "default_decode_batch_exponent")]
+    pub decode_batch_exponent: f64,
     /// Output processing per request after a pass (detokenizing, the HTTP server's per-stream
     /// work): the j-th stream event of a pass leaves `j x output_per_request_s` after the pass.
     #[serde(default)]
@@ -138,6 +143,10 @@ pub struct Config {
     /// first chunk carries several tokens (SGLang's EAGLE and DFlash). Default false.
     #[serde(default)]
     pub spec_first_token_alone: bool,
+}
+
+fn default_decode_batch_exponent() -> f64 {
+    1.0
 }
 
 fn default_output_tick_s() -> f64 {
@@ -238,6 +247,18 @@ impl Config {
         PRESET_NAMES
     }
 
+    /// The decode step's cost of a batch of `requests` beside its context:
+    /// `decode_per_request_s x requests^decode_batch_exponent`.
+    pub fn decode_batch_cost_s(&self, requests: usize) -> f64 {
+        let b = requests as f64;
+        let b = if self.decode_batch_exponent == 1.0 {
+            b
+        } else {
+            b.powf(self.decode_batch_exponent)
+        };
+        self.decode_per_request_s * b
+    }
+
     /// The `small-cpu-demo` preset.
     #[allow(clippy::should_implement_trait)]
     #[allow(clippy::expect_used)]
@@ -307,6 +328,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.eos_probability) {
             return inv("eos_probability must be in [0, 1]");
+        }
+        if !(self.decode_batch_exponent > 0.0 && self.decode_batch_exponent <= 2.0) {
+            return inv("decode_batch_exponent must be in (0, 2]");
         }
         let costs = [
             ("prefill_base_s", self.prefill_base_s),
@@ -503,5 +527,20 @@ mod tests {
         c.set("mem_fraction_static", "0.5").unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("Not enough memory"), "{e}");
+    }
+
+    #[test]
+    fn the_batch_cost_grows_as_its_exponent_says() {
+        let mut c = Config::default();
+        c.decode_per_request_s = 0.001;
+        assert!((c.decode_batch_cost_s(16) - 0.016).abs() < 1e-15);
+        c.set("decode_batch_exponent", "0.5").unwrap();
+        assert!((c.decode_batch_cost_s(16) - 0.004).abs() < 1e-15);
+        assert!(c.validate().is_ok());
+        for bad in ["0", "-0.5", "2.5", "nan"] {
+            c.set("decode_batch_exponent", bad).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("decode_batch_exponent"), "{bad}: {e}");
+        }
     }
 }

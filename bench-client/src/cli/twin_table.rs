@@ -78,12 +78,18 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         chunk_choices,
         ..TableFitOptions::default()
     };
-    let params = 7 + usize::from(crate::twin::table::saturation_pool(&points).is_some());
-    if rows.len() < params {
+    // Each row's TTFT and TPOT are a measured value each.
+    let params = 8 + usize::from(crate::twin::table::saturation_pool(&points).is_some());
+    let values: usize = points
+        .iter()
+        .map(|p| usize::from(p.ttft_s.is_some()) + usize::from(p.tpot_s.is_some()))
+        .sum();
+    if values < params {
         return Err(data(anyhow::anyhow!(
-            "{file}: {} rows cannot fit the model's {params} parameters (prefill per pass, per token and per token pair; decode per step, per context token and per request; the way in and out{}): give at least {params}",
+            "{file}: {} rows ({values} measured TTFTs and TPOTs) cannot fit the model's {params} parameters (prefill per pass, per token and per token pair; decode per step, per context token, per request and the batch's exponent; the way in and out{}): give at least {}",
             rows.len(),
-            if params > 7 { "; the KV pool, since the rows saturate" } else { "" }
+            if params > 8 { "; the KV pool, since the rows saturate" } else { "" },
+            params.div_ceil(2)
         )));
     }
     let base = base_preset(a.base).map_err(CliError::Usage)?;

@@ -226,10 +226,11 @@ pub fn model(m: &TableModel, chunk: usize, mixed: bool) -> String {
     );
     let _ = writeln!(
         out,
-        "  decode step {} + {} per context token + {} per request in the batch",
+        "  decode step {} + {} per context token + {} x batch^{:.3} (the batch's requests)",
         secs(m.decode_base_s),
         secs(m.decode_per_context_token_s),
-        secs(m.decode_per_request_s)
+        secs(m.decode_per_request_s),
+        m.decode_batch_exponent
     );
     let _ = writeln!(
         out,

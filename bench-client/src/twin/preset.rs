@@ -80,7 +80,12 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
     marks.insert("decode_per_context_token_s", dm.clone());
     if d.per_request_fitted {
         cfg.decode_per_request_s = d.per_request_s;
+        cfg.decode_batch_exponent = 1.0;
         marks.insert("decode_per_request_s", dm);
+        marks.insert(
+            "decode_batch_exponent",
+            "DERIVED: the runs' fit is linear in the batch".into(),
+        );
     }
     if let (Some(c), Some(src)) = (t.facts.chunked_prefill_size, t.chunk_source) {
         cfg.chunked_prefill_size = if c > 0 { c } else { -1 };

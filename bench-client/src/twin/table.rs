@@ -100,6 +100,7 @@ pub fn apply(base: &Config, m: &TableModel) -> Config {
     c.decode_base_s = m.decode_base_s;
     c.decode_per_context_token_s = m.decode_per_context_token_s;
     c.decode_per_request_s = m.decode_per_request_s;
+    c.decode_batch_exponent = m.decode_batch_exponent;
     if let Some(p) = m.kv_pool_tokens {
         set_pool(&mut c, p);
     }
@@ -325,31 +326,51 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
     let guess_cost = obj.cost_of(&start);
     let x0 = start.to_log();
     let n = x0.len();
-    // The first simplex: the guess, and each parameter doubled (the pool 1.5 times).
-    let mut simplex = vec![x0.clone()];
-    for i in 0..n {
-        let mut v = x0.clone();
-        v[i] += if i == 7 { 1.5f64.ln() } else { 2f64.ln() };
-        simplex.push(v);
-    }
-    let solver = NelderMead::new(simplex).with_sd_tolerance(1e-7)?;
-    let tracked = RefCell::new((x0, f64::INFINITY));
+    // A simplex around `x`: `x`, and each parameter doubled (the exponent divided by 1.25, the
+    // pool 1.5 times), the steps in log space scaled by `scale`.
+    let simplex = |x: &[f64], scale: f64| {
+        let mut s = vec![x.to_vec()];
+        for i in 0..n {
+            let mut v = x.to_vec();
+            v[i] += scale
+                * match i {
+                    7 => -(1.25f64.ln()),
+                    8 => 1.5f64.ln(),
+                    _ => 2f64.ln(),
+                };
+            s.push(v);
+        }
+        s
+    };
+    let tracked = RefCell::new((x0.clone(), f64::INFINITY));
     // The first simplex is evaluated whole before the search can be stopped.
     let budget = evals.get() + opts.max_evals.max(n as u64 + 2);
-    // A spent budget ends the run with an error; the best point tracked is the result.
-    let _ = Executor::new(
-        Objective {
-            base: &base,
-            points,
-            evals: &evals,
-            full: false,
-            best: Some(&tracked),
-            budget,
-        },
-        solver,
-    )
-    .configure(|s| s.max_iters(opts.max_evals))
-    .run();
+    // Nelder-Mead runs again from its best point, on a simplex a quarter the size, while the
+    // budget allows a new simplex and the last run gained: a simplex that collapsed along one
+    // direction stops short of the minimum. A spent budget ends a run with an error; the best
+    // point tracked is the result.
+    let (mut from, mut scale, mut last) = (x0, 1.0, f64::INFINITY);
+    loop {
+        let solver = NelderMead::new(simplex(&from, scale)).with_sd_tolerance(1e-7)?;
+        let _ = Executor::new(
+            Objective {
+                base: &base,
+                points,
+                evals: &evals,
+                full: false,
+                best: Some(&tracked),
+                budget,
+            },
+            solver,
+        )
+        .configure(|s| s.max_iters(opts.max_evals))
+        .run();
+        let (best, cost) = tracked.borrow().clone();
+        if evals.get() + n as u64 + 1 > budget || cost >= last * (1.0 - 1e-9) {
+            break;
+        }
+        (from, scale, last) = (best, 0.25, cost);
+    }
     let best = tracked.into_inner().0;
     let mut model = TableModel::from_log(&best).floored();
     if pool.is_none() {
@@ -382,7 +403,9 @@ pub fn point_of(r: &TableRow) -> Point {
 /// The smallest TPOT the model can give a row: its lone request's decode step (batch of one at
 /// its prompt's context). A measured TPOT below it cannot be reached by any batch.
 pub fn lone_step_s(cfg: &Config, p: &Point) -> f64 {
-    cfg.decode_base_s + cfg.decode_per_context_token_s * f64::from(p.isl) + cfg.decode_per_request_s
+    cfg.decode_base_s
+        + cfg.decode_per_context_token_s * f64::from(p.isl)
+        + cfg.decode_batch_cost_s(1)
 }
 
 /// Every row's closed loop on `cfg` at the full measured count, beside its measurement; a row

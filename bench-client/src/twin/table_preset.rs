@@ -53,6 +53,7 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
         "decode_base_s",
         "decode_per_context_token_s",
         "decode_per_request_s",
+        "decode_batch_exponent",
     ] {
         marks.insert(k, fitted.clone());
     }

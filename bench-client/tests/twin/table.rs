@@ -99,7 +99,12 @@ fn bad_tables_are_refused_with_the_place_named() {
     );
     refused(d, &mixed, &["--deployment", "c"], "no deployment \"c\"");
     let few: String = good.lines().take(4).map(|l| format!("{l}\n")).collect();
-    refused(d, &few, &[], "3 rows cannot fit the model's 7 parameters");
+    refused(
+        d,
+        &few,
+        &[],
+        "3 rows (6 measured TTFTs and TPOTs) cannot fit the model's 8 parameters",
+    );
 }
 
 /// The known twin the round trip starts from: SGLang's scheduler, passes of 1,024 tokens.
@@ -119,6 +124,7 @@ fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
         decode_base_s: 0.01,
         decode_per_context_token_s: 2e-7,
         decode_per_request_s: 5e-4,
+        decode_batch_exponent: 0.7,
         kv_pool_tokens: None,
     };
     let base = table_base(&mock_server::Config::default(), &opts, 8192);
@@ -156,7 +162,7 @@ fn rows_made_by_a_known_twin_calibrate_back_to_it() {
         &cfg,
         shapes
             .iter()
-            .flat_map(|&(isl, osl)| [1, 3, 8].map(|c| (isl, osl, c))),
+            .flat_map(|&(isl, osl)| [1, 4, 16, 64].map(|c| (isl, osl, c))),
     );
     // The search starts 30% off every known cost, alternately high and low.
     let off = |v: f64, up: bool| v * if up { 1.3 } else { 0.7 };
@@ -168,6 +174,7 @@ fn rows_made_by_a_known_twin_calibrate_back_to_it() {
         decode_base_s: off(truth.decode_base_s, true),
         decode_per_context_token_s: off(truth.decode_per_context_token_s, false),
         decode_per_request_s: off(truth.decode_per_request_s, true),
+        decode_batch_exponent: off(truth.decode_batch_exponent, true),
         kv_pool_tokens: None,
     };
     let opts = TableFitOptions {
@@ -199,6 +206,11 @@ fn rows_made_by_a_known_twin_calibrate_back_to_it() {
             "per request",
             m.decode_per_request_s,
             truth.decode_per_request_s,
+        ),
+        (
+            "batch exponent",
+            m.decode_batch_exponent,
+            truth.decode_batch_exponent,
         ),
     ] {
         assert!(

@@ -56,8 +56,7 @@ impl Engine {
     pub(super) fn batch_cost_s(&self) -> f64 {
         let c = &self.cfg;
         let ctx: usize = self.running.iter().map(|r| r.kv_len).sum();
-        c.decode_per_context_token_s * ctx as f64
-            + c.decode_per_request_s * self.running.len() as f64
+        c.decode_per_context_token_s * ctx as f64 + c.decode_batch_cost_s(self.running.len())
     }
 
     /// Draws one step's tokens for every running request (the pass ends at `deadline`), taking

@@ -79,6 +79,7 @@ impl Engine {
         let used0 = self.kv_used();
         let pool = self.shared.budget.kv_pool_tokens;
         let c = &self.cfg;
+        let batch = c.decode_batch_cost_s(b);
         let (mut t, mut step_start, mut steps) = (start, start, 0usize);
         while steps < quiet {
             if limit.is_some_and(|l| t > l) || used0 + (steps + 1) * b > pool {
@@ -86,8 +87,7 @@ impl Engine {
             }
             // The same expression, in the same order, as `decode_step` and `batch_cost_s`.
             let ctx = ctx0 + steps * b;
-            let secs = c.decode_base_s
-                + (c.decode_per_context_token_s * ctx as f64 + c.decode_per_request_s * b as f64);
+            let secs = c.decode_base_s + (c.decode_per_context_token_s * ctx as f64 + batch);
             step_start = t;
             t += self.scaled(secs);
             steps += 1;

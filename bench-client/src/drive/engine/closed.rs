@@ -311,9 +311,10 @@ mod tests {
 
     #[test]
     fn jumping_over_quiet_steps_moves_no_instant() {
-        for mixed in [false, true] {
+        for (mixed, exponent) in [(false, 1.0), (true, 1.0), (false, 0.6), (true, 0.6)] {
             let mut c = plain();
             c.mixed_batches = mixed;
+            c.decode_batch_exponent = exponent;
             c.chunked_prefill_size = 700;
             for (isl, osl, conc) in [(300, 40, 3), (1000, 64, 8), (50, 7, 5)] {
                 let shape = Shape {
@@ -324,7 +325,7 @@ mod tests {
                 let n = search_requests(conc) + 3;
                 let fast = closed_loop(&c, shape, n, true).unwrap();
                 let slow = closed_loop(&c, shape, n, false).unwrap();
-                assert_eq!(fast, slow, "mixed {mixed} {shape:?}");
+                assert_eq!(fast, slow, "mixed {mixed}, exponent {exponent} {shape:?}");
             }
         }
     }

@@ -120,18 +120,34 @@ pub fn first_guess(points: &[Point], chunk: usize) -> TableModel {
     }
     let pre = relative_fit(&x, &y);
     let pass = |v: &[f64; 3]| v[0] * pre[1] + v[1] * pre[2] + v[2] * pre[3];
-    // TPOT = step(batch, context) + the wave's prefill after a request's first token, per token.
-    let (mut x, mut y) = (Vec::new(), Vec::new());
+    // TPOT = step(batch, context) + the wave's prefill after a request's first token, per token;
+    // the batch's exponent is the one of a grid whose fit leaves the least relative error.
+    let mut rows = Vec::new();
     for (p, f) in points.iter().zip(&feats) {
         let Some(t) = p.tpot_s else { continue };
         let gaps = f64::from(p.osl.max(2) - 1);
         let stall = (pass(&f.total) - pass(&f.mean)).max(0.0) / gaps;
         let c = f64::from(p.concurrency);
         let ctx = c * (f64::from(p.isl) + f64::from(p.osl) / 2.0);
-        x.push(vec![1.0, ctx, c]);
-        y.push((t - stall).max(0.1 * t));
+        rows.push((ctx, c, (t - stall).max(0.1 * t)));
     }
-    let dec = relative_fit(&x, &y);
+    let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    let (dec, exponent) = (4..=20)
+        .map(|k| {
+            let a = f64::from(k) * 0.05;
+            let x: Vec<Vec<f64>> = rows.iter().map(|r| vec![1.0, r.0, r.1.powf(a)]).collect();
+            let b = relative_fit(&x, &y);
+            let err: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(xi, yi)| {
+                    (xi.iter().zip(&b).map(|(u, v)| u * v).sum::<f64>() / yi - 1.0).powi(2)
+                })
+                .sum();
+            (b, a, err)
+        })
+        .min_by(|p, q| p.2.total_cmp(&q.2))
+        .map_or((vec![0.0; 3], 1.0), |(b, a, _)| (b, a));
     TableModel {
         way_s: pre[0],
         prefill_base_s: pre[1],
@@ -140,6 +156,7 @@ pub fn first_guess(points: &[Point], chunk: usize) -> TableModel {
         decode_base_s: dec[0],
         decode_per_context_token_s: dec[1],
         decode_per_request_s: dec[2],
+        decode_batch_exponent: exponent,
         kv_pool_tokens: None,
     }
 }
@@ -180,6 +197,7 @@ mod tests {
             decode_base_s: 0.01,
             decode_per_context_token_s: 1e-8,
             decode_per_request_s: 2e-4,
+            decode_batch_exponent: 1.0,
             kv_pool_tokens: None,
         };
         let mut pts = Vec::new();

@@ -29,6 +29,8 @@ pub struct TableModel {
     pub decode_base_s: f64,
     pub decode_per_context_token_s: f64,
     pub decode_per_request_s: f64,
+    /// The batch's decode cost grows as batch^exponent (`decode_batch_exponent`).
+    pub decode_batch_exponent: f64,
     /// The KV pool in tokens, fitted only where rows saturate (else `None`: the base's).
     pub kv_pool_tokens: Option<f64>,
 }
@@ -36,12 +38,15 @@ pub struct TableModel {
 /// The smallest value each cost takes in the fit's log space (a cost the rows do not show
 /// sinks there and changes nothing): way, prefill base, per token, per pair, decode base, per
 /// context token, per request.
+/// The range the batch's decode exponent is fitted in.
+pub const EXPONENT: (f64, f64) = (0.05, 2.0);
+
 const FLOORS: [f64; 7] = [1e-6, 1e-6, 1e-10, 1e-15, 1e-6, 1e-13, 1e-8];
 
 impl TableModel {
     /// Parameters the fit moves: the seven costs, and the KV pool where fitted.
     pub fn dimension(&self) -> usize {
-        7 + usize::from(self.kv_pool_tokens.is_some())
+        8 + usize::from(self.kv_pool_tokens.is_some())
     }
 
     /// The natural logarithms of the parameters (each cost at least its floor).
@@ -52,6 +57,11 @@ impl TableModel {
             .zip(FLOORS)
             .map(|(c, f)| c.max(f).ln())
             .collect();
+        v.push(
+            self.decode_batch_exponent
+                .clamp(EXPONENT.0, EXPONENT.1)
+                .ln(),
+        );
         if let Some(p) = self.kv_pool_tokens {
             v.push(p.max(1.0).ln());
         }
@@ -69,7 +79,10 @@ impl TableModel {
             decode_base_s: e(4),
             decode_per_context_token_s: e(5),
             decode_per_request_s: e(6),
-            kv_pool_tokens: v.get(7).map(|x| x.exp()),
+            decode_batch_exponent: v
+                .get(7)
+                .map_or(1.0, |x| x.exp().clamp(EXPONENT.0, EXPONENT.1)),
+            kv_pool_tokens: v.get(8).map(|x| x.exp()),
         }
     }
 
@@ -158,13 +171,14 @@ mod tests {
             decode_base_s: 0.008,
             decode_per_context_token_s: 2e-9,
             decode_per_request_s: 1e-4,
+            decode_batch_exponent: 1.0,
             kv_pool_tokens: Some(500_000.0),
         };
         let back = TableModel::from_log(&m.to_log()).floored();
         assert_eq!(back.prefill_per_token_pair_s, 0.0);
         assert!((back.prefill_per_token_s / 3e-5 - 1.0).abs() < 1e-12);
         assert!((back.kv_pool_tokens.unwrap() / 5e5 - 1.0).abs() < 1e-12);
-        assert_eq!(m.dimension(), 8);
+        assert_eq!(m.dimension(), 9);
     }
 
     #[test]
