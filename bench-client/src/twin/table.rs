@@ -145,7 +145,7 @@ impl Objective<'_> {
             let n = if self.full {
                 measured_requests(p.concurrency)
             } else {
-                search_requests(p.concurrency)
+                search_requests(self.base, p.concurrency)
             };
             match loop_means(&cfg, p, n) {
                 Ok((ttft, tpot)) => {
@@ -310,7 +310,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
     );
     let mut start = opts
         .start
-        .unwrap_or_else(|| visible(guess::first_guess(points, opts.chunk), points));
+        .unwrap_or_else(|| visible(guess::first_guess(points, opts.chunk, opts.mixed), points));
     let pool = saturation_pool(points);
     // A start that holds a fitted pool keeps it.
     start.kv_pool_tokens = pool.and(start.kv_pool_tokens.or(pool));

@@ -5,6 +5,14 @@
 //! its next request at the instant its last stream ended, until the measured count is sent.
 //!
 //! TPOT is (e2e - TTFT) / (output tokens - 1) per request, as AIPerf and bench_serving define it.
+//!
+//! Where the scheduler mixes prefill into decode steps (vLLM's), each request's output length is
+//! drawn within [`MIXED_OUTPUT_SPREAD`] of the row's, its mean ([`output_len`]): requests of one
+//! length stay locked in waves (a wave's prompts are prefilled a pass apart, so they decode a
+//! token apart and come back together), where the measured rows show them apart after the first
+//! wave: at low concurrency a request's TTFT is a lone request's, and its TPOT holds each other
+//! request's prefill once. With SGLang's scheduler (a prefill pass or a decode step) the waves fit
+//! the rows better, and every length is the row's.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -47,23 +55,53 @@ pub enum ClosedError {
     Empty,
 }
 
-/// The measured requests of a point: at least max(10 x concurrency, 200), rounded up to whole
-/// waves of `concurrency` so that no wave is cut short.
-pub fn measured_requests(concurrency: u32) -> u64 {
-    let c = u64::from(concurrency.max(1));
-    (10 * c).max(200).div_ceil(c) * c
+pub use crate::measure::table::measured_requests;
+
+/// The share by which output lengths spread around the row's with a mixed scheduler.
+pub const MIXED_OUTPUT_SPREAD: f64 = 0.1;
+
+/// The spread of output lengths of a loop on `config`'s scheduler: [`MIXED_OUTPUT_SPREAD`] with
+/// mixed passes, else none.
+pub fn output_spread(config: &Config) -> f64 {
+    if config.mixed_batches {
+        MIXED_OUTPUT_SPREAD
+    } else {
+        0.0
+    }
 }
 
-/// The measured requests of a point while a fit searches: two waves (at least 16 requests). A
-/// loop of fixed lengths settles within its first waves, so the search's objective moves as
-/// the full count's does at a fifth of the cost; the fit's result is then run at the full count.
-pub fn search_requests(concurrency: u32) -> u64 {
+/// The output length of the loop's request `index`: `osl` with no spread, else uniform within
+/// `spread` of it (rounded, at least 2), from the index alone.
+pub fn output_len(osl: u32, spread: f64, index: u64) -> u32 {
+    if spread == 0.0 || osl < 2 {
+        return osl;
+    }
+    // splitmix64 of the index, its top 53 bits a uniform draw in [0, 1).
+    let mut z = index.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+    let len = f64::from(osl) * (1.0 + spread * (2.0 * u - 1.0));
+    (len.round() as u32).max(2)
+}
+
+/// The measured requests of a point while a fit searches. A loop of fixed lengths settles within
+/// its first waves: two (at least 16 requests), so that the search's objective moves as the full
+/// count's does at a fifth of the cost. A loop whose lengths spread comes apart over its waves:
+/// the full count. The fit's result is run at the full count.
+pub fn search_requests(config: &Config, concurrency: u32) -> u64 {
+    if output_spread(config) > 0.0 {
+        return measured_requests(concurrency);
+    }
     let c = u64::from(concurrency.max(1));
     (2 * c).max(16).div_ceil(c) * c
 }
 
 /// What the loop knows of a request in flight.
 struct Flight {
+    /// Its output tokens.
+    osl: u32,
     sent_ns: u64,
     first_ns: Option<u64>,
     warm: bool,
@@ -79,15 +117,17 @@ pub fn run_closed(
     shape: Shape,
     measured: u64,
 ) -> Result<ClosedMeans, ClosedError> {
-    closed_loop(config, shape, measured, true)
+    closed_loop(config, shape, measured, true, output_spread(config))
 }
 
-/// The loop, with the engine's jump over quiet decode steps (`jump`) or step by step.
+/// The loop, with the engine's jump over quiet decode steps (`jump`) or step by step, and
+/// output lengths spread by `spread`.
 fn closed_loop(
     config: &Config,
     shape: Shape,
     measured: u64,
     jump: bool,
+    spread: f64,
 ) -> Result<ClosedMeans, ClosedError> {
     if shape.concurrency == 0 || shape.osl == 0 {
         return Err(ClosedError::Empty);
@@ -96,7 +136,8 @@ fn closed_loop(
     cfg.disable_radix_cache = true;
     cfg.enable_metrics = false;
     if cfg.output_per_request_s == 0.0 {
-        cfg.stream_interval = shape.osl as usize;
+        // No request's stream is longer: its first and last events only.
+        cfg.stream_interval = (f64::from(shape.osl) * (1.0 + spread)).ceil() as usize + 1;
     }
     let sim = Simulator::new(cfg).map_err(|e| ClosedError::Config(e.to_string()))?;
     let vocab = config.vocab_size.max(2);
@@ -106,6 +147,7 @@ fn closed_loop(
         shape,
         prompt,
         jump,
+        spread,
         agenda: BinaryHeap::new(),
         seq: 0,
         flight: HashMap::new(),
@@ -146,6 +188,7 @@ struct Loop {
     shape: Shape,
     prompt: Tokens,
     jump: bool,
+    spread: f64,
     agenda: BinaryHeap<Reverse<(u64, u64, u64, bool)>>,
     seq: u64,
     flight: HashMap<u64, Flight>,
@@ -162,10 +205,11 @@ impl Loop {
     fn send(&mut self, at_ns: u64, warm: bool) -> Result<(), ClosedError> {
         let id = self.next;
         self.next += 1;
+        let osl = output_len(self.shape.osl, self.spread, id);
         let req = SimRequest {
             rid: id.to_string(),
             input_ids: std::sync::Arc::clone(&self.prompt),
-            max_new_tokens: self.shape.osl as usize,
+            max_new_tokens: osl as usize,
             min_new_tokens: 0,
             ignore_eos: true,
             stop_token_ids: Vec::new(),
@@ -189,6 +233,7 @@ impl Loop {
         self.flight.insert(
             key,
             Flight {
+                osl,
                 sent_ns: at_ns,
                 first_ns: None,
                 warm,
@@ -224,7 +269,7 @@ impl Loop {
         let ttft = first - f.sent_ns;
         self.sum_ttft_ns += ttft;
         if self.shape.osl > 1 {
-            self.sum_tpot_s += (at_ns - first) as f64 / 1e9 / f64::from(self.shape.osl - 1);
+            self.sum_tpot_s += (at_ns - first) as f64 / 1e9 / f64::from(f.osl.max(2) - 1);
         }
         self.done += 1;
         self.next_measured(at_ns)
@@ -322,9 +367,9 @@ mod tests {
                     osl,
                     concurrency: conc,
                 };
-                let n = search_requests(conc) + 3;
-                let fast = closed_loop(&c, shape, n, true).unwrap();
-                let slow = closed_loop(&c, shape, n, false).unwrap();
+                let n = search_requests(&c, conc) + 3;
+                let fast = closed_loop(&c, shape, n, true, output_spread(&c)).unwrap();
+                let slow = closed_loop(&c, shape, n, false, output_spread(&c)).unwrap();
                 assert_eq!(fast, slow, "mixed {mixed}, exponent {exponent} {shape:?}");
             }
         }
@@ -344,9 +389,9 @@ mod tests {
                 osl: 40,
                 concurrency: 8,
             };
-            let n = search_requests(8) + 3;
-            let fast = closed_loop(&c, shape, n, true).unwrap();
-            let slow = closed_loop(&c, shape, n, false).unwrap();
+            let n = search_requests(&c, 8) + 3;
+            let fast = closed_loop(&c, shape, n, true, output_spread(&c)).unwrap();
+            let slow = closed_loop(&c, shape, n, false, output_spread(&c)).unwrap();
             assert_eq!(fast, slow, "mixed {mixed}, max running 3");
 
             let mut c = plain();
@@ -364,11 +409,60 @@ mod tests {
                 osl: 40,
                 concurrency: 12,
             };
-            let n = search_requests(12) + 5;
-            let fast = closed_loop(&c, shape, n, true).unwrap();
-            let slow = closed_loop(&c, shape, n, false).unwrap();
+            let n = search_requests(&c, 12) + 5;
+            let fast = closed_loop(&c, shape, n, true, output_spread(&c)).unwrap();
+            let slow = closed_loop(&c, shape, n, false, output_spread(&c)).unwrap();
             assert_eq!(fast, slow, "mixed {mixed}, KV-bound");
         }
+    }
+
+    #[test]
+    fn spread_lengths_keep_their_mean_and_bounds() {
+        assert_eq!(output_len(300, 0.0, 7), 300);
+        assert_eq!(output_len(1, 0.1, 7), 1);
+        let lens: Vec<u32> = (0..10_000).map(|i| output_len(1000, 0.1, i)).collect();
+        assert!(lens.iter().all(|l| (900..=1100).contains(l)));
+        let mean = lens.iter().map(|&l| f64::from(l)).sum::<f64>() / lens.len() as f64;
+        assert!((mean / 1000.0 - 1.0).abs() < 0.005, "{mean}");
+        assert!(lens.iter().filter(|&&l| l < 950).count() > 2000);
+    }
+
+    #[test]
+    fn a_mixed_loop_comes_apart_where_one_length_stays_in_waves() {
+        // Prefill of one prompt (80 ms) far above a decode step (2-3 ms): four prompts arriving
+        // together wait for each other's prefill; apart, each is prefilled as it arrives.
+        let mut c = plain();
+        c.mixed_batches = true;
+        c.chunked_prefill_size = 1000;
+        c.prefill_base_s = 0.0;
+        c.prefill_per_token_pair_s = 0.0;
+        let shape = Shape {
+            isl: 800,
+            osl: 300,
+            concurrency: 4,
+        };
+        let lone = run_closed(
+            &c,
+            Shape {
+                concurrency: 1,
+                ..shape
+            },
+            20,
+        )
+        .unwrap()
+        .ttft_s;
+        assert!((lone - 0.083).abs() < 1e-9, "{lone}");
+        let n = measured_requests(4);
+        let apart = run_closed(&c, shape, n).unwrap();
+        let waves = closed_loop(&c, shape, n, true, 0.0).unwrap();
+        assert!(apart.ttft_s < 1.2 * lone, "apart {apart:?}, lone {lone}");
+        assert!(waves.ttft_s > 1.5 * lone, "waves {waves:?}, lone {lone}");
+        // Apart, a request's decode meets each other prompt's prefill once: 3 x 80 ms over its
+        // 299 gaps; in waves, none after its own first token but those of its wave still queued.
+        assert!(
+            apart.tpot_s.unwrap() > waves.tpot_s.unwrap(),
+            "{apart:?} {waves:?}"
+        );
     }
 
     #[test]

@@ -104,11 +104,28 @@ fn relative_fit(x: &[Vec<f64>], y: &[f64]) -> Vec<f64> {
 }
 
 /// The first guess from the measured points (TTFT and TPOT in seconds), with prefill passes of
-/// `chunk` tokens.
-pub fn first_guess(points: &[Point], chunk: usize) -> TableModel {
+/// `chunk` tokens. With `mixed` passes (vLLM's scheduler) only a loop's first wave arrives at
+/// once: the waves after it come apart (`drive::engine::closed`), each prompt prefilled as it
+/// arrives, and a request's decode meets every other prompt's prefill once. Without them every
+/// wave arrives at once.
+pub fn first_guess(points: &[Point], chunk: usize, mixed: bool) -> TableModel {
     let feats: Vec<WaveFeatures> = points
         .iter()
-        .map(|p| wave_features(p.isl, p.concurrency, chunk))
+        .map(|p| {
+            let wave = wave_features(p.isl, p.concurrency, chunk);
+            if !mixed {
+                return wave;
+            }
+            let lone = wave_features(p.isl, 1, chunk).mean;
+            let c = f64::from(p.concurrency.max(1));
+            let waves = super::measured_requests(p.concurrency) as f64 / c;
+            let mean: [f64; 3] =
+                std::array::from_fn(|k| (wave.mean[k] + (waves - 1.0) * lone[k]) / waves);
+            let total: [f64; 3] = std::array::from_fn(|k| {
+                (wave.total[k] + (waves - 1.0) * (mean[k] + (c - 1.0) * lone[k])) / waves
+            });
+            WaveFeatures { mean, total }
+        })
         .collect();
     // TTFT = way + passes x base + tokens x per_token + pairs x per_pair.
     let (mut x, mut y) = (Vec::new(), Vec::new());
@@ -216,7 +233,7 @@ mod tests {
                 });
             }
         }
-        let g = first_guess(&pts, 8192);
+        let g = first_guess(&pts, 8192, false);
         for (a, b) in [
             (g.way_s, truth.way_s),
             (g.prefill_per_token_s, truth.prefill_per_token_s),

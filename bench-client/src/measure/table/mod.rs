@@ -116,6 +116,13 @@ impl TableModel {
     }
 }
 
+/// The measured requests of a table row's closed loop: at least max(10 x concurrency, 200),
+/// rounded up to whole waves of `concurrency` so that no wave is cut short.
+pub fn measured_requests(concurrency: u32) -> u64 {
+    let c = u64::from(concurrency.max(1));
+    (10 * c).max(200).div_ceil(c) * c
+}
+
 /// A prediction beside the measurement: relative error in percent (`None` where not measured).
 pub fn error_pct(predicted: f64, measured: Option<f64>) -> Option<f64> {
     measured
