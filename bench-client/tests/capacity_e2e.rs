@@ -433,7 +433,7 @@ fn on_a_gpu_preset_at_over_100_requests_per_second_the_capacity_is_the_knee_of_l
         "--preset",
         "llama-3.1-70b-fp8-h200-tp2-vllm",
         "--input-len",
-        "512",
+        "64",
         "--output-len",
         "16",
         "--slo",

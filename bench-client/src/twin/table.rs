@@ -44,7 +44,7 @@ impl Default for TableFitOptions {
         TableFitOptions {
             chunk: 8192,
             mixed: false,
-            max_evals: 400,
+            max_evals: 250,
             chunk_choices: Vec::new(),
             start: None,
         }
