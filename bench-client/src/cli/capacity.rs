@@ -6,11 +6,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{default_out, parse_duration, redact_args, Format, ServerArgs};
+use super::common::{default_out, parse_duration, Format, ServerArgs};
 use super::exit::{self, CliError};
-use super::flags::{
-    ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, CAPACITY_TARGET, LOAD_WARMUP,
-};
+use super::flags::{ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, CAPACITY_TARGET};
 use crate::capacity::{self, export, CapacityConfig};
 use crate::drive::{self, LoadConfig};
 use crate::measure::capacity::{geometric, CapacityPlan, DEFAULT_THROUGHPUT_TOLERANCE};
@@ -230,11 +228,9 @@ fn capacity_run(
     let mut timeouts = a.timeouts.timeouts()?;
     timeouts.caps = a.server.stream_caps()?;
     // The first step's run is checked as a load run is: its file must hold nothing unless
-    // resumed. The dialect is the one given: a probed server is never openai-chat.
-    if let Some(d) = a.server.api {
-        drive::load::check_dialect(d)?;
-    }
-    let planner = drive::load::check(
+    // resumed.
+    let planner = drive::load::check_run(
+        a.server.api,
         &workload,
         a.run.seed,
         a.run.ids.range(),
@@ -257,21 +253,16 @@ impl CapacityRun {
     /// The search of this plan at `server` (as [`super::common::destination`] resolved it), with
     /// the flags that needed no check.
     fn config(self, a: &CapacityArgs, server: drive::Destination) -> CapacityConfig {
+        // Each step sets its own schedule, results file and command line.
         let load = LoadConfig {
-            stamping: a.server.stamping(),
-            simulated: a.server.paused(),
             timeouts: self.timeouts,
-            warmup: a.run.warmup(LOAD_WARMUP),
-            max_concurrency: a.arrivals.max_concurrency,
-            seed: a.run.seed,
-            token_id_range: a.run.ids.range(),
             slo: self.slo,
             scrape_metrics: false,
-            progress: a.run.progress(),
-            command: redact_args(std::env::args()),
-            engine: server.engine,
-            ..LoadConfig::new(
-                server.target,
+            ..super::load::shared_config(
+                &a.server,
+                &a.run,
+                a.arrivals.max_concurrency,
+                server,
                 self.schedule,
                 self.workload,
                 self.out.clone(),

@@ -179,11 +179,15 @@ fn load_plan(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadPlan
     let mut timeouts = a.timeouts.timeouts()?;
     timeouts.caps = a.server.stream_caps()?;
     let out = a.run.out.clone().unwrap_or_else(|| default_out("load"));
-    // The run's one check. The dialect is the one given: a probed server is never openai-chat.
-    if let Some(d) = a.server.api {
-        drive::load::check_dialect(d)?;
-    }
-    let planner = drive::load::check(&workload, a.run.seed, a.run.ids.range(), &out, a.run.resume)?;
+    // The run's one check, of the dialect given.
+    let planner = drive::load::check_run(
+        a.server.api,
+        &workload,
+        a.run.seed,
+        a.run.ids.range(),
+        &out,
+        a.run.resume,
+    )?;
     let sessions = match sessions {
         Some(s) => {
             let plan = drive::sessions::check_sessions(
@@ -218,24 +222,49 @@ impl LoadPlan {
         server: drive::Destination,
     ) -> (LoadConfig, Planner, Option<(Sessions, SessionPlan)>) {
         let cfg = LoadConfig {
-            stamping: a.server.stamping(),
-            simulated: a.server.paused(),
             timeouts: self.timeouts,
-            warmup: a.run.warmup(LOAD_WARMUP),
-            max_concurrency: a.arrivals.max_concurrency,
             shard: self.shard,
             start_at_unix_ms: a.start_at,
-            resume: a.run.resume,
-            seed: a.run.seed,
-            token_id_range: a.run.ids.range(),
             slo: self.slo,
             scrape_metrics: !a.no_metrics,
-            progress: a.run.progress(),
-            command: redact_args(std::env::args()),
-            engine: server.engine,
-            ..LoadConfig::new(server.target, self.schedule, self.workload, self.out)
+            ..shared_config(
+                &a.server,
+                &a.run,
+                a.arrivals.max_concurrency,
+                server,
+                self.schedule,
+                self.workload,
+                self.out,
+            )
         };
         (cfg, self.planner, self.sessions)
+    }
+}
+
+/// The load run of what `load` and every `capacity` step take from the same flags: the server's
+/// stamping and clock, the run's warm-up, resume, seed, prompt ids and progress bar, the open
+/// loop's concurrency cap and the command line; the caller sets the rest.
+pub(super) fn shared_config(
+    server_args: &ServerArgs,
+    run: &RunArgs,
+    max_concurrency: Option<u32>,
+    server: drive::Destination,
+    schedule: crate::plan::Schedule,
+    workload: crate::plan::Workload,
+    out: std::path::PathBuf,
+) -> LoadConfig {
+    LoadConfig {
+        stamping: server_args.stamping(),
+        simulated: server_args.paused(),
+        warmup: run.warmup(LOAD_WARMUP),
+        max_concurrency,
+        resume: run.resume,
+        seed: run.seed,
+        token_id_range: run.ids.range(),
+        progress: run.progress(),
+        command: redact_args(std::env::args()),
+        engine: server.engine,
+        ..LoadConfig::new(server.target, schedule, workload, out)
     }
 }
 

@@ -79,7 +79,9 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         ..TableFitOptions::default()
     };
     // Each row's TTFT and TPOT are a measured value each.
-    let params = 8 + usize::from(crate::twin::table::saturation_pool(&points).is_some());
+    let params = crate::measure::table::TableModel::parameters(
+        crate::twin::table::saturation_pool(&points).is_some(),
+    );
     let values: usize = points
         .iter()
         .map(|p| usize::from(p.ttft_s.is_some()) + usize::from(p.tpot_s.is_some()))

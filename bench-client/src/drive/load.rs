@@ -115,8 +115,8 @@ impl LoadConfig {
     /// takes token-id prompts ([`check_dialect`]) and the rest of [`check`]. Returns the planner
     /// of the run's requests.
     pub fn validate(&self) -> anyhow::Result<Planner> {
-        check_dialect(self.target.dialect)?;
-        check(
+        check_run(
+            Some(self.target.dialect),
             &self.workload,
             self.seed,
             self.token_id_range,
@@ -124,6 +124,22 @@ impl LoadConfig {
             self.resume,
         )
     }
+}
+
+/// The checks of a load run before it starts: its dialect, where known, takes token-id prompts
+/// ([`check_dialect`]; a probed server is never openai-chat), then [`check`].
+pub fn check_run(
+    dialect: Option<Dialect>,
+    workload: &Workload,
+    seed: u64,
+    token_id_range: (u32, u32),
+    out: &std::path::Path,
+    resume: bool,
+) -> anyhow::Result<Planner> {
+    if let Some(d) = dialect {
+        check_dialect(d)?;
+    }
+    check(workload, seed, token_id_range, out, resume)
 }
 
 /// A load run's dialect must take token-id prompts: `openai-chat` takes only text.

@@ -14,7 +14,7 @@ use mock_server::Config;
 use crate::drive::engine::closed::{
     measured_requests, run_closed, search_requests, ClosedError, Shape,
 };
-use crate::measure::table::{guess, log_ratio_sq, Point, TableModel};
+use crate::measure::table::{guess, log_ratio_sq, Point, TableModel, EXPONENT_INDEX, POOL_INDEX};
 use crate::report::twin_table::RowView;
 use crate::results::table::TableRow;
 
@@ -334,8 +334,8 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
             let mut v = x.to_vec();
             v[i] += scale
                 * match i {
-                    7 => -(1.25f64.ln()),
-                    8 => 1.5f64.ln(),
+                    EXPONENT_INDEX => -(1.25f64.ln()),
+                    POOL_INDEX => 1.5f64.ln(),
                     _ => 2f64.ln(),
                 };
             s.push(v);
@@ -347,8 +347,9 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
     let budget = evals.get() + opts.max_evals.max(n as u64 + 2);
     // Nelder-Mead runs again from its best point, on a simplex a quarter the size, while the
     // budget allows a new simplex and the last run gained: a simplex that collapsed along one
-    // direction stops short of the minimum. A spent budget ends a run with an error; the best
-    // point tracked is the result.
+    // direction stops short of the minimum (a new simplex scores its first vertex, the best
+    // point, again). A spent budget ends a run with an error; the best point tracked is the
+    // result.
     let (mut from, mut scale, mut last) = (x0, 1.0, f64::INFINITY);
     loop {
         let solver = NelderMead::new(simplex(&from, scale)).with_sd_tolerance(1e-7)?;

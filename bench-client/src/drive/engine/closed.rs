@@ -148,6 +148,7 @@ fn closed_loop(
         prompt,
         jump,
         spread,
+        context: config.context_length,
         agenda: BinaryHeap::new(),
         seq: 0,
         flight: HashMap::new(),
@@ -189,6 +190,8 @@ struct Loop {
     prompt: Tokens,
     jump: bool,
     spread: f64,
+    /// The server's context length.
+    context: usize,
     agenda: BinaryHeap<Reverse<(u64, u64, u64, bool)>>,
     seq: u64,
     flight: HashMap<u64, Flight>,
@@ -205,7 +208,11 @@ impl Loop {
     fn send(&mut self, at_ns: u64, warm: bool) -> Result<(), ClosedError> {
         let id = self.next;
         self.next += 1;
-        let osl = output_len(self.shape.osl, self.spread, id);
+        // A spread length stays within the context the server takes.
+        let room = self.context.saturating_sub(self.shape.isl as usize);
+        let osl = output_len(self.shape.osl, self.spread, id)
+            .min(u32::try_from(room).unwrap_or(u32::MAX))
+            .max(self.shape.osl.min(2));
         let req = SimRequest {
             rid: id.to_string(),
             input_ids: std::sync::Arc::clone(&self.prompt),

@@ -149,7 +149,9 @@ pub fn first_guess(points: &[Point], chunk: usize, mixed: bool) -> TableModel {
         rows.push((ctx, c, (t - stall).max(0.1 * t)));
     }
     let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    // From 1 down, so that rows that cannot tell exponents apart (one concurrency) keep 1.
     let (dec, exponent) = (4..=20)
+        .rev()
         .map(|k| {
             let a = f64::from(k) * 0.05;
             let x: Vec<Vec<f64>> = rows.iter().map(|r| vec![1.0, r.0, r.1.powf(a)]).collect();

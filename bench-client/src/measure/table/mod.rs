@@ -35,18 +35,28 @@ pub struct TableModel {
     pub kv_pool_tokens: Option<f64>,
 }
 
-/// The smallest value each cost takes in the fit's log space (a cost the rows do not show
-/// sinks there and changes nothing): way, prefill base, per token, per pair, decode base, per
-/// context token, per request.
 /// The range the batch's decode exponent is fitted in.
 pub const EXPONENT: (f64, f64) = (0.05, 2.0);
 
+/// Where the exponent and the KV pool sit in the fit's log vector, after the seven costs.
+pub const EXPONENT_INDEX: usize = 7;
+pub const POOL_INDEX: usize = 8;
+
+/// The smallest value each cost takes in the fit's log space (a cost the rows do not show
+/// sinks there and changes nothing): way, prefill base, per token, per pair, decode base, per
+/// context token, per request.
 const FLOORS: [f64; 7] = [1e-6, 1e-6, 1e-10, 1e-15, 1e-6, 1e-13, 1e-8];
 
 impl TableModel {
-    /// Parameters the fit moves: the seven costs, and the KV pool where fitted.
+    /// Parameters a fit moves: the seven costs, the batch's exponent, and the KV pool where the
+    /// rows saturate (`pool`).
+    pub fn parameters(pool: bool) -> usize {
+        POOL_INDEX + usize::from(pool)
+    }
+
+    /// Parameters this model's fit moves ([`TableModel::parameters`]).
     pub fn dimension(&self) -> usize {
-        8 + usize::from(self.kv_pool_tokens.is_some())
+        Self::parameters(self.kv_pool_tokens.is_some())
     }
 
     /// The natural logarithms of the parameters (each cost at least its floor).
@@ -80,9 +90,9 @@ impl TableModel {
             decode_per_context_token_s: e(5),
             decode_per_request_s: e(6),
             decode_batch_exponent: v
-                .get(7)
+                .get(EXPONENT_INDEX)
                 .map_or(1.0, |x| x.exp().clamp(EXPONENT.0, EXPONENT.1)),
-            kv_pool_tokens: v.get(8).map(|x| x.exp()),
+            kv_pool_tokens: v.get(POOL_INDEX).map(|x| x.exp()),
         }
     }
 
