@@ -111,9 +111,8 @@ impl LoadConfig {
 }
 
 impl LoadConfig {
-    /// Checks everything a load run needs before anything is sent or started: a dialect that
-    /// takes token-id prompts ([`check_dialect`]) and the rest of [`check`]. Returns the planner
-    /// of the run's requests.
+    /// Checks everything a load run needs before anything is sent or started ([`check_run`] of
+    /// its dialect). Returns the planner of the run's requests.
     pub fn validate(&self) -> anyhow::Result<Planner> {
         check_run(
             Some(self.target.dialect),
@@ -126,8 +125,18 @@ impl LoadConfig {
     }
 }
 
+/// A load run's dialect must take token-id prompts: `openai-chat` takes only text.
+pub fn check_dialect(dialect: Dialect) -> anyhow::Result<()> {
+    if dialect == Dialect::OpenAiChat {
+        anyhow::bail!("--api openai-chat: load runs send token-id prompts of exact length, and the openai-chat dialect takes only text (use --api openai or sglang)");
+    }
+    Ok(())
+}
+
 /// The checks of a load run before it starts: its dialect, where known, takes token-id prompts
-/// ([`check_dialect`]; a probed server is never openai-chat), then [`check`].
+/// ([`check_dialect`]; a probed server is never openai-chat), the workload and its prompt id
+/// range, and `out` holds no results unless resumed. Returns the planner of the run's requests
+/// (not yet salted), which [`run_load_with`] runs from.
 pub fn check_run(
     dialect: Option<Dialect>,
     workload: &Workload,
@@ -139,27 +148,6 @@ pub fn check_run(
     if let Some(d) = dialect {
         check_dialect(d)?;
     }
-    check(workload, seed, token_id_range, out, resume)
-}
-
-/// A load run's dialect must take token-id prompts: `openai-chat` takes only text.
-pub fn check_dialect(dialect: Dialect) -> anyhow::Result<()> {
-    if dialect == Dialect::OpenAiChat {
-        anyhow::bail!("--api openai-chat: load runs send token-id prompts of exact length, and the openai-chat dialect takes only text (use --api openai or sglang)");
-    }
-    Ok(())
-}
-
-/// The checks of a load run that need no target: the workload and its prompt id range, and that
-/// `out` holds no results unless resumed. Returns the planner of the run's requests (not yet
-/// salted), which [`run_load_with`] runs from.
-pub fn check(
-    workload: &Workload,
-    seed: u64,
-    token_id_range: (u32, u32),
-    out: &std::path::Path,
-    resume: bool,
-) -> anyhow::Result<Planner> {
     let planner =
         Planner::new(workload.clone(), seed, token_id_range).map_err(anyhow::Error::msg)?;
     crate::results::existing_results(out, resume, " (with the same --seed)")?;
@@ -291,7 +279,7 @@ pub async fn run_load(cfg: &LoadConfig) -> anyhow::Result<LoadOutcome> {
 }
 
 /// [`run_load`] of a run already checked: `planner` is what [`LoadConfig::validate`] (or
-/// [`check`] and [`check_dialect`]) gave for `cfg`.
+/// [`check_run`]) gave for `cfg`.
 pub async fn run_load_with(cfg: &LoadConfig, planner: Planner) -> anyhow::Result<LoadOutcome> {
     // One writer per results file, taken before the file is read and anything is sent.
     let _lock = crate::results::lock_results(&cfg.out)?;

@@ -273,7 +273,7 @@ async fn warm_up(ctx: Arc<LoadRun>, plan: Arc<SessionPlan>, k: u64) {
     }
 }
 
-/// The checks of a multi-turn run beyond a load run's ([`crate::drive::load::check`]): a closed
+/// The checks of a multi-turn run beyond a load run's ([`crate::drive::load::check_run`]): a closed
 /// loop (`arrivals`) without `--max-concurrency`, and sessions that the seed and prompt id range
 /// can plan. Returns the plan (not yet salted).
 pub fn check_sessions(
@@ -299,7 +299,7 @@ pub async fn run_sessions(cfg: &SessionsConfig) -> anyhow::Result<LoadOutcome> {
 }
 
 /// [`run_sessions`] of a run already checked: `planner` and `plan` are what
-/// [`crate::drive::load::check`] and [`check_sessions`] gave for `cfg`.
+/// [`crate::drive::load::check_run`] and [`check_sessions`] gave for `cfg`.
 pub async fn run_sessions_with(
     cfg: &SessionsConfig,
     planner: Planner,
