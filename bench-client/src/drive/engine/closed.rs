@@ -148,7 +148,9 @@ fn closed_loop(
         prompt,
         jump,
         spread,
-        context: config.context_length,
+        longest: u32::try_from(config.context_length.saturating_sub(shape.isl as usize))
+            .unwrap_or(u32::MAX)
+            .max(shape.osl),
         agenda: BinaryHeap::new(),
         seq: 0,
         flight: HashMap::new(),
@@ -190,8 +192,9 @@ struct Loop {
     prompt: Tokens,
     jump: bool,
     spread: f64,
-    /// The server's context length.
-    context: usize,
+    /// The longest output a request asks for: a spread length stays within the context the
+    /// server takes, and never below the row's (a row too long for it is refused, as sent).
+    longest: u32,
     agenda: BinaryHeap<Reverse<(u64, u64, u64, bool)>>,
     seq: u64,
     flight: HashMap<u64, Flight>,
@@ -208,11 +211,7 @@ impl Loop {
     fn send(&mut self, at_ns: u64, warm: bool) -> Result<(), ClosedError> {
         let id = self.next;
         self.next += 1;
-        // A spread length stays within the context the server takes.
-        let room = self.context.saturating_sub(self.shape.isl as usize);
-        let osl = output_len(self.shape.osl, self.spread, id)
-            .min(u32::try_from(room).unwrap_or(u32::MAX))
-            .max(self.shape.osl.min(2));
+        let osl = output_len(self.shape.osl, self.spread, id).min(self.longest);
         let req = SimRequest {
             rid: id.to_string(),
             input_ids: std::sync::Arc::clone(&self.prompt),
