@@ -33,10 +33,11 @@ impl Errors {
             self.tpot.extend(error_pct(t, p.tpot_s));
         }
     }
-    fn mape(&self) -> (f64, f64) {
+    /// `None` where nothing was measured (a deployment whose rows hold no TPOT).
+    fn mape(&self) -> (Option<f64>, Option<f64>) {
         (
-            mape(self.ttft.iter().copied()).unwrap_or(f64::NAN),
-            mape(self.tpot.iter().copied()).unwrap_or(f64::NAN),
+            mape(self.ttft.iter().copied()),
+            mape(self.tpot.iter().copied()),
         )
     }
 }
@@ -97,7 +98,11 @@ fn fold(
             Col::right().min(7),
         ]);
         for (k, p) in pts.iter().enumerate() {
-            let (t, d) = predict_point(&fit.config, p).unwrap_or((f64::NAN, None));
+            // A row the model cannot run shows "-" for what it did not predict.
+            let (t, d) = predict_point(&fit.config, p).map_or((None, None), |(t, d)| (Some(t), d));
+            let ms = |v: Option<f64>, digits: usize| {
+                v.map_or("-".to_string(), |v| format!("{:.*}", digits, v * 1e3))
+            };
             g.row([
                 if test.contains(&k) { "held" } else { "" }.to_string(),
                 p.isl.to_string(),
@@ -105,14 +110,14 @@ fn fold(
                 "c=".into(),
                 p.concurrency.to_string(),
                 "ttft".into(),
-                format!("{:.1}", p.ttft_s.unwrap_or(0.0) * 1e3),
+                ms(p.ttft_s, 1),
                 "ms".into(),
                 "pred".into(),
-                format!("{:.1}", t * 1e3),
+                ms(t, 1),
                 "tpot".into(),
-                format!("{:.2}", p.tpot_s.unwrap_or(0.0) * 1e3),
+                ms(p.tpot_s, 2),
                 "pred".into(),
-                format!("{:.2}", d.unwrap_or(f64::NAN) * 1e3),
+                ms(d, 2),
             ]);
         }
         print!("{}", g.render());
@@ -233,7 +238,6 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
     let (c, d) = o.linear.mape();
     let fit = o.fit_s.iter().sum::<f64>() / o.fit_s.len().max(1) as f64;
     // One line a deployment, printed as its fits end; the columns' least widths line them up.
-    let pct = |v: f64| format!("{v:.1}%");
     let (word, figure) = (Col::left().gap(2), Col::right().min(7));
     let mut cols = vec![
         Col::left(),
@@ -272,18 +276,24 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
     print!("{}", g.render());
 }
 
+/// A MAPE as printed: "-" where there is none.
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}%"))
+}
+
 fn summary(what: &str, os: &[Outcome], loglog: bool) {
-    let med = |f: &dyn Fn(&Outcome) -> f64| {
-        median(&os.iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
+    // The median over the deployments that have the figure.
+    let med = |f: &dyn Fn(&Outcome) -> Option<f64>| {
+        pct(median(&os.iter().filter_map(f).collect::<Vec<_>>()))
     };
     println!(
-        "{what} median over {} deployments (MAPE TTFT / TPOT): twin {:.1}% / {:.1}%{}  linear {:.1}% / {:.1}%",
+        "{what} median over {} deployments (MAPE TTFT / TPOT): twin {} / {}{}  linear {} / {}",
         os.len(),
         med(&|o| o.twin.mape().0),
         med(&|o| o.twin.mape().1),
         if loglog {
             format!(
-                "  log-log {:.1}% / {:.1}%",
+                "  log-log {} / {}",
                 med(&|o| o.loglog.mape().0),
                 med(&|o| o.loglog.mape().1)
             )
@@ -295,11 +305,14 @@ fn summary(what: &str, os: &[Outcome], loglog: bool) {
     );
     let mut worst: Vec<&Outcome> = os.iter().collect();
     worst.sort_by(|a, b| {
-        let s = |o: &Outcome| o.twin.mape().0 + o.twin.mape().1;
+        let s = |o: &Outcome| {
+            let (a, b) = o.twin.mape();
+            a.unwrap_or(0.0) + b.unwrap_or(0.0)
+        };
         s(b).total_cmp(&s(a))
     });
     for o in worst.iter().take(5) {
         let (a, b) = o.twin.mape();
-        println!("  worst: {} ({a:.1}% / {b:.1}%)", o.name);
+        println!("  worst: {} ({} / {})", o.name, pct(a), pct(b));
     }
 }
