@@ -276,6 +276,13 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         .await
         .map_err(CliError::connecting)?;
     let (cfg, planner, sessions) = plan.config(&a, server);
+    // The saturation probes run the same requests again on the engine path (a whole run: not a
+    // shard's slice, a resumed piece or a multi-turn run).
+    let probe = cfg
+        .engine
+        .clone()
+        .filter(|_| sessions.is_none() && cfg.shard.count == 1 && !cfg.resume)
+        .map(|mock| (mock, planner.clone()));
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
@@ -317,14 +324,30 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         Format::Csv => crate::results::read_records(&out)?,
         _ => Vec::new(),
     };
-    match (&outcome.metrics, a.format) {
-        // The server's /metrics in the JSON too, as `merge --format json` gives them.
-        (Some(m), Format::Json) => {
+    let headroom = probe
+        .filter(|_| outcome.summary.succeeded > 0)
+        .map(|(mock, planner)| {
+            crate::twin::headroom::headroom(&cfg, &mock, &planner, &outcome.summary)
+        });
+    match (&outcome.metrics, &headroom, a.format) {
+        // The server's /metrics in the JSON too, as `merge --format json` gives them; and the
+        // saturation probes of a simulated run.
+        (Some(_), _, Format::Json) | (_, Some(Ok(_)), Format::Json) => {
             let mut v = crate::report::export::json::load(&outcome.summary);
-            v["server_metrics"] = m.to_json();
+            if let Some(m) = &outcome.metrics {
+                v["server_metrics"] = m.to_json();
+            }
+            if let Some(Ok(h)) = &headroom {
+                v["saturation"] = h.to_json();
+            }
             println!("{v}");
         }
         _ => print_load(&outcome.summary, &records, a.format)?,
+    }
+    match &headroom {
+        Some(Ok(h)) => h.lines().iter().for_each(|l| eprintln!("{l}")),
+        Some(Err(e)) => eprintln!("saturation: not measured: {e:#}"),
+        None => {}
     }
     if let crate::plan::Workload::Trace(t) = &cfg.workload {
         if let Some((cached, prompt)) = t.predicted_hits(1).filter(|(_, p)| *p > 0) {
