@@ -109,7 +109,11 @@ fn a_closed_loop_at_its_capacity_is_full_not_fragile() {
     cfg.schedule.arrivals = Arrivals::Closed { concurrency: 1024 };
     let (_, h) = probed(&cfg);
     assert!(!h.open);
-    assert!(h.share().unwrap() > 0.8, "{h:?}");
+    // As many in flight as the scheduler admits come close to the capacity, which is measured
+    // with a quarter more waiting, and do not pass it.
+    assert_eq!(h.capacity_in_flight, 1280);
+    let share = h.share().unwrap();
+    assert!(share > 0.8 && share < 1.02, "{h:?}");
     assert!(!h.near_knee(), "{h:?}");
     assert!(h
         .lines()

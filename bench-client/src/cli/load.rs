@@ -47,6 +47,10 @@ pub(super) struct LoadArgs {
     /// Do not scrape /metrics before and after.
     #[arg(long)]
     no_metrics: bool,
+    /// With --simulate: skip the saturation probes (the run again 5% slower, and the capacity of a
+    /// full scheduler) that end a simulated run.
+    #[arg(long)]
+    no_saturation: bool,
     #[command(flatten)]
     timeouts: TimeoutArgs,
     /// Summary format: table, json, or csv (one row per request of the run).
@@ -277,12 +281,21 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         .map_err(CliError::connecting)?;
     let (cfg, planner, sessions) = plan.config(&a, server);
     // The saturation probes run the same requests again on the engine path (a whole run: not a
-    // shard's slice, a resumed piece or a multi-turn run).
+    // shard's slice, a resumed piece or a multi-turn run), with the run's prompt salt.
+    #[cfg(feature = "embedded-mock")]
     let probe = cfg
         .engine
         .clone()
-        .filter(|_| sessions.is_none() && cfg.shard.count == 1 && !cfg.resume)
+        .filter(|_| !a.no_saturation && sessions.is_none() && cfg.shard.count == 1 && !cfg.resume)
         .map(|mock| (mock, planner.clone()));
+    #[cfg(feature = "embedded-mock")]
+    let cfg = {
+        let mut cfg = cfg;
+        if probe.is_some() && cfg.prompt_salt.is_none() && cfg.start_at_unix_ms.is_none() {
+            cfg.prompt_salt = Some(rand::random());
+        }
+        cfg
+    };
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",
@@ -324,30 +337,39 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         Format::Csv => crate::results::read_records(&out)?,
         _ => Vec::new(),
     };
-    let headroom = probe
+    // The saturation probes' lines, and their figures for the JSON.
+    #[cfg(not(feature = "embedded-mock"))]
+    let saturation: Option<(Vec<String>, serde_json::Value)> = None;
+    #[cfg(feature = "embedded-mock")]
+    let saturation = probe
         .filter(|_| outcome.summary.succeeded > 0)
         .map(|(mock, planner)| {
-            crate::twin::headroom::headroom(&cfg, &mock, &planner, &outcome.summary)
+            eprintln!("saturation: probing (the run again 5% slower, and a full scheduler; --no-saturation skips it)");
+            match crate::twin::headroom::headroom(&cfg, &mock, &planner, &outcome.summary) {
+                Ok(h) => (h.lines(), h.to_json()),
+                Err(e) => (
+                    vec![format!("saturation: not measured: {e:#}")],
+                    serde_json::json!({ "error": format!("{e:#}") }),
+                ),
+            }
         });
-    match (&outcome.metrics, &headroom, a.format) {
+    match (&outcome.metrics, &saturation, a.format) {
         // The server's /metrics in the JSON too, as `merge --format json` gives them; and the
         // saturation probes of a simulated run.
-        (Some(_), _, Format::Json) | (_, Some(Ok(_)), Format::Json) => {
+        (Some(_), _, Format::Json) | (_, Some(_), Format::Json) => {
             let mut v = crate::report::export::json::load(&outcome.summary);
             if let Some(m) = &outcome.metrics {
                 v["server_metrics"] = m.to_json();
             }
-            if let Some(Ok(h)) = &headroom {
-                v["saturation"] = h.to_json();
+            if let Some((_, j)) = &saturation {
+                v["saturation"] = j.clone();
             }
             println!("{v}");
         }
         _ => print_load(&outcome.summary, &records, a.format)?,
     }
-    match &headroom {
-        Some(Ok(h)) => h.lines().iter().for_each(|l| eprintln!("{l}")),
-        Some(Err(e)) => eprintln!("saturation: not measured: {e:#}"),
-        None => {}
+    for l in saturation.iter().flat_map(|(lines, _)| lines) {
+        eprintln!("{l}");
     }
     if let crate::plan::Workload::Trace(t) = &cfg.workload {
         if let Some((cached, prompt)) = t.predicted_hits(1).filter(|(_, p)| *p > 0) {

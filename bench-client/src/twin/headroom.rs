@@ -3,11 +3,13 @@
 //! a few percent off moves the queue, and so TTFT, many times as much.
 //!
 //! Two probes on the engine path, each the run's own requests:
-//! - **capacity**: the workload as a closed loop that keeps the scheduler full
-//!   (`max_running_requests` in flight, at most [`SATURATING_CAP`]; with a trace, at most a
-//!   twelfth of its requests). A loop of `n` requests and
-//!   one of `3n` share their start and their drain, so the difference of their requests over the
-//!   difference of their durations is the steady throughput of a full server.
+//! - **capacity**: the workload as a closed loop that keeps the scheduler full: a quarter more
+//!   requests in flight than `max_running_requests` admits, so that a request waits while a
+//!   finished one's successor is on its way in (at most [`SATURATING_CAP`]; at most the run's
+//!   `--max-concurrency`, the most its client sends; with a trace, at most a twelfth of its
+//!   requests, and then the figure is a lower bound). A loop of `n` requests and one of `3n`
+//!   share their start and their drain, so the difference of their requests over the difference
+//!   of their durations is the steady throughput.
 //! - **sensitivity**: the run again on a server [`SLOWER`] slower in every duration (its
 //!   `time_scale`); the move of TTFT p50 and TPOT p50 over the run's.
 //!
@@ -40,6 +42,9 @@ pub const NEAR_KNEE_SHARE: f64 = 0.8;
 /// long before: its batch's step grows with every request).
 pub const SATURATING_CAP: u32 = 2048;
 
+/// Requests in flight of the capacity probe over what the scheduler admits.
+const OVERFILL: f64 = 1.25;
+
 /// Waves of the shorter capacity loop; the longer one runs three times as many.
 const CAPACITY_WAVES: u64 = 4;
 
@@ -51,6 +56,8 @@ pub struct Headroom {
     pub capacity_rps: Option<f64>,
     /// The requests in flight of the capacity probe's loops.
     pub capacity_in_flight: u32,
+    /// The capacity is a lower bound: a trace too short to fill the scheduler.
+    pub capacity_at_least: bool,
     /// The run's arrival rate (open loop: the rate asked, or a trace's) or throughput (closed
     /// loop), requests a second.
     pub offered_rps: Option<f64>,
@@ -64,10 +71,12 @@ pub struct Headroom {
 }
 
 impl Headroom {
-    /// The offered load over the capacity.
+    /// The offered load over the capacity (none over a lower bound).
     pub fn share(&self) -> Option<f64> {
         match (self.offered_rps, self.capacity_rps) {
-            (Some(o), Some(c)) if c > 0.0 && o.is_finite() => Some(o / c),
+            (Some(o), Some(c)) if c > 0.0 && o.is_finite() && !self.capacity_at_least => {
+                Some(o / c)
+            }
             _ => None,
         }
     }
@@ -90,6 +99,7 @@ impl Headroom {
         serde_json::json!({
             "capacity_rps": self.capacity_rps,
             "capacity_in_flight": self.capacity_in_flight,
+            "capacity_is_lower_bound": self.capacity_at_least,
             "offered_rps": self.offered_rps,
             "open_loop": self.open,
             "share_of_capacity": self.share(),
@@ -112,8 +122,14 @@ impl Headroom {
                 self.capacity_in_flight
             )),
             (_, Some(c), _) => out.push(format!(
-                "saturation: the simulated server's capacity for this workload is {c:.2} req/s (with {} in flight)",
-                self.capacity_in_flight
+                "saturation: the simulated server's capacity for this workload is {}{c:.2} req/s (with {} in flight{})",
+                if self.capacity_at_least { "at least " } else { "" },
+                self.capacity_in_flight,
+                if self.capacity_at_least {
+                    ": the trace is too short to fill the scheduler"
+                } else {
+                    ""
+                }
             )),
             _ => {}
         }
@@ -133,11 +149,16 @@ impl Headroom {
                 "over capacity: the queue grows for as long as the run lasts, and its latencies measure the run's length, not the server"
                     .into(),
             );
+        } else if self.amplified() {
+            out.push(format!(
+                "near the knee: a prediction here is fragile (a {:.0}% error in the simulated server's costs moves the latencies {FRAGILE_GAIN:.0} times as much or more)",
+                100.0 * SLOWER
+            ));
         } else if self.near_knee() {
-            out.push(
-                "near the knee: a prediction here is fragile (a small error in the simulated server's costs moves the queue, and the latencies, many times as much)"
-                    .into(),
-            );
+            out.push(format!(
+                "near the knee: a prediction here is fragile (at {:.0}% of the capacity a queue grows fast with the load, and with any error in the costs)",
+                100.0 * share.unwrap_or(0.0)
+            ));
         } else if !self.open && share.is_some_and(|s| s >= NEAR_KNEE_SHARE) {
             out.push(
                 "the scheduler is nearly full: more requests in flight would add waiting, not throughput (the latencies still move with the costs alone)"
@@ -222,7 +243,7 @@ pub fn headroom(
         }
         Err(e) => h
             .notes
-            .push(format!("the sensitivity probe did not run: {e:#}")),
+            .push(format!("the sensitivity probe gave no figure: {e:#}")),
     }
     // A trace has its own requests: the longer loop takes at most all of them, and fewer in
     // flight where the trace is short.
@@ -230,17 +251,21 @@ pub fn headroom(
         crate::plan::Workload::Trace(t) => t.len() as u64,
         _ => u64::MAX,
     };
-    let c = u32::try_from(mock.max_running_requests)
-        .unwrap_or(u32::MAX)
-        .clamp(1, SATURATING_CAP)
-        .min(u32::try_from(longest / (3 * CAPACITY_WAVES)).unwrap_or(u32::MAX));
+    let full_c = ((mock.max_running_requests as f64 * OVERFILL).ceil() as u64)
+        .clamp(1, u64::from(SATURATING_CAP));
+    let client_c = cfg
+        .max_concurrency
+        .map_or(full_c, |m| full_c.min(u64::from(m.max(1))));
+    let c = client_c.min(longest / (3 * CAPACITY_WAVES));
     if c == 0 {
         h.notes.push(format!(
-            "the capacity probe did not run: the trace's {longest} requests are too few for {} waves of a full loop",
+            "the capacity probe gave no figure: the trace's {longest} requests are too few for {} waves of a full loop",
             3 * CAPACITY_WAVES
         ));
         return Ok(h);
     }
+    h.capacity_at_least = c < client_c;
+    let c = u32::try_from(c).unwrap_or(SATURATING_CAP);
     h.capacity_in_flight = c;
     let n = CAPACITY_WAVES * u64::from(c);
     let full = |requests: u64, name: &str| {
@@ -256,6 +281,12 @@ pub fn headroom(
     };
     let steady = full(n, "full-short.jsonl").and_then(|a| {
         let b = full(3 * n, "full-long.jsonl")?;
+        let failed = (a.requests - a.succeeded) + (b.requests - b.succeeded);
+        if failed > 0 {
+            anyhow::bail!(
+                "{failed} requests of the full loops failed (the simulated server cannot hold {c} in flight of this workload)"
+            );
+        }
         let (da, db) = (a.derived().duration_s, b.derived().duration_s);
         let done = b.succeeded.saturating_sub(a.succeeded) as f64;
         match (da, db) {
@@ -267,7 +298,75 @@ pub fn headroom(
         Ok(rps) => h.capacity_rps = Some(rps),
         Err(e) => h
             .notes
-            .push(format!("the capacity probe did not run: {e:#}")),
+            .push(format!("the capacity probe gave no figure: {e:#}")),
     }
     Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_at(share: f64, moves: f64) -> Headroom {
+        Headroom {
+            capacity_rps: Some(100.0),
+            capacity_in_flight: 1280,
+            offered_rps: Some(100.0 * share),
+            open: true,
+            ttft_move: Some(moves),
+            tpot_move: Some(SLOWER),
+            ..Headroom::default()
+        }
+    }
+
+    fn verdict(h: &Headroom) -> String {
+        h.lines().last().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_verdict_follows_the_share_and_the_moves() {
+        assert!(verdict(&open_at(0.5, SLOWER)).starts_with("below the knee"));
+        let share_only = open_at(0.85, SLOWER);
+        assert!(share_only.near_knee());
+        assert!(verdict(&share_only).contains("at 85% of the capacity"));
+        let amplified = open_at(0.5, 4.0 * SLOWER);
+        assert!(amplified.near_knee());
+        assert!(verdict(&amplified).contains("3 times as much or more"));
+        assert!(verdict(&open_at(1.1, SLOWER)).starts_with("over capacity"));
+        // A closed loop at its capacity is full, not fragile.
+        let closed = Headroom {
+            open: false,
+            ..open_at(0.95, SLOWER)
+        };
+        assert!(!closed.near_knee());
+        assert!(verdict(&closed).starts_with("the scheduler is nearly full"));
+    }
+
+    #[test]
+    fn a_lower_bound_gives_no_share_and_says_so() {
+        let h = Headroom {
+            capacity_at_least: true,
+            ..open_at(1.5, SLOWER)
+        };
+        assert_eq!(h.share(), None);
+        assert!(!h.near_knee());
+        let lines = h.lines().join("\n");
+        assert!(lines.contains("at least 100.00 req/s"), "{lines}");
+        assert!(!lines.contains("over capacity"), "{lines}");
+        let j = h.to_json();
+        assert_eq!(j["share_of_capacity"], serde_json::Value::Null);
+        assert_eq!(j["capacity_is_lower_bound"], true);
+    }
+
+    #[test]
+    fn missing_figures_print_no_nan() {
+        let h = Headroom {
+            notes: vec!["the capacity probe gave no figure: why".into()],
+            ..Headroom::default()
+        };
+        let text = h.lines().join("\n");
+        assert!(!text.to_lowercase().contains("nan"), "{text}");
+        assert!(text.contains("gave no figure"));
+        assert_eq!(h.to_json()["share_of_capacity"], serde_json::Value::Null);
+    }
 }

@@ -101,7 +101,8 @@ fn fold(
             // A row the model cannot run shows "-" for what it did not predict.
             let (t, d) = predict_point(&fit.config, p).map_or((None, None), |(t, d)| (Some(t), d));
             let ms = |v: Option<f64>, digits: usize| {
-                v.map_or("-".to_string(), |v| format!("{:.*}", digits, v * 1e3))
+                v.filter(|v| v.is_finite())
+                    .map_or("-".to_string(), |v| format!("{:.*}", digits, v * 1e3))
             };
             g.row([
                 if test.contains(&k) { "held" } else { "" }.to_string(),
@@ -278,7 +279,8 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
 
 /// A MAPE as printed: "-" where there is none.
 fn pct(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1}%"))
+    v.filter(|v| v.is_finite())
+        .map_or("-".into(), |v| format!("{v:.1}%"))
 }
 
 fn summary(what: &str, os: &[Outcome], loglog: bool) {
