@@ -120,3 +120,43 @@ fn a_closed_loop_at_its_capacity_is_full_not_fragile() {
         .iter()
         .any(|l| l.starts_with("the scheduler is nearly full")));
 }
+
+/// `load --simulate --format json` as a user runs it: the probes' figures under `saturation`,
+/// none with `--no-saturation`, and the results file holds the run's requests alone.
+#[test]
+fn the_command_line_carries_the_probes_in_its_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_bench-client"))
+            .args(["load", "--preset", "small-cpu-demo", "--simulate"])
+            .args(["--request-rate", "50", "--num-requests", "200"])
+            .args(["--input-len", "256", "--output-len", "16", "--no-progress"])
+            .args(["--format", "json", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let lines = std::fs::read_to_string(&out).unwrap();
+        let records = lines.lines().filter(|l| l.contains("\"load\"")).count();
+        (v, String::from_utf8_lossy(&o.stderr).into_owned(), records)
+    };
+    let (v, stderr, records) = run("probed.jsonl", &[]);
+    assert_eq!(records, 200);
+    let s = &v["saturation"];
+    let capacity = s["capacity_rps"].as_f64().unwrap();
+    let share = s["share_of_capacity"].as_f64().unwrap();
+    assert!((share - 50.0 / capacity).abs() < 1e-9, "{s}");
+    assert_eq!(s["capacity_in_flight"], 320);
+    assert!(s["ttft_p50_move"].as_f64().is_some(), "{s}");
+    assert!(
+        stderr.contains("saturation: offered 50.00 req/s"),
+        "{stderr}"
+    );
+    let (v, stderr, records) = run("plain.jsonl", &["--no-saturation"]);
+    assert_eq!(records, 200);
+    assert!(v.get("saturation").is_none(), "{v}");
+    assert!(!stderr.contains("saturation:"), "{stderr}");
+}
