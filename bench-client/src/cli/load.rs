@@ -353,10 +353,10 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
                 ),
             }
         });
-    match (&outcome.metrics, &saturation, a.format) {
+    match a.format {
         // The server's /metrics in the JSON too, as `merge --format json` gives them; and the
         // saturation probes of a simulated run.
-        (Some(_), _, Format::Json) | (_, Some(_), Format::Json) => {
+        Format::Json => {
             let mut v = crate::report::export::json::load(&outcome.summary);
             if let Some(m) = &outcome.metrics {
                 v["server_metrics"] = m.to_json();

@@ -339,6 +339,15 @@ mod tests {
         c
     }
 
+    /// The loop of `shape` with the engine's jump and step by step, `extra` requests past the
+    /// search's count: every instant, so every mean, the same.
+    fn assert_jump_equal(c: &Config, shape: Shape, extra: u64, what: &str) {
+        let n = search_requests(c, shape.concurrency) + extra;
+        let fast = closed_loop(c, shape, n, true, output_spread(c)).unwrap();
+        let slow = closed_loop(c, shape, n, false, output_spread(c)).unwrap();
+        assert_eq!(fast, slow, "{what} {shape:?}");
+    }
+
     #[test]
     fn a_lone_request_is_its_prefill_and_its_steps() {
         let mut c = plain();
@@ -373,10 +382,7 @@ mod tests {
                     osl,
                     concurrency: conc,
                 };
-                let n = search_requests(&c, conc) + 3;
-                let fast = closed_loop(&c, shape, n, true, output_spread(&c)).unwrap();
-                let slow = closed_loop(&c, shape, n, false, output_spread(&c)).unwrap();
-                assert_eq!(fast, slow, "mixed {mixed}, exponent {exponent} {shape:?}");
+                assert_jump_equal(&c, shape, 3, &format!("mixed {mixed}, exponent {exponent}"));
             }
         }
     }
@@ -395,10 +401,7 @@ mod tests {
                 osl: 40,
                 concurrency: 8,
             };
-            let n = search_requests(&c, 8) + 3;
-            let fast = closed_loop(&c, shape, n, true, output_spread(&c)).unwrap();
-            let slow = closed_loop(&c, shape, n, false, output_spread(&c)).unwrap();
-            assert_eq!(fast, slow, "mixed {mixed}, max running 3");
+            assert_jump_equal(&c, shape, 3, &format!("mixed {mixed}, max running 3"));
 
             let mut c = plain();
             c.mixed_batches = mixed;
@@ -415,10 +418,7 @@ mod tests {
                 osl: 40,
                 concurrency: 12,
             };
-            let n = search_requests(&c, 12) + 5;
-            let fast = closed_loop(&c, shape, n, true, output_spread(&c)).unwrap();
-            let slow = closed_loop(&c, shape, n, false, output_spread(&c)).unwrap();
-            assert_eq!(fast, slow, "mixed {mixed}, KV-bound");
+            assert_jump_equal(&c, shape, 5, &format!("mixed {mixed}, KV-bound"));
         }
     }
 
