@@ -78,6 +78,7 @@ impl ServerArgs {
     }
 
     /// The target of a run on the engine path.
+    #[cfg(feature = "embedded-mock")]
     pub(super) fn engine_target(&self) -> Target {
         Target {
             base_url: crate::drive::ENGINE_URL.into(),
