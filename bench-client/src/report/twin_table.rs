@@ -75,6 +75,12 @@ fn pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:+.1}%"))
 }
 
+/// A MAPE as printed: "-" where there is none (or none finite).
+pub fn mape_text(v: Option<f64>) -> String {
+    v.filter(|v| v.is_finite())
+        .map_or("-".into(), |v| format!("{v:.1}%"))
+}
+
 /// The rows as a plain-text table, then the MAPE line.
 pub fn table(rows: &[RowView]) -> String {
     let measured = rows
@@ -146,8 +152,7 @@ pub fn table(rows: &[RowView]) -> String {
     let mut out = g.render();
     if measured {
         let (a, b) = mapes(rows);
-        let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}%"));
-        let _ = writeln!(out, "MAPE: TTFT {}, TPOT {}", f(a), f(b));
+        let _ = writeln!(out, "MAPE: TTFT {}, TPOT {}", mape_text(a), mape_text(b));
     }
     out
 }

@@ -8,6 +8,8 @@ use std::fmt::Write;
 use anyhow::Context;
 use mock_server::Config;
 
+use crate::report::twin_table::mape_text;
+
 /// What the marks say about a table fit.
 #[derive(Clone, Debug)]
 pub struct TableSource<'a> {
@@ -34,15 +36,14 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
     }
     cfg.validate_preset()
         .context("the fitted preset is not a valid mock configuration")?;
-    let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}%"));
     let fitted = format!(
         "MEASURED: fitted by simulation to {} rows of {}{} (MAPE TTFT {}, TPOT {})",
         s.rows,
         s.source,
         s.deployment
             .map_or(String::new(), |d| format!(", deployment {d}")),
-        f(s.mape.0),
-        f(s.mape.1)
+        mape_text(s.mape.0),
+        mape_text(s.mape.1)
     );
     let mut marks: BTreeMap<&str, String> = BTreeMap::new();
     for k in [

@@ -15,6 +15,7 @@ use std::time::Instant;
 use bench_client::measure::table::baseline::{loglog_neighbours, p1_held_out, p2_folds, Linear};
 use bench_client::measure::table::{error_pct, mape, median, Point};
 use bench_client::report::grid::{Col, Grid};
+use bench_client::report::twin_table::mape_text;
 use bench_client::results::table::{read_table, Measured, TableRow};
 use bench_client::twin::table::{fit_table, predict_point, TableFitOptions, CHUNK_CHOICES};
 use clap::Parser;
@@ -267,19 +268,19 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
         "rows".into(),
         o.rows.to_string(),
         "twin".into(),
-        pct(a),
-        pct(b),
+        mape_text(a),
+        mape_text(b),
     ];
     if loglog {
         let (e, f) = o.loglog.mape();
         cols.extend([word, figure, figure]);
-        row.extend(["log-log".into(), pct(e), pct(f)]);
+        row.extend(["log-log".into(), mape_text(e), mape_text(f)]);
     }
     cols.extend([word, figure, figure, word, Col::right().min(5), Col::left()]);
     row.extend([
         "linear".into(),
-        pct(c),
-        pct(d),
+        mape_text(c),
+        mape_text(d),
         "fit".into(),
         format!("{fit:.1}"),
         "s".into(),
@@ -289,16 +290,10 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
     print!("{}", g.render());
 }
 
-/// A MAPE as printed: "-" where there is none.
-fn pct(v: Option<f64>) -> String {
-    v.filter(|v| v.is_finite())
-        .map_or("-".into(), |v| format!("{v:.1}%"))
-}
-
 fn summary(what: &str, os: &[Outcome], loglog: bool) {
     // The median over the deployments that have the figure.
     let med = |f: &dyn Fn(&Outcome) -> Option<f64>| {
-        pct(median(&os.iter().filter_map(f).collect::<Vec<_>>()))
+        mape_text(median(&os.iter().filter_map(f).collect::<Vec<_>>()))
     };
     println!(
         "{what} median over {} deployments (MAPE TTFT / TPOT): twin {} / {}{}  linear {} / {}",
@@ -327,6 +322,6 @@ fn summary(what: &str, os: &[Outcome], loglog: bool) {
     });
     for o in worst.iter().take(5) {
         let (a, b) = o.twin.mape();
-        println!("  worst: {} ({} / {})", o.name, pct(a), pct(b));
+        println!("  worst: {} ({} / {})", o.name, mape_text(a), mape_text(b));
     }
 }
