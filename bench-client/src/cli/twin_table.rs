@@ -16,7 +16,7 @@ use crate::twin::base_preset;
 use crate::twin::table::{
     fit_table, point_of, predict_rows, TableFitOptions, CHUNK_CHOICES, UNREACHED_COST,
 };
-use crate::twin::table_preset::{table_preset, TableSource};
+use crate::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
 
 /// Whose scheduler a table's server runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -119,6 +119,9 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     );
     let views = predict_rows(&fit.config, &rows);
     print!("{}", twin_table::model(&fit.model, fit.chunk, mixed));
+    if fit.pair_held {
+        println!("  per token pair: {PAIR_HELD} (fitted, it would take any value the rows allow, and longer prompts would pay for it)");
+    }
     println!("every row, measured beside the twin (a closed loop of each row's concurrency):");
     print!("{}", twin_table::table(&views));
     let unreached: Vec<&RowView> = views.iter().filter(|v| v.note.is_some()).collect();
@@ -151,6 +154,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             rows: rows.len(),
             mape: mapes(&views),
             pool_fitted: fit.pool_fitted,
+            pair_held: fit.pair_held,
             scheduler_from,
             chunk_from: &if choices.is_empty() {
                 "ASSUMED: --chunked-prefill-size".to_string()

@@ -14,7 +14,9 @@ use mock_server::Config;
 use crate::drive::engine::closed::{
     measured_requests, run_closed, search_requests, ClosedError, Shape,
 };
-use crate::measure::table::{guess, log_ratio_sq, Point, TableModel, EXPONENT_INDEX, POOL_INDEX};
+use crate::measure::table::{
+    guess, log_ratio_sq, Point, TableModel, EXPONENT_INDEX, PAIR_INDEX, POOL_INDEX,
+};
 use crate::report::twin_table::RowView;
 use crate::results::table::TableRow;
 
@@ -126,6 +128,10 @@ fn loop_means(cfg: &Config, p: &Point, measured: u64) -> Result<(f64, Option<f64
 struct Objective<'a> {
     base: &'a Config,
     points: &'a [Point],
+    /// The search's vector fills these places of the model's log vector; the others keep
+    /// `template`'s values (the costs the rows cannot show, held).
+    free: &'a [usize],
+    template: &'a [f64],
     evals: &'a Cell<u64>,
     /// Run each loop at the full measured count (else the search's shorter one).
     full: bool,
@@ -171,7 +177,7 @@ impl CostFunction for Objective<'_> {
         if self.evals.get() >= self.budget {
             return Err(anyhow::anyhow!("the evaluation budget is spent"));
         }
-        let c = self.cost_of(&TableModel::from_log(x));
+        let c = self.cost_of(&TableModel::from_log(&expand(self.template, self.free, x)));
         if let Some(b) = self.best {
             let mut b = b.borrow_mut();
             if c < b.1 {
@@ -179,6 +185,29 @@ impl CostFunction for Objective<'_> {
             }
         }
         Ok(c)
+    }
+}
+
+/// `template` with the search's vector `x` in the places `free` names.
+fn expand(template: &[f64], free: &[usize], x: &[f64]) -> Vec<f64> {
+    let mut v = template.to_vec();
+    for (&i, &xi) in free.iter().zip(x) {
+        v[i] = xi;
+    }
+    v
+}
+
+/// The places of the log vector the fit holds, their costs at 0: the cost per token pair where
+/// every row has one input length (its pairs are then a fixed cost per prompt, which the cost
+/// per token carries; fitted, it takes any value the rows allow and extrapolates to longer
+/// prompts as it pleases).
+pub fn held_parameters(points: &[Point]) -> Vec<usize> {
+    let mut isl = points.iter().map(|p| p.isl);
+    let first = isl.next();
+    if isl.all(|i| Some(i) == first) {
+        vec![PAIR_INDEX]
+    } else {
+        Vec::new()
     }
 }
 
@@ -242,6 +271,8 @@ pub struct TableFit {
     pub evals: u64,
     /// Whether the rows saturate and the KV pool was fitted.
     pub pool_fitted: bool,
+    /// Whether the cost per token pair was held at 0 ([`held_parameters`]).
+    pub pair_held: bool,
     /// The prefill tokens a pass the fit ran with (chosen where `chunk_choices` offers several).
     pub chunk: usize,
 }
@@ -314,17 +345,25 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
     let pool = saturation_pool(points);
     // A start that holds a fitted pool keeps it.
     start.kv_pool_tokens = pool.and(start.kv_pool_tokens.or(pool));
+    let held = held_parameters(points);
+    if held.contains(&PAIR_INDEX) {
+        start.prefill_per_token_pair_s = 0.0;
+    }
+    let template = start.to_log();
+    let free: Vec<usize> = (0..template.len()).filter(|i| !held.contains(i)).collect();
     let evals = Cell::new(0);
     let obj = Objective {
         base: &base,
         points,
+        free: &free,
+        template: &template,
         evals: &evals,
         full: true,
         best: None,
         budget: u64::MAX,
     };
     let guess_cost = obj.cost_of(&start);
-    let x0 = start.to_log();
+    let x0: Vec<f64> = free.iter().map(|&i| template[i]).collect();
     let n = x0.len();
     // A simplex around `x`: `x`, and each parameter doubled (the exponent divided by 1.25, the
     // pool 1.5 times), the steps in log space scaled by `scale`.
@@ -333,7 +372,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         for i in 0..n {
             let mut v = x.to_vec();
             v[i] += scale
-                * match i {
+                * match free[i] {
                     EXPONENT_INDEX => -(1.25f64.ln()),
                     POOL_INDEX => 1.5f64.ln(),
                     _ => 2f64.ln(),
@@ -357,6 +396,8 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
             Objective {
                 base: &base,
                 points,
+                free: &free,
+                template: &template,
                 evals: &evals,
                 full: false,
                 best: Some(&tracked),
@@ -373,7 +414,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         (from, scale, last) = (best, 0.25, cost);
     }
     let best = tracked.into_inner().0;
-    let mut model = TableModel::from_log(&best).floored();
+    let mut model = TableModel::from_log(&expand(&template, &free, &best)).floored();
     if pool.is_none() {
         model.kv_pool_tokens = None;
     }
@@ -386,6 +427,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         cost,
         evals: evals.get(),
         pool_fitted: pool.is_some(),
+        pair_held: held.contains(&PAIR_INDEX),
         chunk: opts.chunk,
     })
 }

@@ -10,6 +10,9 @@ use mock_server::Config;
 
 use crate::report::twin_table::mape_text;
 
+/// Why a table fit leaves the cost per token pair at 0 (the preset's mark, calibrate's note).
+pub const PAIR_HELD: &str = "ASSUMED: 0, every row has one input length";
+
 /// What the marks say about a table fit.
 #[derive(Clone, Debug)]
 pub struct TableSource<'a> {
@@ -20,6 +23,8 @@ pub struct TableSource<'a> {
     /// MAPE of TTFT and TPOT over the fitted rows (percent).
     pub mape: (Option<f64>, Option<f64>),
     pub pool_fitted: bool,
+    /// The cost per token pair held at 0: every row has one input length.
+    pub pair_held: bool,
     /// Where the scheduler came from (the table's backend column, a flag).
     pub scheduler_from: &'a str,
     /// Where the chunk size came from, with its mark (`ASSUMED: ...`, `MEASURED: ...`).
@@ -57,6 +62,14 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
         "decode_batch_exponent",
     ] {
         marks.insert(k, fitted.clone());
+    }
+    if s.pair_held {
+        marks.insert(
+            "prefill_per_token_pair_s",
+            format!(
+                "{PAIR_HELD}; a prompt's pairs are then a cost per prompt, in prefill_per_token_s"
+            ),
+        );
     }
     let pool = if s.pool_fitted {
         format!("{fitted}: the KV pool where the rows saturate")

@@ -5,11 +5,12 @@
 
 use std::path::Path;
 
-use bench_client::measure::table::{Point, TableModel};
+use bench_client::measure::table::{Point, TableModel, PAIR_INDEX};
 use bench_client::results::table::TableRow;
 use bench_client::twin::table::{
-    apply, fit_table, predict_point, predict_rows, table_base, TableFitOptions,
+    apply, fit_table, held_parameters, predict_point, predict_rows, table_base, TableFitOptions,
 };
+use bench_client::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
 
 use crate::support::{run, stderr};
 
@@ -237,6 +238,54 @@ fn rows_made_by_a_known_twin_calibrate_back_to_it() {
             "TPOT {y:?} against {b:?}"
         );
     }
+}
+
+#[test]
+fn rows_of_one_input_length_hold_the_pair_cost_at_zero() {
+    // One prompt length cannot tell a cost per token pair from one per token: the fit holds it.
+    let (cfg, _, opts) = known();
+    let points = rows_of(
+        &cfg,
+        [16, 32]
+            .iter()
+            .flat_map(|&osl| [1, 4, 16].map(|c| (1024, osl, c))),
+    );
+    assert_eq!(held_parameters(&points), vec![PAIR_INDEX]);
+    let opts = TableFitOptions {
+        max_evals: 30,
+        ..opts
+    };
+    let fit = fit_table(&mock_server::Config::default(), &points, &opts).unwrap();
+    assert!(fit.pair_held);
+    assert_eq!(fit.model.prefill_per_token_pair_s, 0.0);
+    assert!(fit.model.prefill_per_token_s > 0.0, "{:?}", fit.model);
+    let text = table_preset(
+        &fit.config,
+        &TableSource {
+            source: "rows.csv",
+            deployment: None,
+            rows: points.len(),
+            mape: (Some(1.0), Some(1.0)),
+            pool_fitted: false,
+            pair_held: true,
+            scheduler_from: "the test",
+            chunk_from: "ASSUMED: the test",
+            base_name: "default",
+        },
+    )
+    .unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("prefill_per_token_pair_s "))
+        .unwrap_or("");
+    assert!(
+        line.starts_with("prefill_per_token_pair_s = 0.0 ") && line.contains(PAIR_HELD),
+        "{text}"
+    );
+    // A second prompt length frees it.
+    let mut more = points.clone();
+    more.extend(rows_of(&cfg, [(2048, 16, 4)]));
+    assert!(held_parameters(&more).is_empty());
 }
 
 #[test]

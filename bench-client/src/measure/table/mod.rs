@@ -38,7 +38,9 @@ pub struct TableModel {
 /// The range the batch's decode exponent is fitted in.
 pub const EXPONENT: (f64, f64) = (0.05, 2.0);
 
-/// Where the exponent and the KV pool sit in the fit's log vector, after the seven costs.
+/// Where the cost per token pair, the exponent and the KV pool sit in the fit's log vector (the
+/// last two after the seven costs).
+pub const PAIR_INDEX: usize = 3;
 pub const EXPONENT_INDEX: usize = 7;
 pub const POOL_INDEX: usize = 8;
 
