@@ -14,7 +14,8 @@ use crate::report::twin_table::{self, mapes, RowView};
 use crate::results::table::{read_table, select_deployment, Measured, TableRow};
 use crate::twin::base_preset;
 use crate::twin::table::{
-    fit_table, point_of, predict_rows, TableFitOptions, CHUNK_CHOICES, UNREACHED_COST,
+    chooses_chunk, fit_table, point_of, predict_rows, TableFit, TableFitOptions, CHUNK_CHOICES,
+    UNREACHED_COST,
 };
 use crate::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
 
@@ -97,10 +98,11 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     let base = base_preset(a.base).map_err(CliError::Usage)?;
     let choices: Vec<String> = opts.chunk_choices.iter().map(|c| c.to_string()).collect();
     let choices = choices.join(", ");
-    let chunks = if choices.is_empty() {
-        chunk.to_string()
-    } else {
+    let chosen = chooses_chunk(&points, &opts);
+    let chunks = if chosen {
         format!("the best fit of {choices}")
+    } else {
+        chunk.to_string()
     };
     eprintln!(
         "fitting {} rows{} by simulation: scheduler {}, {chunks} prefill tokens a pass",
@@ -118,12 +120,55 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         fit.cost
     );
     let views = predict_rows(&fit.config, &rows);
+    if fit.cost >= UNREACHED_COST {
+        report(&fit, mixed, &views);
+        return Err(data(anyhow::anyhow!(
+            "{file}: the model runs none of the rows; no preset written"
+        )));
+    }
+    let text = table_preset(
+        &fit.config,
+        &TableSource {
+            source: &file,
+            deployment: a.deployment,
+            rows: rows.len(),
+            mape: mapes(&views),
+            pool_fitted: fit.pool_fitted,
+            pair_held: fit.pair_held,
+            scheduler_from,
+            chunk_from: &if choices.is_empty() {
+                "ASSUMED: --chunked-prefill-size".to_string()
+            } else if !chosen {
+                format!("ASSUMED: {chunk}, every row has one input length (the rows cannot tell {choices} apart)")
+            } else {
+                format!("MEASURED: chosen by the rows' fit among {choices} (SGLang's chunked_prefill_size, vLLM's max_num_batched_tokens)")
+            },
+            base_name: a.base,
+        },
+    )
+    .map_err(CliError::Other)?;
+    let tmp = a.out.with_extension("toml.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, a.out))
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    // The report comes after the preset is on disk: a closed stdout (`| head`) loses nothing.
+    report(&fit, mixed, &views);
+    eprintln!(
+        "wrote {}: predict with `bench-client predict --preset-file {} --table ROWS.csv`",
+        a.out.display(),
+        a.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The fitted model and every row beside it, with the rows it cannot reach.
+fn report(fit: &TableFit, mixed: bool, views: &[RowView]) {
     print!("{}", twin_table::model(&fit.model, fit.chunk, mixed));
     if fit.pair_held {
         println!("  per token pair: {PAIR_HELD} (fitted, it would take any value the rows allow, and longer prompts would pay for it)");
     }
     println!("every row, measured beside the twin (a closed loop of each row's concurrency):");
-    print!("{}", twin_table::table(&views));
+    print!("{}", twin_table::table(views));
     let unreached: Vec<&RowView> = views.iter().filter(|v| v.note.is_some()).collect();
     if !unreached.is_empty() {
         println!(
@@ -141,40 +186,6 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             );
         }
     }
-    if fit.cost >= UNREACHED_COST {
-        return Err(data(anyhow::anyhow!(
-            "{file}: the model runs none of the rows; no preset written"
-        )));
-    }
-    let text = table_preset(
-        &fit.config,
-        &TableSource {
-            source: &file,
-            deployment: a.deployment,
-            rows: rows.len(),
-            mape: mapes(&views),
-            pool_fitted: fit.pool_fitted,
-            pair_held: fit.pair_held,
-            scheduler_from,
-            chunk_from: &if choices.is_empty() {
-                "ASSUMED: --chunked-prefill-size".to_string()
-            } else {
-                format!("MEASURED: chosen by the rows' fit among {choices} (SGLang's chunked_prefill_size, vLLM's max_num_batched_tokens)")
-            },
-            base_name: a.base,
-        },
-    )
-    .map_err(CliError::Other)?;
-    let tmp = a.out.with_extension("toml.tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, a.out))
-        .with_context(|| format!("writing {}", a.out.display()))?;
-    eprintln!(
-        "wrote {}: predict with `bench-client predict --preset-file {} --table ROWS.csv`",
-        a.out.display(),
-        a.out.display()
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args, Debug)]

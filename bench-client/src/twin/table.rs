@@ -211,6 +211,15 @@ pub fn held_parameters(points: &[Point]) -> Vec<usize> {
     }
 }
 
+/// Whether a fit chooses its chunk among `opts.chunk_choices` (else it runs at `opts.chunk`):
+/// where two or more are offered and the rows have more than one input length. Prompts of one
+/// length take the same passes at any chunk but for the first wave, which the per-pass and
+/// per-token costs absorb, so the rows cannot tell the chunks apart and the choice would follow
+/// their noise.
+pub fn chooses_chunk(points: &[Point], opts: &TableFitOptions) -> bool {
+    opts.chunk_choices.len() >= 2 && held_parameters(points).is_empty()
+}
+
 /// The KV pool's first guess where a series saturates: between the two rows where TTFT grows
 /// more than twice as fast as the concurrency, the geometric mean of their requests' full
 /// contexts; `None` where no series does.
@@ -291,7 +300,7 @@ pub fn fit_table(
     points: &[Point],
     opts: &TableFitOptions,
 ) -> anyhow::Result<TableFit> {
-    if opts.chunk_choices.len() < 2 {
+    if !chooses_chunk(points, opts) {
         return fit_one(base, points, opts);
     }
     let brief = (opts.max_evals / 3).max(1);

@@ -4,15 +4,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 
 use bench_client::measure::table::{Point, TableModel, PAIR_INDEX};
 use bench_client::results::table::TableRow;
 use bench_client::twin::table::{
-    apply, fit_table, held_parameters, predict_point, predict_rows, table_base, TableFitOptions,
+    apply, chooses_chunk, fit_table, held_parameters, predict_point, predict_rows, table_base,
+    TableFitOptions,
 };
 use bench_client::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
 
-use crate::support::{run, stderr};
+use crate::support::{run, stderr, BIN};
 
 const HEAD: &str = "deployment,backend,isl,osl,concurrency,ttft_ms,tpot_ms\n";
 
@@ -106,6 +108,33 @@ fn bad_tables_are_refused_with_the_place_named() {
         &[],
         "3 rows (6 measured TTFTs and TPOTs) cannot fit the model's 8 parameters",
     );
+}
+
+#[test]
+fn a_closed_stdout_loses_no_preset() {
+    // `calibrate --table ... | head`: the preset is on disk before the report is printed.
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("rows.csv");
+    std::fs::write(&table, good_rows()).unwrap();
+    let preset = dir.path().join("twin.toml");
+    let mut child = Command::new(BIN)
+        .args([
+            "calibrate",
+            "--table",
+            table.to_str().unwrap(),
+            "--chunked-prefill-size",
+            "8192",
+            "--out",
+            preset.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&preset).unwrap_or_default();
+    assert!(text.contains("prefill_per_token_s = "), "{text}");
 }
 
 /// The known twin the round trip starts from: SGLang's scheduler, passes of 1,024 tokens.
@@ -251,11 +280,15 @@ fn rows_of_one_input_length_hold_the_pair_cost_at_zero() {
             .flat_map(|&osl| [1, 4, 16].map(|c| (1024, osl, c))),
     );
     assert_eq!(held_parameters(&points), vec![PAIR_INDEX]);
+    // Nor can it tell chunks apart: the fit runs at the chunk given, choices or not.
     let opts = TableFitOptions {
         max_evals: 30,
+        chunk_choices: vec![8192, 2048, 32768],
         ..opts
     };
+    assert!(!chooses_chunk(&points, &opts));
     let fit = fit_table(&mock_server::Config::default(), &points, &opts).unwrap();
+    assert_eq!(fit.chunk, opts.chunk);
     assert!(fit.pair_held);
     assert_eq!(fit.model.prefill_per_token_pair_s, 0.0);
     assert!(fit.model.prefill_per_token_s > 0.0, "{:?}", fit.model);
@@ -286,6 +319,7 @@ fn rows_of_one_input_length_hold_the_pair_cost_at_zero() {
     let mut more = points.clone();
     more.extend(rows_of(&cfg, [(2048, 16, 4)]));
     assert!(held_parameters(&more).is_empty());
+    assert!(chooses_chunk(&more, &opts));
 }
 
 #[test]
