@@ -112,7 +112,8 @@ fn bad_tables_are_refused_with_the_place_named() {
 
 #[test]
 fn a_closed_stdout_loses_no_preset() {
-    // `calibrate --table ... | head`: the preset is on disk before the report is printed.
+    // `calibrate --table ... | head`: the preset is on disk before the report is printed, and the
+    // closed stdout ends the command quietly.
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("rows.csv");
     std::fs::write(&table, good_rows()).unwrap();
@@ -128,13 +129,17 @@ fn a_closed_stdout_loses_no_preset() {
             preset.to_str().unwrap(),
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     drop(child.stdout.take());
-    child.wait().unwrap();
+    let out = child.wait_with_output().unwrap();
     let text = std::fs::read_to_string(&preset).unwrap_or_default();
     assert!(text.contains("prefill_per_token_s = "), "{text}");
+    // It ends as a tool that SIGPIPE ended would, without a panic.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 /// The known twin the round trip starts from: SGLang's scheduler, passes of 1,024 tokens.
