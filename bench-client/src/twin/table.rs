@@ -202,13 +202,16 @@ fn expand(template: &[f64], free: &[usize], x: &[f64]) -> Vec<f64> {
 /// per token carries; fitted, it takes any value the rows allow and extrapolates to longer
 /// prompts as it pleases).
 pub fn held_parameters(points: &[Point]) -> Vec<usize> {
-    let mut isl = points.iter().map(|p| p.isl);
-    let first = isl.next();
-    if isl.all(|i| Some(i) == first) {
+    if one_input_length(points) {
         vec![PAIR_INDEX]
     } else {
         Vec::new()
     }
+}
+
+/// Whether every row has the same input length.
+fn one_input_length(points: &[Point]) -> bool {
+    points.windows(2).all(|w| w[0].isl == w[1].isl)
 }
 
 /// Whether a fit chooses its chunk among `opts.chunk_choices` (else it runs at `opts.chunk`):
@@ -217,7 +220,7 @@ pub fn held_parameters(points: &[Point]) -> Vec<usize> {
 /// per-token costs absorb, so the rows cannot tell the chunks apart and the choice would follow
 /// their noise.
 pub fn chooses_chunk(points: &[Point], opts: &TableFitOptions) -> bool {
-    opts.chunk_choices.len() >= 2 && held_parameters(points).is_empty()
+    opts.chunk_choices.len() >= 2 && !one_input_length(points)
 }
 
 /// The KV pool's first guess where a series saturates: between the two rows where TTFT grows
