@@ -399,6 +399,14 @@ impl Config {
         Ok(())
     }
 
+    /// The way in and out (`stream_latency_s`) on the engine's clock, in ns, as every event
+    /// takes it: outside the server's own timing, as SGLang's `first_token_latency` is taken in
+    /// its tokenizer manager, before the HTTP response.
+    pub fn way_ns(&self) -> u64 {
+        let s = (self.stream_latency_s / self.time_scale).max(0.0);
+        std::time::Duration::try_from_secs_f64(s).map_or(0, |d| d.as_nanos() as u64)
+    }
+
     /// Bytes of one GPU's static pool (weights and KV cache): total x `mem_fraction_static`.
     pub fn static_bytes(&self) -> f64 {
         (self.gpu_total_bytes as f64 * self.mem_fraction_static).max(0.0)

@@ -52,6 +52,15 @@ pub fn observed(rec: &Record) -> Option<Observed> {
         sent_s: rec.load.as_ref().map_or(0.0, |l| l.sent_ns as f64 / 1e9),
         chunks,
         counts_known: known,
+        // Only a first-token latency (SGLang's, beside its queue time) leaves the way alone:
+        // llama.cpp's split reports its prompt's compute, and its rest holds the queue too.
+        way_s: rec
+            .ttft_split
+            .as_ref()
+            .filter(|s| s.server_queue_ms.is_some())
+            .and_then(|s| s.rest_ms)
+            .filter(|v| v.is_finite())
+            .map(|v| v / 1e3),
     })
 }
 

@@ -143,6 +143,7 @@ pub(super) async fn generate(
         continuous_usage: false,
         metrics: cfg.enable_metrics,
         logprobs: return_logprob,
+        way_ns: cfg.way_ns(),
         streamed: stream,
     };
     let mut ctx = Renderer::new(opts);
@@ -228,6 +229,7 @@ async fn openai(
         metrics: cfg.enable_metrics,
         logprobs: false,
         streamed: stream,
+        way_ns: cfg.way_ns(),
     };
     if stream {
         let truth = st.engine().shared.truth.clone();

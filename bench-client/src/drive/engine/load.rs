@@ -330,6 +330,7 @@ pub fn run_load_engine(
     let resumed = crate::drive::piece::resumed(cfg)?;
     let run_id = crate::drive::piece::piece_run_id(cfg, sessions.map(|s| &s.sessions))?;
     let done = resumed.done;
+    let streams = Streams::new(&mock);
     let sim = Simulator::new(mock).map_err(|e| anyhow::anyhow!("embedded mock: {e}"))?;
     // Virtual time runs ahead of the wall clock: a resumed piece starts after the last request
     // the file holds ended, so that the pieces of a run never overlap.
@@ -346,7 +347,7 @@ pub fn run_load_engine(
         planner,
         sim,
         agenda: Agenda::default(),
-        streams: Streams::default(),
+        streams,
         flight: FxHashMap::default(),
         start_unix_ms,
         base_ns: 0,

@@ -32,12 +32,21 @@ struct Open {
 }
 
 /// Streams in flight on the engine path, by the key the engine gave each request.
-#[derive(Default)]
 pub(crate) struct Streams {
     open: FxHashMap<u64, Open>,
+    /// The server's way in and out ([`mock_server::Config::way_ns`]): its
+    /// `first_token_latency` leaves it out, as the HTTP path's does.
+    way_ns: u64,
 }
 
 impl Streams {
+    pub(crate) fn new(config: &mock_server::Config) -> Self {
+        Streams {
+            open: FxHashMap::default(),
+            way_ns: config.way_ns(),
+        }
+    }
+
     fn head(spec_rid: &str, prompt_tokens: u32, max_tokens: u32) -> RequestTrace {
         RequestTrace {
             rid: spec_rid.to_string(),
@@ -138,6 +147,7 @@ impl Streams {
         at_ns: u64,
         event: &StreamEvent,
     ) -> Option<RequestTrace> {
+        let way_ns = self.way_ns;
         let o = self.open.get_mut(&id)?;
         let rel = at_ns.saturating_sub(o.sent_ns);
         o.trace.reads += 1;
@@ -166,7 +176,8 @@ impl Streams {
                 let (prompt_tokens, cached_tokens, completion_tokens) =
                     (*prompt_tokens, *cached_tokens, *completion_tokens);
                 let queue_s = times.forward_entry_ns.map(|ns| ns as f64 / 1e9);
-                let first_token_s = (finish.is_some() && first > 0).then(|| first as f64 / 1e9);
+                let first_token_s = (finish.is_some() && first > 0)
+                    .then(|| first.saturating_sub(way_ns) as f64 / 1e9);
                 o.trace.chunks.push(Chunk {
                     at_ns: rel,
                     tokens: Some(u(new_ids.len())),
@@ -301,7 +312,7 @@ impl EngineServer {
             Ok(id) => id,
             Err(r) => return Streams::refused(&spec.rid, prompt_tokens, spec.max_tokens, &r),
         };
-        let mut streams = Streams::default();
+        let mut streams = Streams::new(self.sim.config());
         streams.opened(id, &spec.rid, prompt_tokens, spec.max_tokens, sent, false);
         while let Some(due) = self.sim.next_step_ns() {
             self.now_ns = self.now_ns.max(due);

@@ -3,8 +3,9 @@
 //! (`mock-server/src/engine/{prefill,decode}.rs`), by least squares:
 //!
 //! - TTFT of a request alone = way + its prefill passes ([`prefill`]); `way` is the constant way
-//!   in and out (HTTP, network, the client), kept apart from prefill, with the load runs' stretches
-//!   of prefill passes ([`passes`]) where the sweep cannot tell them apart.
+//!   in and out (HTTP, network, the client), kept apart from prefill by the server's own timing
+//!   where it reports one, else with the load runs' stretches of prefill passes ([`passes`])
+//!   where the sweep cannot tell them apart.
 //! - A decode step = `decode_base_s` + sum of the batch's contexts x `decode_per_context_token_s`
 //!   + batch size x `decode_per_request_s` ([`decode`]).
 //! - The stream's shape: speculative acceptance or token coalescing ([`shape`]).
@@ -37,6 +38,9 @@ pub struct Observed {
     pub chunks: Vec<(f64, u32)>,
     /// Whether the per-chunk token counts are known.
     pub counts_known: bool,
+    /// The way in and out by the server's own timing: the client's TTFT less the server's
+    /// first-token latency, where the server reports one (SGLang with `--enable-metrics`).
+    pub way_s: Option<f64>,
 }
 
 impl Observed {

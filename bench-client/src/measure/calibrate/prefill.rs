@@ -1,8 +1,10 @@
 //! The prefill fit: TTFT of a request alone = way + passes x `prefill_base_s` + uncached tokens x
 //! `prefill_per_token_s` + sum over passes of n x (context before + n / 2) x
 //! `prefill_per_token_pair_s`, the prompt cut into passes of the chunked prefill size, on the
-//! sweep's median TTFT per context; the load runs' stretches of prefill passes ([`super::passes`])
-//! join it where the sweep cannot tell the way in and out from a pass's base cost.
+//! sweep's median TTFT per context. The way in and out is the server's own where it times TTFT
+//! (SGLang's `first_token_latency`: [`Observed::way_s`]); else the load runs' stretches of
+//! prefill passes ([`super::passes`]) join the fit where the sweep cannot tell the way in and out
+//! from a pass's base cost.
 
 use super::{
     by_context, decode, fit_points, lsq, median, passes, FitPoint, Observed, ServerFacts, Unfit,
@@ -96,6 +98,21 @@ pub fn fit_prefill(
         labels.push((format!("context {ctx}"), reqs.len()));
     }
     let mut notes = Vec::new();
+    if let Some((way, n)) = reported_way(sweep) {
+        // The server timed the rest: the three costs are fitted to TTFT less the way.
+        let terms: Vec<Vec<f64>> = rows.iter().map(|r| r[1..].to_vec()).collect();
+        let less: Vec<f64> = y.iter().map(|v| v - way).collect();
+        if let Some(c) = lsq::solve_non_negative(&terms, &less) {
+            let b = [way, c[0], c[1], c[2]];
+            notes.push(format!(
+                "the way in and out is the server's own: the client's TTFT less its first_token_latency, the median of {n} sweep requests ({:.3} ms)",
+                way * 1e3
+            ));
+            negative_notes(&b, false, &mut notes);
+            let (points, r_squared) = fit_points(&rows, &y, labels, &b);
+            return Ok(PrefillFit::new(&b, points, r_squared, notes));
+        }
+    }
     let (b, merged) = match lsq::solve_non_negative(&rows, &y) {
         Some(b) => (b, false),
         None => {
@@ -134,6 +151,15 @@ pub fn fit_prefill(
     negative_notes(&b, merged, &mut notes);
     let (points, r_squared) = fit_points(&rows, &y, labels, &b);
     Ok(PrefillFit::new(&b, points, r_squared, notes))
+}
+
+/// The way in and out the server's own timing gives ([`Observed::way_s`]): the median over the
+/// sweep's requests, at least 0, and how many reported it; `None` unless at least half of them
+/// and three or more did.
+fn reported_way(sweep: &[Observed]) -> Option<(f64, usize)> {
+    let mut ways: Vec<f64> = sweep.iter().filter_map(|r| r.way_s).collect();
+    let n = ways.len();
+    (n >= 3 && 2 * n >= sweep.len()).then(|| (median(&mut ways).max(0.0), n))
 }
 
 /// Among the prefill fits with no cost negative, the closest to the sweep's medians, and of those

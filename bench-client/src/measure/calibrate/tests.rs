@@ -37,6 +37,7 @@ fn alone(c: &Costs, prompt: u32, chunk: usize, out: u32, step_tokens: u32) -> Ob
         sent_s: 0.0,
         chunks,
         counts_known: true,
+        way_s: None,
     }
 }
 
@@ -95,6 +96,7 @@ fn acceptance_rates_are_the_conditional_shares_of_verify_steps() {
         sent_s: 0.0,
         chunks: vec![(0.1, 2), (0.2, 2), (0.3, 1), (0.4, 3), (0.5, 1)],
         counts_known: true,
+        way_s: None,
     };
     let facts = ServerFacts {
         speculative: Some(true),
@@ -133,6 +135,7 @@ fn one_token_steps_after_the_first_chunk_are_a_warm_up_left_out_of_the_rates() {
             .chain([(1.0, 3), (1.1, 3), (1.2, 2), (1.3, 1)])
             .collect(),
         counts_known: true,
+        way_s: None,
     };
     let facts = ServerFacts {
         speculative: Some(true),
@@ -186,6 +189,7 @@ fn a_one_token_first_chunk_is_the_prefill_s_only_when_a_verify_step_would_rarely
                     .chain([(9.0, 1)])
                     .collect(),
                 counts_known: true,
+                way_s: None,
             })
             .collect()
     };
@@ -290,6 +294,7 @@ fn timed(prompt: u32, sent: f64, at: &[f64]) -> Observed {
         sent_s: sent,
         chunks: at.iter().map(|&t| (t - sent, 1)).collect(),
         counts_known: true,
+        way_s: None,
     }
 }
 
@@ -357,6 +362,7 @@ fn a_three_context_fit_that_would_need_a_negative_cost_takes_the_least_way_in_an
             sent_s: 0.0,
             chunks: vec![(t, 1), (t + 0.01, 1)],
             counts_known: true,
+            way_s: None,
         })
         .collect();
     let p = fit_prefill(&noisy, &facts, None, &[]).unwrap();
@@ -457,5 +463,62 @@ fn a_prefill_pass_that_sent_nothing_still_counts_in_its_stretch() {
     assert!(
         near(got[0].time_s, 0.10) && got[0].batch_s == 0.0,
         "{got:?}"
+    );
+}
+
+/// Where the server times its own part of TTFT (SGLang's `first_token_latency`), the rest is the
+/// way in and out: three contexts then give the three prefill costs exactly, where the least-way
+/// rule, which the same TTFTs alone leave, puts part of a pass's base cost into the way (a way
+/// that stalls no other request, so the twin under load comes out low).
+#[test]
+fn the_server_s_own_timing_tells_the_way_in_and_out_from_a_pass_s_base_cost() {
+    let c = Costs {
+        way: 0.005,
+        pb: 0.0096,
+        pt: 2e-5,
+        pp: 4.7e-8,
+        db: 0.004,
+        dc: 8e-7,
+        dr: 9e-4,
+    };
+    let facts = ServerFacts {
+        chunked_prefill_size: Some(512),
+        ..ServerFacts::default()
+    };
+    let sweep: Vec<Observed> = [256u32, 1024, 3000]
+        .iter()
+        .map(|&p| alone(&c, p, 512, 8, 1))
+        .collect();
+    // The TTFTs alone: the least way that fits them is not the server's.
+    let p = fit_prefill(&sweep, &facts, None, &[]).unwrap();
+    assert!(!near(p.way_s, c.way), "{p:?}");
+    let timed: Vec<Observed> = sweep
+        .iter()
+        .map(|r| Observed {
+            way_s: Some(c.way),
+            ..r.clone()
+        })
+        .collect();
+    let p = fit_prefill(&timed, &facts, None, &[]).unwrap();
+    assert!(near(p.way_s, c.way) && near(p.base_s, c.pb), "{p:?}");
+    assert!(
+        near(p.per_token_s, c.pt) && near(p.per_token_pair_s, c.pp),
+        "{p:?}"
+    );
+    assert!(p.points.iter().all(|x| x.rel_error().abs() < 1e-9), "{p:?}");
+    assert!(
+        p.notes.iter().any(|n| n.contains("the server's own")),
+        "{:?}",
+        p.notes
+    );
+    // Fewer than half the requests timed: the TTFTs alone decide.
+    let mut few = sweep.clone();
+    for r in few.iter_mut().take(1) {
+        r.way_s = Some(c.way);
+    }
+    let q = fit_prefill(&few, &facts, None, &[]).unwrap();
+    assert_eq!(
+        q.way_s,
+        fit_prefill(&sweep, &facts, None, &[]).unwrap().way_s
     );
 }

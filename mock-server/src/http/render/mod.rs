@@ -39,6 +39,8 @@ pub(super) struct RenderOptions {
     pub(super) logprobs: bool,
     /// The response is a stream (SGLang stamps `response_sent_to_client_ts` on its first event).
     pub(super) streamed: bool,
+    /// The way in and out ([`crate::Config::way_ns`]), which `first_token_latency` leaves out.
+    pub(super) way_ns: u64,
 }
 
 /// What a native response has rendered so far.

@@ -163,7 +163,11 @@ impl Renderer {
             if opts.metrics {
                 secs(buf, "request_received_ts", t0);
                 if first_ns > 0 {
-                    secs(buf, "first_token_latency", at(first_ns));
+                    secs(
+                        buf,
+                        "first_token_latency",
+                        at(first_ns.saturating_sub(opts.way_ns)),
+                    );
                 }
                 secs(buf, "api_server_dispatch_finish_ts", t0);
                 if opts.streamed {
