@@ -99,9 +99,14 @@ pub fn fit_prefill(
     }
     let mut notes = Vec::new();
     if let Some((way, n)) = reported_way(sweep) {
-        // The server timed the rest: the three costs are fitted to TTFT less the way.
-        let terms: Vec<Vec<f64>> = rows.iter().map(|r| r[1..].to_vec()).collect();
-        let less: Vec<f64> = y.iter().map(|v| v - way).collect();
+        // The server timed the rest: the three costs are fitted to TTFT less the way, on
+        // relative errors (contexts' TTFTs span 10x and more, and every check reads percent).
+        let terms: Vec<Vec<f64>> = rows
+            .iter()
+            .zip(&y)
+            .map(|(r, v)| r[1..].iter().map(|x| x / v).collect())
+            .collect();
+        let less: Vec<f64> = y.iter().map(|v| (v - way) / v).collect();
         if let Some(c) = lsq::solve_non_negative(&terms, &less) {
             let b = [way, c[0], c[1], c[2]];
             notes.push(format!(
