@@ -399,12 +399,16 @@ impl Config {
         Ok(())
     }
 
+    /// A model duration of `secs` on the engine's clock (`time_scale` faster), never negative.
+    pub fn scaled(&self, secs: f64) -> std::time::Duration {
+        std::time::Duration::from_secs_f64((secs / self.time_scale).max(0.0))
+    }
+
     /// The way in and out (`stream_latency_s`) on the engine's clock, in ns, as every event
     /// takes it: outside the server's own timing, as SGLang's `first_token_latency` is taken in
     /// its tokenizer manager, before the HTTP response.
     pub fn way_ns(&self) -> u64 {
-        let s = (self.stream_latency_s / self.time_scale).max(0.0);
-        std::time::Duration::try_from_secs_f64(s).map_or(0, |d| d.as_nanos() as u64)
+        u64::try_from(self.scaled(self.stream_latency_s).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Bytes of one GPU's static pool (weights and KV cache): total x `mem_fraction_static`.

@@ -253,10 +253,9 @@ impl Engine {
             Some(_) => OutQueue::Direct(Vec::new()),
             None => OutQueue::Stage(out_tx),
         };
-        let scaled = |secs: f64| Duration::from_secs_f64((secs / config.time_scale).max(0.0));
         let (output_gap, stream_latency) = (
-            scaled(config.output_per_request_s),
-            scaled(config.stream_latency_s),
+            config.scaled(config.output_per_request_s),
+            config.scaled(config.stream_latency_s),
         );
         let engine = Engine {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
@@ -306,7 +305,7 @@ impl Engine {
     }
 
     fn scaled(&self, secs: f64) -> Duration {
-        Duration::from_secs_f64((secs / self.cfg.time_scale).max(0.0))
+        self.cfg.scaled(secs)
     }
 
     fn handle(&mut self, m: Msg) {

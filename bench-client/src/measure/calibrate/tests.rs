@@ -329,6 +329,22 @@ fn three_contexts(c: &Costs) -> (ServerFacts, Vec<Observed>) {
     (facts, sweep)
 }
 
+/// One request a context whose TTFT is the given median (s), each with `way_s`.
+fn medians(points: &[(u32, f64)], way_s: Option<f64>) -> Vec<Observed> {
+    points
+        .iter()
+        .map(|&(p, t)| Observed {
+            context: p,
+            prompt_tokens: p,
+            cached_tokens: 0,
+            sent_s: 0.0,
+            chunks: vec![(t, 1), (t + 0.01, 1)],
+            counts_known: true,
+            way_s,
+        })
+        .collect()
+}
+
 /// Three contexts cannot tell the way in and out from a pass's base cost. Counted in the base, the
 /// passes of a long prompt would pay it again and again, and SGLang's CPU sweep (a large way in
 /// and out, next to nothing per token) then needs a negative cost per token: the fit keeps every
@@ -359,18 +375,7 @@ fn a_three_context_fit_that_would_need_a_negative_cost_takes_the_least_way_in_an
     );
     // Noisy medians (2%) of a large way in and out: the fit that fits the way leaves no cost
     // negative once its own negative costs are refitted at 0, and misses none by 1%.
-    let noisy: Vec<Observed> = [(256u32, 0.046364), (1024, 0.058408), (3000, 0.162646)]
-        .iter()
-        .map(|&(p, t)| Observed {
-            context: p,
-            prompt_tokens: p,
-            cached_tokens: 0,
-            sent_s: 0.0,
-            chunks: vec![(t, 1), (t + 0.01, 1)],
-            counts_known: true,
-            way_s: None,
-        })
-        .collect();
+    let noisy = medians(&[(256, 0.046364), (1024, 0.058408), (3000, 0.162646)], None);
     let p = fit_prefill(&noisy, &facts, None, &[]).unwrap();
     assert!(p.points.iter().all(|x| x.rel_error().abs() < 0.01), "{p:?}");
     // Where counting it in the base needs no negative cost, that is still the fit.
@@ -509,18 +514,10 @@ fn the_server_s_own_timing_tells_the_way_in_and_out_from_a_pass_s_base_cost() {
     );
     // Medians the model cannot fit exactly (SGLang on CPU, 2 cores): the costs minimise the
     // relative error, so the short context, a tenth of the long one's TTFT, misses by no more.
-    let real: Vec<Observed> = [(256u32, 0.018490), (1024, 0.052033), (3000, 0.317573)]
-        .iter()
-        .map(|&(p, t)| Observed {
-            context: p,
-            prompt_tokens: p,
-            cached_tokens: 0,
-            sent_s: 0.0,
-            chunks: vec![(t, 1), (t + 0.01, 1)],
-            counts_known: true,
-            way_s: Some(0.004256),
-        })
-        .collect();
+    let real = medians(
+        &[(256, 0.018490), (1024, 0.052033), (3000, 0.317573)],
+        Some(0.004256),
+    );
     let r = fit_prefill(&real, &facts, None, &[]).unwrap();
     assert!(near(r.way_s, 0.004256), "{r:?}");
     assert!(r.points.iter().all(|x| x.rel_error().abs() < 0.06), "{r:?}");
