@@ -143,6 +143,23 @@ pub struct Config {
     /// first chunk carries several tokens (SGLang's EAGLE and DFlash). Default false.
     #[serde(default)]
     pub spec_first_token_alone: bool,
+    // --- a table twin's discrepancy (read by `bench-client predict`; the mock serves the model) ---
+    /// Each fitted table row's measured closed-loop means over the model's. Default empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discrepancy: Vec<Discrepancy>,
+}
+
+/// One fitted table row: its shape and its measured mean TTFT and TPOT over the model's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Discrepancy {
+    pub isl: u32,
+    pub osl: u32,
+    pub concurrency: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot: Option<f64>,
 }
 
 fn default_decode_batch_exponent() -> f64 {
@@ -322,6 +339,14 @@ impl Config {
         }
         if self.stream_interval == 0 {
             return inv("stream_interval must be at least 1");
+        }
+        for d in &self.discrepancy {
+            let ratio = |r: Option<f64>| r.is_none_or(|r| r.is_finite() && r > 0.0);
+            if d.isl == 0 || d.osl == 0 || d.concurrency == 0 || !ratio(d.ttft) || !ratio(d.tpot) {
+                return Err(ConfigError::Invalid(format!(
+                    "discrepancy row {d:?}: isl, osl and concurrency must be at least 1, ttft and tpot positive ratios"
+                )));
+            }
         }
         if self.kv_bytes_per_token == 0 || self.vocab_size < 2 {
             return inv("kv_bytes_per_token and vocab_size must be positive");

@@ -13,6 +13,7 @@ use crate::measure::table::Point;
 use crate::report::twin_table::{self, mapes, RowView};
 use crate::results::table::{read_table, select_deployment, Measured, TableRow};
 use crate::twin::base_preset;
+use crate::twin::discrepancy;
 use crate::twin::table::{
     chooses_chunk, fit_table, point_of, predict_rows, TableFit, TableFitOptions, CHUNK_CHOICES,
     UNREACHED_COST,
@@ -119,15 +120,17 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         fit.guess_cost,
         fit.cost
     );
-    let views = predict_rows(&fit.config, &rows);
+    let views = predict_rows(&fit.config, &rows, &[]);
     if fit.cost >= UNREACHED_COST {
         report(&fit, mixed, &views);
         return Err(data(anyhow::anyhow!(
             "{file}: the model runs none of the rows; no preset written"
         )));
     }
+    let mut cfg = fit.config.clone();
+    cfg.discrepancy = discrepancy::of_rows(&views);
     let text = table_preset(
-        &fit.config,
+        &cfg,
         &TableSource {
             source: &file,
             deployment: a.deployment,
@@ -153,6 +156,10 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         .with_context(|| format!("writing {}", a.out.display()))?;
     // The report comes after the preset is on disk: a closed stdout (`| head`) loses nothing.
     report(&fit, mixed, &views);
+    eprintln!(
+        "the preset keeps each row's measured over the model's ({} rows): predict carries it to the other concurrencies of their shapes",
+        cfg.discrepancy.len()
+    );
     eprintln!(
         "wrote {}: predict with `bench-client predict --preset-file {} --table ROWS.csv`",
         a.out.display(),
@@ -214,6 +221,9 @@ pub(super) struct PredictArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// The model alone: leave out the discrepancy a table preset measured at its rows' shapes.
+    #[arg(long)]
+    model_only: bool,
 }
 
 /// `predict`: every row's closed loop on the twin, the means beside any measurement.
@@ -273,7 +283,12 @@ pub(super) fn run_predict(a: PredictArgs) -> Result<ExitCode, CliError> {
             ))
         }
     };
-    let mut views = predict_rows(&cfg, &rows);
+    let discrepancy = if a.model_only {
+        &[][..]
+    } else {
+        &cfg.discrepancy[..]
+    };
+    let mut views = predict_rows(&cfg, &rows, discrepancy);
     if a.table.is_none() {
         for v in &mut views {
             v.line = None;

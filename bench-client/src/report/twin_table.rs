@@ -29,6 +29,11 @@ pub struct RowView {
     pub err_tpot_pct: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The model's own prediction where the preset's discrepancy corrected it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_tpot_ms: Option<f64>,
 }
 
 impl RowView {
@@ -55,6 +60,8 @@ impl RowView {
             err_ttft_pct: pred_ttft_ms.and_then(|p| error_pct(p, measured.0)),
             err_tpot_pct: pred_tpot_ms.and_then(|p| error_pct(p, measured.1)),
             note,
+            model_ttft_ms: None,
+            model_tpot_ms: None,
         }
     }
 }
@@ -150,6 +157,14 @@ pub fn table(rows: &[RowView]) -> String {
         g.row(row);
     }
     let mut out = g.render();
+    let corrected = rows.iter().filter(|r| corrected(r)).count();
+    if corrected > 0 {
+        let _ = writeln!(
+            out,
+            "{corrected} of {} rows carry the discrepancy the preset measured at their shape (--model-only: the model alone)",
+            rows.len()
+        );
+    }
     if measured {
         let (a, b) = mapes(rows);
         let _ = writeln!(out, "MAPE: TTFT {}, TPOT {}", mape_text(a), mape_text(b));
@@ -157,16 +172,26 @@ pub fn table(rows: &[RowView]) -> String {
     out
 }
 
-/// The rows as CSV: `isl, osl, concurrency, pred_ttft_ms, pred_tpot_ms` and, where the table
-/// has measurements, `ttft_ms, tpot_ms, err_ttft_pct, err_tpot_pct`.
+/// Whether the preset's discrepancy corrected a row.
+fn corrected(r: &RowView) -> bool {
+    r.model_ttft_ms.is_some() || r.model_tpot_ms.is_some()
+}
+
+/// The rows as CSV: `isl, osl, concurrency, pred_ttft_ms, pred_tpot_ms`; where the table has
+/// measurements, `ttft_ms, tpot_ms, err_ttft_pct, err_tpot_pct`; where the preset's discrepancy
+/// corrected a row, the model's own `model_ttft_ms, model_tpot_ms`.
 pub fn csv(rows: &[RowView]) -> anyhow::Result<String> {
     let measured = rows
         .iter()
         .any(|r| r.ttft_ms.is_some() || r.tpot_ms.is_some());
+    let model = rows.iter().any(corrected);
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut head = vec!["isl", "osl", "concurrency", "pred_ttft_ms", "pred_tpot_ms"];
     if measured {
         head.extend(["ttft_ms", "tpot_ms", "err_ttft_pct", "err_tpot_pct"]);
+    }
+    if model {
+        head.extend(["model_ttft_ms", "model_tpot_ms"]);
     }
     w.write_record(&head)?;
     let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
@@ -185,6 +210,9 @@ pub fn csv(rows: &[RowView]) -> anyhow::Result<String> {
                 f(r.err_ttft_pct),
                 f(r.err_tpot_pct),
             ]);
+        }
+        if model {
+            rec.extend([f(r.model_ttft_ms), f(r.model_tpot_ms)]);
         }
         w.write_record(&rec)?;
     }

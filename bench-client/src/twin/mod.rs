@@ -2,6 +2,7 @@
 //! cost model to them ([`crate::measure::calibrate`]) and make the preset that reproduces them.
 
 #[cfg(feature = "embedded-mock")]
+pub mod discrepancy;
 pub mod headroom;
 mod preset;
 pub mod table;

@@ -9,6 +9,7 @@ use std::cell::{Cell, RefCell};
 
 use argmin::core::{CostFunction, Executor};
 use argmin::solver::neldermead::NelderMead;
+use mock_server::config::Discrepancy;
 use mock_server::Config;
 
 use crate::drive::engine::closed::{
@@ -19,6 +20,7 @@ use crate::measure::table::{
 };
 use crate::report::twin_table::RowView;
 use crate::results::table::TableRow;
+use crate::twin::discrepancy;
 
 /// Where the model cannot reach a row's measurement, and what the simulation said instead.
 pub const UNREACHED_COST: f64 = 25.0;
@@ -463,9 +465,10 @@ pub fn lone_step_s(cfg: &Config, p: &Point) -> f64 {
         + cfg.decode_batch_cost_s(1)
 }
 
-/// Every row's closed loop on `cfg` at the full measured count, beside its measurement; a row
-/// the model cannot run or reach says so in its note.
-pub fn predict_rows(cfg: &Config, rows: &[TableRow]) -> Vec<RowView> {
+/// Every row's closed loop on `cfg` at the full measured count, times the `discrepancy` of its
+/// shape where one is given ([`discrepancy::ratios`]), beside its measurement; a row the model
+/// cannot run or reach says so in its note.
+pub fn predict_rows(cfg: &Config, rows: &[TableRow], discrepancy: &[Discrepancy]) -> Vec<RowView> {
     rows.iter()
         .map(|r| {
             let p = point_of(r);
@@ -473,6 +476,9 @@ pub fn predict_rows(cfg: &Config, rows: &[TableRow]) -> Vec<RowView> {
                 Ok(v) => (Some(v), None),
                 Err(e) => (None, Some(format!("the model cannot run it: {e}"))),
             };
+            let (rt, rd) = discrepancy::ratios(discrepancy, r.isl, r.osl, r.concurrency);
+            let model = pred.filter(|_| rt.is_some() || rd.is_some());
+            let pred = pred.map(|(t, d)| (t * rt.unwrap_or(1.0), d.map(|d| d * rd.unwrap_or(1.0))));
             let lone = lone_step_s(cfg, &p);
             if p.tpot_s.is_some_and(|t| t < lone) && note.is_none() {
                 note = Some(format!(
@@ -480,13 +486,18 @@ pub fn predict_rows(cfg: &Config, rows: &[TableRow]) -> Vec<RowView> {
                     lone * 1e3
                 ));
             }
-            RowView::new(
+            let mut v = RowView::new(
                 Some(r.line),
                 (r.isl, r.osl, r.concurrency),
                 pred,
                 (r.ttft_ms, r.tpot_ms),
                 note,
-            )
+            );
+            if let Some((t, d)) = model {
+                v.model_ttft_ms = rt.map(|_| t * 1e3);
+                v.model_tpot_ms = rd.and(d).map(|d| d * 1e3);
+            }
+            v
         })
         .collect()
 }

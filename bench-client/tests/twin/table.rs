@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 
 use bench_client::measure::table::{Point, TableModel, PAIR_INDEX};
 use bench_client::results::table::TableRow;
+use bench_client::twin::discrepancy;
 use bench_client::twin::table::{
     apply, chooses_chunk, fit_table, held_parameters, predict_point, predict_rows, table_base,
     TableFitOptions,
@@ -373,7 +374,7 @@ fn a_row_no_batch_can_reach_is_reported_beside_the_fit() {
         tpot_ms: Some(tpot_ms),
     };
     // The lone decode step is 10 ms + 1024 x 0.2 us + 0.5 ms = 10.7 ms.
-    let v = predict_rows(&cfg, &[row(2, 12.0), row(3, 2.0)]);
+    let v = predict_rows(&cfg, &[row(2, 12.0), row(3, 2.0)], &[]);
     assert_eq!(v[0].note, None);
     let note = v[1].note.as_deref().unwrap_or("");
     assert!(
@@ -460,4 +461,115 @@ fn the_shipped_sglang_twin_still_meets_its_rows() {
         j["mape_tpot_pct"].as_f64().unwrap(),
     );
     assert!(a < 9.0 && b < 4.5, "MAPE TTFT {a:.1}%, TPOT {b:.1}%");
+}
+
+#[test]
+fn the_discrepancy_of_a_shape_s_rows_carries_to_its_other_concurrencies() {
+    // Rows measured at 1, 4, 16 and 64 of one shape run 1.1^log4(c) times the known twin's
+    // TTFT and 0.95^log4(c) its TPOT (linear in log concurrency), and 1.25 times at another shape.
+    let (cfg, _, _) = known();
+    let row = |(isl, osl, c): (u32, u32, u32), scale: &dyn Fn(f64) -> (f64, f64)| {
+        let p = rows_of(&cfg, [(isl, osl, c)])[0];
+        let (a, b) = scale(f64::from(c).log(4.0));
+        TableRow {
+            line: 0,
+            deployment: None,
+            backend: None,
+            isl,
+            osl,
+            concurrency: c,
+            ttft_ms: p.ttft_s.map(|t| t * 1e3 * 1.1f64.powf(a)),
+            tpot_ms: p.tpot_s.map(|t| t * 1e3 * 0.95f64.powf(b)),
+        }
+    };
+    let drift = |k: f64| (k, k);
+    let fitted: Vec<TableRow> = [1, 4, 16, 64]
+        .iter()
+        .map(|&c| row((1024, 32, c), &drift))
+        .chain([row((2048, 24, 4), &|_| (1.25f64.log(1.1), 0.0))])
+        .collect();
+    let d = discrepancy::of_rows(&predict_rows(&cfg, &fitted, &[]));
+    assert_eq!(d.len(), 5);
+    // Each fitted row gets its measurement back; 2, 8 and 32 get the drift between theirs.
+    let rows: Vec<TableRow> = [1, 2, 8, 16, 32]
+        .iter()
+        .map(|&c| row((1024, 32, c), &drift))
+        .collect();
+    for v in predict_rows(&cfg, &rows, &d) {
+        let (t, p) = (v.err_ttft_pct.unwrap(), v.err_tpot_pct.unwrap());
+        assert!(t.abs() < 1e-6 && p.abs() < 1e-6, "{v:?}");
+        let model = v.model_ttft_ms.unwrap() / v.pred_ttft_ms.unwrap();
+        let want = 1.1f64.powf(f64::from(v.concurrency).log(4.0));
+        assert!((model * want - 1.0).abs() < 1e-9, "{v:?}");
+    }
+    // Beyond the last fitted concurrency the drift holds at 64's; another shape's row, measured
+    // at 4, holds at every concurrency; a shape never fitted gets the model alone.
+    let far = predict_rows(&cfg, &[row((1024, 32, 256), &drift)], &d);
+    let at64 = 1.1f64.powi(3);
+    let got = far[0].pred_ttft_ms.unwrap() / far[0].model_ttft_ms.unwrap();
+    assert!((got / at64 - 1.0).abs() < 1e-9, "{far:?}");
+    let other = predict_rows(&cfg, &[row((2048, 24, 64), &drift)], &d);
+    let got = other[0].pred_ttft_ms.unwrap() / other[0].model_ttft_ms.unwrap();
+    assert!((got / 1.25 - 1.0).abs() < 1e-9, "{other:?}");
+    assert_eq!(other[0].model_tpot_ms, other[0].pred_tpot_ms);
+    let unseen = predict_rows(&cfg, &[row((512, 32, 8), &drift)], &d);
+    assert_eq!(unseen[0].model_ttft_ms, None);
+    assert_eq!(
+        unseen[0],
+        predict_rows(&cfg, &[row((512, 32, 8), &drift)], &[])[0]
+    );
+}
+
+#[test]
+fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("rows.csv");
+    std::fs::write(&table, good_rows()).unwrap();
+    let preset = dir.path().join("twin.toml");
+    let (t, p) = (table.to_str().unwrap(), preset.to_str().unwrap());
+    let o = run(&[
+        "calibrate",
+        "--table",
+        t,
+        "--chunked-prefill-size",
+        "8192",
+        "--out",
+        p,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert_eq!(text.matches("[[discrepancy]]").count(), 8, "{text}");
+    // The mock reads the preset as any other.
+    mock_server::Config::preset_file(&preset).unwrap();
+    let predict = |extra: &[&str]| {
+        let mut args = vec!["predict", "--preset-file", p, "--table", t];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    // At the fitted rows, the preset gives back what was measured; the model alone its fit.
+    let j: serde_json::Value =
+        serde_json::from_slice(&predict(&["--format", "json"]).stdout).unwrap();
+    assert!(j["mape_ttft_pct"].as_f64().unwrap() < 1e-6, "{j}");
+    assert!(j["mape_tpot_pct"].as_f64().unwrap() < 1e-6, "{j}");
+    assert!(j["rows"][0]["model_ttft_ms"].is_number(), "{j}");
+    let alone: serde_json::Value =
+        serde_json::from_slice(&predict(&["--format", "json", "--model-only"]).stdout).unwrap();
+    assert!(alone["mape_ttft_pct"].as_f64().unwrap() > 1.0, "{alone}");
+    assert!(alone["rows"][0].get("model_ttft_ms").is_none(), "{alone}");
+    assert_eq!(
+        alone["rows"][0]["pred_ttft_ms"],
+        j["rows"][0]["model_ttft_ms"]
+    );
+    let csv = String::from_utf8(predict(&["--format", "csv"]).stdout).unwrap();
+    assert!(
+        csv.starts_with("isl,osl,concurrency,pred_ttft_ms,pred_tpot_ms,ttft_ms,tpot_ms,err_ttft_pct,err_tpot_pct,model_ttft_ms,model_tpot_ms\n"),
+        "{csv}"
+    );
+    let table_out = String::from_utf8(predict(&[]).stdout).unwrap();
+    assert!(
+        table_out.contains("8 of 8 rows carry the discrepancy"),
+        "{table_out}"
+    );
 }

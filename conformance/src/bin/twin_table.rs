@@ -1,8 +1,10 @@
 //! The table twin's check on public data: protocols P1 (interpolation: in each (isl, osl) series
 //! sorted by concurrency, the 2nd, 4th, ... rows held out, never the first or the last) and P2
 //! (leave one shape out, where a deployment has three or more) on every deployment of a table,
-//! the twin's MAPE beside two baselines (log-log interpolation between neighbours, P1 only; a
-//! linear least-squares model), per deployment and the median over deployments.
+//! the twin's MAPE alone and times the discrepancy its training rows measured at the held-out
+//! row's shape (P2 holds out whole shapes, so none applies there), beside two baselines (log-log
+//! interpolation between neighbours, P1 only; a linear least-squares model), per deployment and
+//! the median over deployments.
 //!
 //! Run: `cargo run --release -p conformance --bin twin-table -- ../shared/data/gpu-tables/silicon-train.csv`
 //! (`--only A,B` for the deployments whose names contain A or B, `--protocol p1|p2`, `--max-evals N`; with
@@ -17,8 +19,10 @@ use bench_client::measure::table::{error_pct, mape, median, Point};
 use bench_client::report::grid::{Col, Grid};
 use bench_client::report::twin_table::mape_text;
 use bench_client::results::table::{read_table, Measured, TableRow};
+use bench_client::twin::discrepancy::ratios;
 use bench_client::twin::table::{fit_table, predict_point, TableFitOptions, CHUNK_CHOICES};
 use clap::Parser;
+use mock_server::config::Discrepancy;
 
 /// Errors (percent) of one method on one deployment's held-out rows.
 #[derive(Default)]
@@ -48,6 +52,8 @@ struct Outcome {
     name: String,
     rows: usize,
     twin: Errors,
+    /// The twin times the discrepancy of the training rows of the held-out row's shape.
+    corrected: Errors,
     loglog: Errors,
     linear: Errors,
     fit_s: Vec<f64>,
@@ -124,15 +130,41 @@ fn fold(
         }
         print!("{}", g.render());
     }
+    // The training rows' measured over the model's, as `calibrate --table` keeps them.
+    let ratio = |m: Option<f64>, p: Option<f64>| m.zip(p).map(|(m, p)| m / p);
+    let measured: Vec<Discrepancy> = train
+        .iter()
+        .filter_map(|&i| {
+            let p = &pts[i];
+            let (t, d) = predict_point(&fit.config, p).ok()?;
+            Some(Discrepancy {
+                isl: p.isl,
+                osl: p.osl,
+                concurrency: p.concurrency,
+                ttft: ratio(p.ttft_s, Some(t)),
+                tpot: ratio(p.tpot_s, d),
+            })
+        })
+        .collect();
     let lin = Linear::fit(pts, train);
     for &i in test {
         let p = &pts[i];
         match predict_point(&fit.config, p) {
-            Ok((ttft, tpot)) => out.twin.add(p, ttft, tpot),
+            Ok((ttft, tpot)) => {
+                out.twin.add(p, ttft, tpot);
+                let (a, b) = ratios(&measured, p.isl, p.osl, p.concurrency);
+                out.corrected.add(
+                    p,
+                    ttft * a.unwrap_or(1.0),
+                    tpot.map(|t| t * b.unwrap_or(1.0)),
+                );
+            }
             // A row the model cannot reach counts as 100% off.
-            Err(_) => out
-                .twin
-                .add(p, 2.0 * p.ttft_s.unwrap_or(1.0), p.tpot_s.map(|t| 2.0 * t)),
+            Err(_) => {
+                for e in [&mut out.twin, &mut out.corrected] {
+                    e.add(p, 2.0 * p.ttft_s.unwrap_or(1.0), p.tpot_s.map(|t| 2.0 * t));
+                }
+            }
         }
         let (a, b) = lin.predict(p);
         out.linear.add(p, a, Some(b));
@@ -205,6 +237,7 @@ fn main() -> anyhow::Result<()> {
             name: name.clone(),
             rows,
             twin: Errors::default(),
+            corrected: Errors::default(),
             loglog: Errors::default(),
             linear: Errors::default(),
             fit_s: Vec::new(),
@@ -261,6 +294,9 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
         word,
         figure,
         figure,
+        word,
+        figure,
+        figure,
     ];
     let mut row = vec![
         what.to_string(),
@@ -270,6 +306,9 @@ fn report(what: &str, o: &Outcome, loglog: bool) {
         "twin".into(),
         mape_text(a),
         mape_text(b),
+        "+discrepancy".into(),
+        mape_text(o.corrected.mape().0),
+        mape_text(o.corrected.mape().1),
     ];
     if loglog {
         let (e, f) = o.loglog.mape();
@@ -296,10 +335,12 @@ fn summary(what: &str, os: &[Outcome], loglog: bool) {
         mape_text(median(&os.iter().filter_map(f).collect::<Vec<_>>()))
     };
     println!(
-        "{what} median over {} deployments (MAPE TTFT / TPOT): twin {} / {}{}  linear {} / {}",
+        "{what} median over {} deployments (MAPE TTFT / TPOT): twin {} / {}  twin + discrepancy {} / {}{}  linear {} / {}",
         os.len(),
         med(&|o| o.twin.mape().0),
         med(&|o| o.twin.mape().1),
+        med(&|o| o.corrected.mape().0),
+        med(&|o| o.corrected.mape().1),
         if loglog {
             format!(
                 "  log-log {} / {}",
