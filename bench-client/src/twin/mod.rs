@@ -1,8 +1,8 @@
 //! The measured twin: read results files (sweeps, load runs) and their manifests, fit the mock's
 //! cost model to them ([`crate::measure::calibrate`]) and make the preset that reproduces them.
 
-#[cfg(feature = "embedded-mock")]
 pub mod discrepancy;
+#[cfg(feature = "embedded-mock")]
 pub mod headroom;
 mod preset;
 pub mod table;
