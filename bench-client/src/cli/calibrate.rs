@@ -15,8 +15,9 @@ use crate::twin::{calibrate_files, CalibrateError, CalibrateOptions, Source};
 #[derive(Args, Debug)]
 pub(super) struct CalibrateArgs {
     /// Results files: sweeps (three or more context lengths) and, for the batch cost, load runs
-    /// at concurrency above 1, each with its manifest beside it.
-    #[arg(required_unless_present = "table", conflicts_with = "table")]
+    /// at concurrency above 1, each with its manifest beside it. With --table, each sweep point
+    /// and closed-loop load run of fixed lengths is one more row.
+    #[arg(required_unless_present = "table")]
     files: Vec<PathBuf>,
     /// Fit to an aggregate table instead: CSV rows of isl, osl, concurrency, ttft_ms, tpot_ms
     /// (closed-loop means; other columns ignored but deployment and backend).
@@ -58,6 +59,7 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     if let Some(table) = &a.table {
         return super::twin_table::run_calibrate_table(super::twin_table::TableCalibration {
             table,
+            files: &a.files,
             deployment: a.deployment.as_deref(),
             backend: a.backend,
             chunked_prefill_size: a.chunked_prefill_size,

@@ -19,6 +19,7 @@ use crate::twin::table::{
     UNREACHED_COST,
 };
 use crate::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
+use crate::twin::table_results::rows_of_file;
 
 /// Whose scheduler a table's server runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -33,6 +34,8 @@ pub(super) enum Backend {
 #[derive(Debug)]
 pub(super) struct TableCalibration<'a> {
     pub table: &'a Path,
+    /// Results files whose sweep points and closed-loop runs join the table's rows.
+    pub files: &'a [PathBuf],
     pub deployment: Option<&'a str>,
     pub backend: Option<Backend>,
     pub chunked_prefill_size: Option<i64>,
@@ -66,7 +69,17 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     let data = |e: anyhow::Error| CliError::Data(e);
     let file = a.table.display().to_string();
     let rows = read_table(a.table, Measured::Required).map_err(|e| data(e.into()))?;
-    let rows = select_deployment(&file, rows, a.deployment).map_err(|e| data(e.into()))?;
+    let mut rows = select_deployment(&file, rows, a.deployment).map_err(|e| data(e.into()))?;
+    let table_rows = rows.len();
+    for f in a.files {
+        rows.extend(rows_of_file(f).map_err(data)?);
+    }
+    if rows.len() > table_rows {
+        eprintln!(
+            "{} rows from the results files join the table's {table_rows}",
+            rows.len() - table_rows
+        );
+    }
     let points: Vec<Point> = rows.iter().map(point_of).collect();
     let (mixed, scheduler_from) = scheduler(&rows, a.backend);
     let (chunk, chunk_choices) = match a.chunked_prefill_size {
@@ -132,7 +145,11 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     let text = table_preset(
         &cfg,
         &TableSource {
-            source: &file,
+            source: &if a.files.is_empty() {
+                file.clone()
+            } else {
+                format!("{file} and {} results files", a.files.len())
+            },
             deployment: a.deployment,
             rows: rows.len(),
             mape: mapes(&views),
@@ -184,8 +201,9 @@ fn report(fit: &TableFit, mixed: bool, views: &[RowView]) {
         );
         for v in unreached {
             println!(
-                "  line {}: isl {} osl {} concurrency {}: {}",
-                v.line.unwrap_or(0),
+                "  {}: isl {} osl {} concurrency {}: {}",
+                v.line
+                    .map_or("a results file's row".to_string(), |l| format!("line {l}")),
                 v.isl,
                 v.osl,
                 v.concurrency,

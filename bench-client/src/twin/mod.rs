@@ -7,6 +7,7 @@ pub mod headroom;
 mod preset;
 pub mod table;
 pub mod table_preset;
+pub mod table_results;
 
 pub use preset::{base_preset, twin_preset, Source, TwinInputs};
 

@@ -486,8 +486,9 @@ pub fn predict_rows(cfg: &Config, rows: &[TableRow], discrepancy: &[Discrepancy]
                     lone * 1e3
                 ));
             }
+            // Line 0: a row from a results file.
             let mut v = RowView::new(
-                Some(r.line),
+                Some(r.line).filter(|&l| l > 0),
                 (r.isl, r.osl, r.concurrency),
                 pred,
                 (r.ttft_ms, r.tpot_ms),

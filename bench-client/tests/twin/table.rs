@@ -14,6 +14,7 @@ use bench_client::twin::table::{
     TableFitOptions,
 };
 use bench_client::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
+use bench_client::twin::table_results::rows_of_file;
 
 use crate::support::{run, stderr, BIN};
 
@@ -572,4 +573,115 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
         table_out.contains("8 of 8 rows carry the discrepancy"),
         "{table_out}"
     );
+}
+
+#[test]
+fn results_files_join_a_table_s_rows_and_an_open_loop_run_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+    let ok = |o: std::process::Output| assert!(o.status.success(), "{}", stderr(&o));
+    ok(run(&[
+        "sweep",
+        "--simulate",
+        "--contexts",
+        "1k,2k",
+        "--output-tokens",
+        "16",
+        "--runs",
+        "2",
+        "--out",
+        &p("sweep.jsonl"),
+    ]));
+    ok(run(&[
+        "load",
+        "--simulate",
+        "--concurrency",
+        "4",
+        "--num-requests",
+        "20",
+        "--input-len",
+        "1k",
+        "--output-len",
+        "16",
+        "--out",
+        &p("load.jsonl"),
+    ]));
+    ok(run(&[
+        "load",
+        "--simulate",
+        "--request-rate",
+        "5",
+        "--num-requests",
+        "10",
+        "--input-len",
+        "1k",
+        "--output-len",
+        "16",
+        "--out",
+        &p("open.jsonl"),
+    ]));
+    // A sweep point is a row at concurrency 1, a closed loop a row at its concurrency: the means
+    // of their requests' TTFT and (e2e - TTFT) / (output tokens - 1).
+    let rows = rows_of_file(Path::new(&p("sweep.jsonl"))).unwrap();
+    let shapes: Vec<(u32, u32, u32)> = rows.iter().map(|r| (r.isl, r.osl, r.concurrency)).collect();
+    assert_eq!(shapes, vec![(1000, 16, 1), (2000, 16, 1)]);
+    let records = bench_client::results::read_records_strict(p("sweep.jsonl")).unwrap();
+    let at1k: Vec<_> = records
+        .iter()
+        .filter(|r| r.context_tokens == 1000)
+        .collect();
+    let mean = |f: &dyn Fn(&bench_client::results::Record) -> f64| {
+        at1k.iter().map(|r| f(r)).sum::<f64>() / at1k.len() as f64
+    };
+    let ttft = mean(&|r| r.ttft_ms.unwrap());
+    let tpot = mean(&|r| {
+        (r.e2e_ms.unwrap() - r.ttft_ms.unwrap()) / f64::from(r.completion_tokens.unwrap() - 1)
+    });
+    assert!((rows[0].ttft_ms.unwrap() - ttft).abs() < 1e-9, "{rows:?}");
+    assert!((rows[0].tpot_ms.unwrap() - tpot).abs() < 1e-9, "{rows:?}");
+    let load = rows_of_file(Path::new(&p("load.jsonl"))).unwrap();
+    assert_eq!((load.len(), load[0].concurrency, load[0].isl), (1, 4, 1000));
+
+    let table = p("rows.csv");
+    std::fs::write(&table, good_rows()).unwrap();
+    let calibrate = |files: &[&str]| {
+        let out = p("twin.toml");
+        let mut args = vec![
+            "calibrate",
+            "--table",
+            &table,
+            "--chunked-prefill-size",
+            "8192",
+            "--out",
+            &out,
+        ];
+        args.extend_from_slice(files);
+        run(&args)
+    };
+    let open = p("open.jsonl");
+    let o = calibrate(&[&open]);
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("{open}: a table row is a closed loop")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!Path::new(&p("twin.toml")).exists());
+    let o = calibrate(&[&p("sweep.jsonl"), &p("load.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("3 rows from the results files join the table's 8"),
+        "{}",
+        stderr(&o)
+    );
+    let report = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        report
+            .lines()
+            .any(|l| l.split_whitespace().take(3).eq(["1000", "16", "4"])),
+        "{report}"
+    );
+    let text = std::fs::read_to_string(p("twin.toml")).unwrap();
+    assert_eq!(text.matches("[[discrepancy]]").count(), 11, "{text}");
+    assert!(text.contains("rows.csv and 2 results files"), "{text}");
 }
