@@ -343,8 +343,10 @@ impl Config {
         for d in &self.discrepancy {
             let ratio = |r: Option<f64>| r.is_none_or(|r| r.is_finite() && r > 0.0);
             if d.isl == 0 || d.osl == 0 || d.concurrency == 0 || !ratio(d.ttft) || !ratio(d.tpot) {
+                let show = |r: Option<f64>| r.map_or("none".to_string(), |r| r.to_string());
                 return Err(ConfigError::Invalid(format!(
-                    "discrepancy row {d:?}: isl, osl and concurrency must be at least 1, ttft and tpot positive ratios"
+                    "discrepancy row isl {} osl {} concurrency {} (ttft {}, tpot {}): isl, osl and concurrency must be at least 1, ttft and tpot positive ratios",
+                    d.isl, d.osl, d.concurrency, show(d.ttft), show(d.tpot)
                 )));
             }
         }

@@ -11,12 +11,12 @@ use anyhow::bail;
 use crate::results::manifest::KIND_LOAD;
 use crate::results::settings::{Recorded, ScheduleRecord};
 use crate::results::table::TableRow;
-use crate::results::{read_manifest, read_records_strict, Record};
+use crate::results::{read_manifest, read_records_strict, Method, Record};
 
-/// A request's TTFT and TPOT (ms) as a table counts them, where it succeeded with two or more
-/// output tokens.
+/// A streaming request's TTFT and TPOT (ms) as a table counts them, where it succeeded with two
+/// or more output tokens (a two-point pair measures no closed loop).
 fn times(r: &Record) -> Option<(f64, f64)> {
-    if r.error.is_some() {
+    if r.error.is_some() || r.method != Method::Streaming {
         return None;
     }
     let (ttft, e2e, n) = (r.ttft_ms?, r.e2e_ms?, r.completion_tokens?);

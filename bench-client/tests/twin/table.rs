@@ -540,8 +540,14 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&preset).unwrap();
     assert_eq!(text.matches("[[discrepancy]]").count(), 8, "{text}");
-    // The mock reads the preset as any other.
+    // The mock reads the preset as any other; a ratio that is not positive is refused.
     mock_server::Config::preset_file(&preset).unwrap();
+    let bad = dir.path().join("bad.toml");
+    let at = text.find("\nttft = ").unwrap() + "\nttft = ".len();
+    std::fs::write(&bad, format!("{}-{}", &text[..at], &text[at..])).unwrap();
+    let o = run(&["predict", "--preset-file", bad.to_str().unwrap(), "--table", t]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("discrepancy row isl 1024"), "{}", stderr(&o));
     let predict = |extra: &[&str]| {
         let mut args = vec!["predict", "--preset-file", p, "--table", t];
         args.extend_from_slice(extra);
