@@ -75,9 +75,10 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         rows.extend(rows_of_file(f).map_err(data)?);
     }
     if rows.len() > table_rows {
+        let n = rows.len() - table_rows;
         eprintln!(
-            "{} rows from the results files join the table's {table_rows}",
-            rows.len() - table_rows
+            "{n} {} from the results files join the table's {table_rows}",
+            if n == 1 { "row" } else { "rows" }
         );
     }
     let points: Vec<Point> = rows.iter().map(point_of).collect();

@@ -20,6 +20,50 @@ use crate::trace::{Dialect, TokenAttribution};
 
 pub use build::records;
 
+/// The requests in flight of an imported run that was a closed loop (a fixed number in flight,
+/// no arrival rate), read from the tool's own settings as its manifest keeps them; `None` for a
+/// run at a rate, or settings that do not say.
+pub fn closed_concurrency(imported: &crate::results::manifest::Imported) -> Option<u32> {
+    use serde_json::Value;
+    let count = |v: Option<&Value>| {
+        v.and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v >= 1)
+    };
+    // A rate of "inf" (bench_serving, vLLM) sends every request at once: the limit is the loop.
+    let no_rate = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => matches!(s.to_ascii_lowercase().as_str(), "inf" | "infinity"),
+        Some(Value::Number(n)) => n.as_f64().is_some_and(f64::is_infinite),
+        Some(_) => false,
+    };
+    let s = &imported.settings;
+    match imported.tool.as_str() {
+        "bench_serving" | "vllm" if no_rate(s.get("request_rate")) => {
+            count(s.get("max_concurrency"))
+        }
+        "guidellm" => {
+            let strategy = s.get("strategy")?;
+            match strategy.get("type_").and_then(Value::as_str)? {
+                "synchronous" => Some(1),
+                "concurrent" => count(strategy.get("streams")),
+                _ => None,
+            }
+        }
+        "aiperf" => {
+            let phases = s.get("phases")?.as_array()?;
+            let profiling = phases
+                .iter()
+                .find(|p| p.get("kind").and_then(Value::as_str) == Some("profiling"))?;
+            (profiling.get("type").and_then(Value::as_str) == Some("concurrency")
+                && no_rate(profiling.get("request_rate")))
+            .then(|| count(profiling.get("concurrency")))
+            .flatten()
+        }
+        _ => None,
+    }
+}
+
 /// The tool whose results a file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]

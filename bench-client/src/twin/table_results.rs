@@ -1,6 +1,6 @@
 //! Results files as table rows, so that `calibrate --table` fits them beside the table's rows: a
 //! sweep's requests of one (context, output) are a row at concurrency 1; a closed-loop load run of
-//! fixed lengths is a row at its concurrency. Each row holds the means of its successful
+//! fixed lengths (its own or an imported tool's) is a row at its concurrency and mean lengths. Each row holds the means of its successful
 //! requests, as a table's do: TTFT, and TPOT = (e2e - TTFT) / (output tokens - 1).
 
 use std::collections::BTreeMap;
@@ -8,6 +8,7 @@ use std::path::Path;
 
 use anyhow::bail;
 
+use crate::import::closed_concurrency;
 use crate::results::manifest::KIND_LOAD;
 use crate::results::settings::{Recorded, ScheduleRecord};
 use crate::results::table::TableRow;
@@ -67,21 +68,44 @@ pub fn rows_of_file(file: &Path) -> anyhow::Result<Vec<TableRow>> {
             .map(|((isl, osl), g)| row(isl, osl, 1, &g))
             .collect());
     }
-    let concurrency = match manifest.and_then(|m| m.schedule) {
-        Some(Recorded::Typed(ScheduleRecord::Closed { concurrency })) => concurrency,
-        Some(s) => bail!(
+    let Some(manifest) = manifest else {
+        bail!("{name}: a load run without its manifest: its concurrency is not known");
+    };
+    let concurrency = match (&manifest.schedule, &manifest.imported) {
+        (Some(Recorded::Typed(ScheduleRecord::Closed { concurrency })), _) => *concurrency,
+        (Some(s), _) => bail!(
             "{name}: a table row is a closed loop, and this load run's arrivals are {s:?}: give runs of --concurrency N"
         ),
-        None => bail!("{name}: a load run without its manifest: its concurrency is not known"),
+        (None, Some(i)) => closed_concurrency(i).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{name}: a table row is a closed loop, and {}'s settings in the manifest give no requests in flight without a rate",
+                i.tool
+            )
+        })?,
+        (None, None) => bail!("{name}: the manifest gives no schedule: its concurrency is not known"),
     };
-    if groups.len() > 1 {
+    // One row at the mean lengths, where every request's are within a quarter of them (a tool's
+    // prompts of one asked length tokenize a few tokens apart).
+    let lengths: Vec<(f64, f64)> = groups
+        .iter()
+        .flat_map(|(&(i, o), g)| std::iter::repeat_n((f64::from(i), f64::from(o)), g.len()))
+        .collect();
+    let n = lengths.len() as f64;
+    let (isl, osl) = (
+        lengths.iter().map(|l| l.0).sum::<f64>() / n,
+        lengths.iter().map(|l| l.1).sum::<f64>() / n,
+    );
+    let near = |v: f64, mean: f64| (v - mean).abs() <= SPREAD * mean;
+    if let Some(&(i, o)) = lengths.iter().find(|l| !near(l.0, isl) || !near(l.1, osl)) {
         bail!(
-            "{name}: a table row has one input and one output length, and this load run has {} (input, output) pairs: give runs of fixed lengths",
-            groups.len()
+            "{name}: a table row has one input and one output length, and this load run has a request of {i} in and {o} out against means of {isl:.0} and {osl:.0}: give runs of fixed lengths (each within {:.0}% of the mean)",
+            SPREAD * 100.0
         );
     }
-    Ok(groups
-        .into_iter()
-        .map(|((isl, osl), g)| row(isl, osl, concurrency, &g))
-        .collect())
+    let all: Vec<(f64, f64)> = groups.into_values().flatten().collect();
+    let round = |v: f64| (v.round() as u32).max(1);
+    Ok(vec![row(round(isl), round(osl), concurrency, &all)])
 }
+
+/// How far a closed-loop run's request lengths may stray from their mean and still be one row.
+const SPREAD: f64 = 0.25;

@@ -545,9 +545,19 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
     let bad = dir.path().join("bad.toml");
     let at = text.find("\nttft = ").unwrap() + "\nttft = ".len();
     std::fs::write(&bad, format!("{}-{}", &text[..at], &text[at..])).unwrap();
-    let o = run(&["predict", "--preset-file", bad.to_str().unwrap(), "--table", t]);
+    let o = run(&[
+        "predict",
+        "--preset-file",
+        bad.to_str().unwrap(),
+        "--table",
+        t,
+    ]);
     assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
-    assert!(stderr(&o).contains("discrepancy row isl 1024"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("discrepancy row isl 1024"),
+        "{}",
+        stderr(&o)
+    );
     let predict = |extra: &[&str]| {
         let mut args = vec!["predict", "--preset-file", p, "--table", t];
         args.extend_from_slice(extra);
@@ -690,4 +700,30 @@ fn results_files_join_a_table_s_rows_and_an_open_loop_run_is_refused() {
     let text = std::fs::read_to_string(p("twin.toml")).unwrap();
     assert_eq!(text.matches("[[discrepancy]]").count(), 11, "{text}");
     assert!(text.contains("rows.csv and 2 results files"), "{text}");
+}
+
+#[test]
+fn another_tool_s_closed_loop_run_is_a_row_at_its_concurrency_and_mean_lengths() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = |f: &str| format!("{}/../fixtures/import/{f}", env!("CARGO_MANIFEST_DIR"));
+    let import = |f: &str| {
+        let out = dir.path().join(format!("{}.jsonl", f.replace('/', "-")));
+        let o = run(&["import", &fixture(f), "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        rows_of_file(&out)
+    };
+    // Each tool ran 8 requests of 16 output tokens, 2 in flight, at no rate; guidellm's and
+    // AIPerf's prompts tokenized to 14-21 tokens.
+    for (f, isl) in [
+        ("bench_serving-sglang.jsonl", 64),
+        ("guidellm.json", 16),
+        ("aiperf/profile_export.jsonl", 18),
+    ] {
+        let rows = import(f).unwrap();
+        let shape: Vec<_> = rows.iter().map(|r| (r.isl, r.osl, r.concurrency)).collect();
+        assert_eq!(shape, vec![(isl, 16, 2)], "{f}");
+    }
+    // vLLM's random prompts of 1 to 50 tokens are no fixed-length row.
+    let err = import("vllm-bench-serve.json").unwrap_err().to_string();
+    assert!(err.contains("give runs of fixed lengths"), "{err}");
 }
