@@ -1,6 +1,7 @@
 //! Results files as table rows, so that `calibrate --table` fits them beside the table's rows: a
 //! sweep's requests of one (context, output) are a row at concurrency 1; a closed-loop load run of
-//! fixed lengths (its own or an imported tool's) is a row at its concurrency and mean lengths. Each row holds the means of its successful
+//! fixed lengths (its own or an imported tool's) is a row at its concurrency and mean lengths; an
+//! imported summary of such a run is a row of the tool's means. Each row holds the means of its successful
 //! requests, as a table's do: TTFT, and TPOT = (e2e - TTFT) / (output tokens - 1).
 
 use std::collections::BTreeMap;
@@ -9,10 +10,10 @@ use std::path::Path;
 use anyhow::bail;
 
 use crate::import::closed_concurrency;
-use crate::results::manifest::KIND_LOAD;
+use crate::results::manifest::{Imported, KIND_LOAD};
 use crate::results::settings::{Recorded, ScheduleRecord};
 use crate::results::table::TableRow;
-use crate::results::{read_manifest, read_records_strict, Method, Record};
+use crate::results::{read_manifest, read_records_strict, Figures, Method, Record};
 
 /// A streaming request's TTFT and TPOT (ms) as a table counts them, where it succeeded with two
 /// or more output tokens (a two-point pair measures no closed loop).
@@ -45,6 +46,13 @@ pub fn rows_of_file(file: &Path) -> anyhow::Result<Vec<TableRow>> {
     let name = file.display();
     let records = read_records_strict(file)?;
     let manifest = read_manifest(file)?;
+    if records.is_empty() {
+        if let Some(i) = manifest.as_ref().and_then(|m| m.imported.as_ref()) {
+            if let Some(summary) = i.summary.as_ref().and_then(Figures::from_value) {
+                return summary_row(&name.to_string(), i, &summary).map(|r| vec![r]);
+            }
+        }
+    }
     let load = manifest.as_ref().and_then(|m| m.kind.as_deref()) == Some(KIND_LOAD)
         || records.iter().any(|r| r.load.is_some());
     let mut groups: BTreeMap<(u32, u32), Vec<(f64, f64)>> = BTreeMap::new();
@@ -109,3 +117,51 @@ pub fn rows_of_file(file: &Path) -> anyhow::Result<Vec<TableRow>> {
 
 /// How far a closed-loop run's request lengths may stray from their mean and still be one row.
 const SPREAD: f64 = 0.25;
+
+/// The row of an imported summary without requests (`import` of a tool's summary file): the
+/// tool's mean TTFT and TPOT, at its closed loop's concurrency and its fixed lengths
+/// (bench_serving's `random_input_len` and `random_output_len` at a range ratio of 1).
+fn summary_row(name: &str, i: &Imported, summary: &Figures) -> anyhow::Result<TableRow> {
+    let refuse = |why: &str| anyhow::anyhow!("{name}: {}'s summary {why}", i.tool);
+    let concurrency = closed_concurrency(i)
+        .ok_or_else(|| refuse("is not of a closed loop (requests in flight at no rate)"))?;
+    let length = |key: &str| {
+        i.settings
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v >= 1)
+    };
+    let fixed = i
+        .settings
+        .get("random_range_ratio")
+        .and_then(serde_json::Value::as_f64)
+        .is_none_or(|r| r == 1.0);
+    let (Some(isl), Some(osl), true) = (
+        length("random_input_len"),
+        length("random_output_len"),
+        fixed,
+    ) else {
+        return Err(refuse("gives no fixed input and output lengths (random_input_len and random_output_len at a range ratio of 1)"));
+    };
+    let figure = |key: &str| {
+        summary
+            .figures
+            .get(key)
+            .copied()
+            .filter(|v| v.is_finite() && *v > 0.0)
+    };
+    let (Some(ttft), Some(tpot)) = (figure("ttft_mean_ms"), figure("tpot_mean_ms")) else {
+        return Err(refuse("has no mean TTFT and TPOT"));
+    };
+    Ok(TableRow {
+        line: 0,
+        deployment: None,
+        backend: None,
+        isl,
+        osl,
+        concurrency,
+        ttft_ms: Some(ttft),
+        tpot_ms: Some(tpot),
+    })
+}

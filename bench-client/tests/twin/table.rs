@@ -726,4 +726,29 @@ fn another_tool_s_closed_loop_run_is_a_row_at_its_concurrency_and_mean_lengths()
     // vLLM's random prompts of 1 to 50 tokens are no fixed-length row.
     let err = import("vllm-bench-serve.json").unwrap_err().to_string();
     assert!(err.contains("give runs of fixed lengths"), "{err}");
+    // A summary without requests is a row of the tool's means, where its settings give the
+    // lengths (bench_serving's do, vLLM's summary does not).
+    let rows = import("bench_serving-summary.jsonl").unwrap();
+    let shape: Vec<_> = rows.iter().map(|r| (r.isl, r.osl, r.concurrency)).collect();
+    assert_eq!(shape, vec![(64, 16, 2)]);
+    let text = std::fs::read_to_string(fixture("bench_serving-summary.jsonl")).unwrap();
+    // The tool's own line (its `Infinity` is not JSON serde reads): the number after the key.
+    let at = text.find("\"mean_ttft_ms\":").unwrap() + "\"mean_ttft_ms\":".len();
+    let digits: String = text[at..]
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let mean_ttft: f64 = digits.parse().unwrap();
+    assert!(
+        (rows[0].ttft_ms.unwrap() - mean_ttft).abs() < 1e-9,
+        "{rows:?} {mean_ttft}"
+    );
+    let err = import("vllm-bench-serve-summary.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("gives no fixed input and output lengths"),
+        "{err}"
+    );
 }
