@@ -1,8 +1,8 @@
 //! Results files as table rows, so that `calibrate --table` fits them beside the table's rows: a
 //! sweep's requests of one (context, output) are a row at concurrency 1; a closed-loop load run of
 //! fixed lengths (its own or an imported tool's) is a row at its concurrency and mean lengths; an
-//! imported summary of such a run is a row of the tool's means. Each row holds the means of its successful
-//! requests, as a table's do: TTFT, and TPOT = (e2e - TTFT) / (output tokens - 1).
+//! imported summary of such a run is a row of the tool's means. Each row holds the means of its
+//! successful requests, as a table's do: TTFT, and TPOT = (e2e - TTFT) / (output tokens - 1).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,6 +28,15 @@ fn times(r: &Record) -> Option<(f64, f64)> {
 /// The row of `requests` at `(isl, osl, concurrency)`: their mean TTFT and TPOT.
 fn row(isl: u32, osl: u32, concurrency: u32, requests: &[(f64, f64)]) -> TableRow {
     let n = requests.len() as f64;
+    let mean = (
+        requests.iter().map(|r| r.0).sum::<f64>() / n,
+        requests.iter().map(|r| r.1).sum::<f64>() / n,
+    );
+    row_of_means((isl, osl, concurrency), mean)
+}
+
+/// A row of no table line: its shape and mean TTFT and TPOT (ms).
+fn row_of_means((isl, osl, concurrency): (u32, u32, u32), (ttft, tpot): (f64, f64)) -> TableRow {
     TableRow {
         line: 0,
         deployment: None,
@@ -35,8 +44,8 @@ fn row(isl: u32, osl: u32, concurrency: u32, requests: &[(f64, f64)]) -> TableRo
         isl,
         osl,
         concurrency,
-        ttft_ms: Some(requests.iter().map(|r| r.0).sum::<f64>() / n),
-        tpot_ms: Some(requests.iter().map(|r| r.1).sum::<f64>() / n),
+        ttft_ms: Some(ttft),
+        tpot_ms: Some(tpot),
     }
 }
 
@@ -154,14 +163,5 @@ fn summary_row(name: &str, i: &Imported, summary: &Figures) -> anyhow::Result<Ta
     let (Some(ttft), Some(tpot)) = (figure("ttft_mean_ms"), figure("tpot_mean_ms")) else {
         return Err(refuse("has no mean TTFT and TPOT"));
     };
-    Ok(TableRow {
-        line: 0,
-        deployment: None,
-        backend: None,
-        isl,
-        osl,
-        concurrency,
-        ttft_ms: Some(ttft),
-        tpot_ms: Some(tpot),
-    })
+    Ok(row_of_means((isl, osl, concurrency), (ttft, tpot)))
 }
