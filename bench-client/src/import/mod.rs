@@ -25,11 +25,6 @@ pub use build::records;
 /// run at a rate, or settings that do not say.
 pub fn closed_concurrency(imported: &crate::results::manifest::Imported) -> Option<u32> {
     use serde_json::Value;
-    let count = |v: Option<&Value>| {
-        v.and_then(Value::as_u64)
-            .and_then(|v| u32::try_from(v).ok())
-            .filter(|&v| v >= 1)
-    };
     // A rate of "inf" (bench_serving, vLLM) sends every request at once: the limit is the loop.
     let no_rate = |v: Option<&Value>| match v {
         None | Some(Value::Null) => true,
@@ -62,6 +57,31 @@ pub fn closed_concurrency(imported: &crate::results::manifest::Imported) -> Opti
         }
         _ => None,
     }
+}
+
+/// The fixed input and output lengths an imported run asked for, where the tool's settings say
+/// (bench_serving's `random_input_len` and `random_output_len` at a range ratio of 1).
+pub fn fixed_lengths(imported: &crate::results::manifest::Imported) -> Option<(u32, u32)> {
+    let s = &imported.settings;
+    let fixed = s
+        .get("random_range_ratio")
+        .and_then(serde_json::Value::as_f64)
+        .is_none_or(|r| r == 1.0);
+    fixed
+        .then(|| {
+            Some((
+                count(s.get("random_input_len"))?,
+                count(s.get("random_output_len"))?,
+            ))
+        })
+        .flatten()
+}
+
+/// A setting that counts something: a whole number of at least 1.
+fn count(v: Option<&serde_json::Value>) -> Option<u32> {
+    v.and_then(serde_json::Value::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|&v| v >= 1)
 }
 
 /// The tool whose results a file holds.

@@ -9,23 +9,39 @@ use mock_server::config::Discrepancy;
 
 use crate::report::twin_table::RowView;
 
-/// Each row's measured mean over the model's, where the row has both and both are positive.
+/// Each row's measured mean over the model's ([`of_row`]).
 pub fn of_rows(views: &[RowView]) -> Vec<Discrepancy> {
+    views
+        .iter()
+        .filter_map(|v| {
+            of_row(
+                (v.isl, v.osl, v.concurrency),
+                (v.ttft_ms, v.tpot_ms),
+                (v.pred_ttft_ms, v.pred_tpot_ms),
+            )
+        })
+        .collect()
+}
+
+/// A row's measured (TTFT, TPOT) over the model's, each where both are known and positive (in
+/// the same unit); `None` where neither is.
+pub fn of_row(
+    (isl, osl, concurrency): (u32, u32, u32),
+    measured: (Option<f64>, Option<f64>),
+    model: (Option<f64>, Option<f64>),
+) -> Option<Discrepancy> {
     let ratio = |m: Option<f64>, p: Option<f64>| match (m, p) {
         (Some(m), Some(p)) if m > 0.0 && p > 0.0 && (m / p).is_finite() => Some(m / p),
         _ => None,
     };
-    views
-        .iter()
-        .map(|v| Discrepancy {
-            isl: v.isl,
-            osl: v.osl,
-            concurrency: v.concurrency,
-            ttft: ratio(v.ttft_ms, v.pred_ttft_ms),
-            tpot: ratio(v.tpot_ms, v.pred_tpot_ms),
-        })
-        .filter(|d| d.ttft.is_some() || d.tpot.is_some())
-        .collect()
+    let d = Discrepancy {
+        isl,
+        osl,
+        concurrency,
+        ttft: ratio(measured.0, model.0),
+        tpot: ratio(measured.1, model.1),
+    };
+    (d.ttft.is_some() || d.tpot.is_some()).then_some(d)
 }
 
 /// The ratio at `concurrency` among `(log concurrency, log ratio)` points of one shape, sorted

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use crate::import::closed_concurrency;
+use crate::import::{closed_concurrency, fixed_lengths};
 use crate::results::manifest::{Imported, KIND_LOAD};
 use crate::results::settings::{Recorded, ScheduleRecord};
 use crate::results::table::TableRow;
@@ -64,22 +64,22 @@ pub fn rows_of_file(file: &Path) -> anyhow::Result<Vec<TableRow>> {
     }
     let load = manifest.as_ref().and_then(|m| m.kind.as_deref()) == Some(KIND_LOAD)
         || records.iter().any(|r| r.load.is_some());
-    let mut groups: BTreeMap<(u32, u32), Vec<(f64, f64)>> = BTreeMap::new();
-    for r in &records {
-        if let Some(t) = times(r) {
-            groups
-                .entry((r.context_tokens, r.output_tokens))
-                .or_default()
-                .push(t);
-        }
-    }
-    if groups.is_empty() {
+    // Each successful request's lengths and times.
+    let done: Vec<((u32, u32), (f64, f64))> = records
+        .iter()
+        .filter_map(|r| Some(((r.context_tokens, r.output_tokens), times(r)?)))
+        .collect();
+    if done.is_empty() {
         bail!(
             "{name}: no successful request with two or more output tokens ({} records)",
             records.len()
         );
     }
     if !load {
+        let mut groups: BTreeMap<(u32, u32), Vec<(f64, f64)>> = BTreeMap::new();
+        for &(shape, t) in &done {
+            groups.entry(shape).or_default().push(t);
+        }
         return Ok(groups
             .into_iter()
             .map(|((isl, osl), g)| row(isl, osl, 1, &g))
@@ -103,25 +103,23 @@ pub fn rows_of_file(file: &Path) -> anyhow::Result<Vec<TableRow>> {
     };
     // One row at the mean lengths, where every request's are within a quarter of them (a tool's
     // prompts of one asked length tokenize a few tokens apart).
-    let lengths: Vec<(f64, f64)> = groups
+    let n = done.len() as f64;
+    let mean =
+        |f: &dyn Fn(&(u32, u32)) -> u32| done.iter().map(|d| f64::from(f(&d.0))).sum::<f64>() / n;
+    let (isl, osl) = (mean(&|s| s.0), mean(&|s| s.1));
+    let near = |v: u32, mean: f64| (f64::from(v) - mean).abs() <= SPREAD * mean;
+    if let Some(((i, o), _)) = done
         .iter()
-        .flat_map(|(&(i, o), g)| std::iter::repeat_n((f64::from(i), f64::from(o)), g.len()))
-        .collect();
-    let n = lengths.len() as f64;
-    let (isl, osl) = (
-        lengths.iter().map(|l| l.0).sum::<f64>() / n,
-        lengths.iter().map(|l| l.1).sum::<f64>() / n,
-    );
-    let near = |v: f64, mean: f64| (v - mean).abs() <= SPREAD * mean;
-    if let Some(&(i, o)) = lengths.iter().find(|l| !near(l.0, isl) || !near(l.1, osl)) {
+        .find(|d| !near(d.0 .0, isl) || !near(d.0 .1, osl))
+    {
         bail!(
             "{name}: a table row has one input and one output length, and this load run has a request of {i} in and {o} out against means of {isl:.0} and {osl:.0}: give runs of fixed lengths (each within {:.0}% of the mean)",
             SPREAD * 100.0
         );
     }
-    let all: Vec<(f64, f64)> = groups.into_values().flatten().collect();
+    let times: Vec<(f64, f64)> = done.iter().map(|d| d.1).collect();
     let round = |v: f64| (v.round() as u32).max(1);
-    Ok(vec![row(round(isl), round(osl), concurrency, &all)])
+    Ok(vec![row(round(isl), round(osl), concurrency, &times)])
 }
 
 /// How far a closed-loop run's request lengths may stray from their mean and still be one row.
@@ -134,25 +132,9 @@ fn summary_row(name: &str, i: &Imported, summary: &Figures) -> anyhow::Result<Ta
     let refuse = |why: &str| anyhow::anyhow!("{name}: {}'s summary {why}", i.tool);
     let concurrency = closed_concurrency(i)
         .ok_or_else(|| refuse("is not of a closed loop (requests in flight at no rate)"))?;
-    let length = |key: &str| {
-        i.settings
-            .get(key)
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|v| u32::try_from(v).ok())
-            .filter(|&v| v >= 1)
-    };
-    let fixed = i
-        .settings
-        .get("random_range_ratio")
-        .and_then(serde_json::Value::as_f64)
-        .is_none_or(|r| r == 1.0);
-    let (Some(isl), Some(osl), true) = (
-        length("random_input_len"),
-        length("random_output_len"),
-        fixed,
-    ) else {
-        return Err(refuse("gives no fixed input and output lengths (random_input_len and random_output_len at a range ratio of 1)"));
-    };
+    let (isl, osl) = fixed_lengths(i).ok_or_else(|| {
+        refuse("gives no fixed input and output lengths (random_input_len and random_output_len at a range ratio of 1)")
+    })?;
     let figure = |key: &str| {
         summary
             .figures

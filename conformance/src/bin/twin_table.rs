@@ -19,7 +19,7 @@ use bench_client::measure::table::{error_pct, mape, median, Point};
 use bench_client::report::grid::{Col, Grid};
 use bench_client::report::twin_table::mape_text;
 use bench_client::results::table::{read_table, Measured, TableRow};
-use bench_client::twin::discrepancy::ratios;
+use bench_client::twin::discrepancy::{of_row, ratios};
 use bench_client::twin::table::{fit_table, predict_point, TableFitOptions, CHUNK_CHOICES};
 use clap::Parser;
 use mock_server::config::Discrepancy;
@@ -131,19 +131,16 @@ fn fold(
         print!("{}", g.render());
     }
     // The training rows' measured over the model's, as `calibrate --table` keeps them.
-    let ratio = |m: Option<f64>, p: Option<f64>| m.zip(p).map(|(m, p)| m / p);
     let measured: Vec<Discrepancy> = train
         .iter()
         .filter_map(|&i| {
             let p = &pts[i];
             let (t, d) = predict_point(&fit.config, p).ok()?;
-            Some(Discrepancy {
-                isl: p.isl,
-                osl: p.osl,
-                concurrency: p.concurrency,
-                ttft: ratio(p.ttft_s, Some(t)),
-                tpot: ratio(p.tpot_s, d),
-            })
+            of_row(
+                (p.isl, p.osl, p.concurrency),
+                (p.ttft_s, p.tpot_s),
+                (Some(t), d),
+            )
         })
         .collect();
     let lin = Linear::fit(pts, train);
