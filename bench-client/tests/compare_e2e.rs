@@ -11,14 +11,16 @@ use serde_json::Value;
 mod support;
 use support::{run, stderr};
 
-/// A small sweep of the embedded mock: two contexts, 16 runs of 128 tokens (a few seconds): enough
-/// decode steps per request that the speculative acceptance draws average out.
+/// A small sweep of the embedded mock on virtual time (`--simulate`: the machine's load cannot move
+/// a verdict): two contexts, 16 runs of 128 tokens, enough decode steps per request that the
+/// speculative acceptance draws average out; the seeds alone set one run apart from another.
 fn sweep(dir: &Path, name: &str, seed: u64, extra: &[&str]) -> PathBuf {
     let out = dir.join(name);
     let seed = seed.to_string();
     let mock_seed = format!("seed={seed}");
     let mut args = vec![
         "sweep",
+        "--simulate",
         "--contexts",
         "1k,4k",
         "--runs",
