@@ -96,7 +96,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     };
     // Each row's TTFT and TPOT are a measured value each.
     let params = crate::measure::table::TableModel::parameters(
-        crate::twin::table::saturation_pool(&points).is_some(),
+        crate::measure::table::saturation::saturation(&points).is_some(),
     );
     let values: usize = points
         .iter()
@@ -106,7 +106,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         return Err(data(anyhow::anyhow!(
             "{file}: {} rows ({values} measured TTFTs and TPOTs) cannot fit the model's {params} parameters (prefill per pass, per token and per token pair; decode per step, per context token, per request and the batch's exponent; the way in and out{}): give at least {}",
             rows.len(),
-            if params > 8 { "; the KV pool, since the rows saturate" } else { "" },
+            if params > 8 { "; the KV pool or the running requests' cap, since the rows saturate" } else { "" },
             params.div_ceil(2)
         )));
     }
@@ -154,7 +154,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             deployment: a.deployment,
             rows: rows.len(),
             mape: mapes(&views),
-            pool_fitted: fit.pool_fitted,
+            capacity: fit.capacity,
             pair_held: fit.pair_held,
             scheduler_from,
             chunk_from: &if choices.is_empty() {

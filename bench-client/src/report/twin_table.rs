@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::measure::table::{error_pct, mape, TableModel};
+use crate::measure::table::{error_pct, mape, Capacity, TableModel};
 use crate::report::grid::{Col, Grid};
 
 /// One row: its shape, the twin's prediction (ms) and, where measured, the measurement and
@@ -274,12 +274,25 @@ pub fn model(m: &TableModel, chunk: usize, mixed: bool) -> String {
             "a prefill pass or a decode step (SGLang's)"
         }
     );
-    match m.kv_pool_tokens {
-        Some(p) => {
-            let _ = writeln!(out, "  KV pool {p:.0} tokens (fitted: the rows saturate)");
+    match m.capacity() {
+        Some((Capacity::PoolTokens, p)) => {
+            let _ = writeln!(
+                out,
+                "  KV pool {p:.0} tokens (fitted: the rows saturate, and a full pool fits their queue better than a cap on the running requests)"
+            );
+        }
+        Some((Capacity::RunningRequests, r)) => {
+            let _ = writeln!(
+                out,
+                "  running requests at most {:.0} (fitted: the rows saturate, and a cap on the running requests fits their queue better than a full KV pool); KV pool left open",
+                r.round().max(1.0)
+            );
         }
         None => {
-            let _ = writeln!(out, "  KV pool: no row saturates; left open");
+            let _ = writeln!(
+                out,
+                "  KV pool and running requests: no row saturates; left open"
+            );
         }
     }
     out

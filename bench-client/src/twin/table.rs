@@ -2,8 +2,8 @@
 //! simulation. Each row's closed loop runs on the engine path ([`run_closed`]); Nelder-Mead
 //! (argmin) moves the costs, in log space, to minimise the squared log ratios of predicted to
 //! measured TTFT and TPOT over the rows, from the closed-form first guess
-//! ([`crate::measure::table::guess`]). Where rows saturate (TTFT growing far faster than the
-//! batch), the KV pool that makes requests queue is fitted too.
+//! ([`crate::measure::table::guess`]). Where rows saturate ([`saturation`]), the capacity that
+//! makes requests queue is fitted too: the KV pool or the running batch's cap, whichever fits.
 
 use std::cell::{Cell, RefCell};
 
@@ -15,8 +15,9 @@ use mock_server::Config;
 use crate::drive::engine::closed::{
     measured_requests, run_closed, search_requests, ClosedError, Shape,
 };
+use crate::measure::table::saturation::saturation;
 use crate::measure::table::{
-    guess, log_ratio_sq, Point, TableModel, EXPONENT_INDEX, PAIR_INDEX, POOL_INDEX,
+    guess, log_ratio_sq, Capacity, Point, TableModel, EXPONENT_INDEX, PAIR_INDEX, POOL_INDEX,
 };
 use crate::report::twin_table::RowView;
 use crate::results::table::TableRow;
@@ -41,6 +42,9 @@ pub struct TableFitOptions {
     /// Where the search starts instead of the closed-form guess (a round trip starts it off the
     /// known costs, so that the search, not the guess, must find them).
     pub start: Option<TableModel>,
+    /// The capacity fitted where the rows saturate. [`fit_table`] tries both kinds there and
+    /// keeps the one whose rows fit best.
+    pub capacity: Capacity,
 }
 
 impl Default for TableFitOptions {
@@ -51,6 +55,7 @@ impl Default for TableFitOptions {
             max_evals: 250,
             chunk_choices: Vec::new(),
             start: None,
+            capacity: Capacity::PoolTokens,
         }
     }
 }
@@ -108,6 +113,9 @@ pub fn apply(base: &Config, m: &TableModel) -> Config {
     if let Some(p) = m.kv_pool_tokens {
         set_pool(&mut c, p);
     }
+    if let Some(r) = m.max_running_requests {
+        c.max_running_requests = (r.round() as usize).max(1);
+    }
     c
 }
 
@@ -134,6 +142,8 @@ struct Objective<'a> {
     /// `template`'s values (the costs the rows cannot show, held).
     free: &'a [usize],
     template: &'a [f64],
+    /// The kind of the capacity the vector's last place holds, where it has one.
+    capacity: Capacity,
     evals: &'a Cell<u64>,
     /// Run each loop at the full measured count (else the search's shorter one).
     full: bool,
@@ -179,7 +189,10 @@ impl CostFunction for Objective<'_> {
         if self.evals.get() >= self.budget {
             return Err(anyhow::anyhow!("the evaluation budget is spent"));
         }
-        let c = self.cost_of(&TableModel::from_log(&expand(self.template, self.free, x)));
+        let c = self.cost_of(&TableModel::from_log(
+            &expand(self.template, self.free, x),
+            self.capacity,
+        ));
         if let Some(b) = self.best {
             let mut b = b.borrow_mut();
             if c < b.1 {
@@ -225,26 +238,6 @@ pub fn chooses_chunk(points: &[Point], opts: &TableFitOptions) -> bool {
     opts.chunk_choices.len() >= 2 && !one_input_length(points)
 }
 
-/// The KV pool's first guess where a series saturates: between the two rows where TTFT grows
-/// more than twice as fast as the concurrency, the geometric mean of their requests' full
-/// contexts; `None` where no series does.
-pub fn saturation_pool(points: &[Point]) -> Option<f64> {
-    let mut sorted: Vec<&Point> = points.iter().filter(|p| p.ttft_s.is_some()).collect();
-    sorted.sort_by_key(|p| (p.isl, p.osl, p.concurrency));
-    sorted
-        .windows(2)
-        .filter(|w| (w[0].isl, w[0].osl) == (w[1].isl, w[1].osl))
-        .filter_map(|w| {
-            let (a, b) = (w[0], w[1]);
-            let growth = b.ttft_s? / a.ttft_s?;
-            let batch = f64::from(b.concurrency) / f64::from(a.concurrency);
-            let ctx = f64::from(a.isl) + f64::from(a.osl);
-            (growth > 2.0 * batch)
-                .then(|| (f64::from(a.concurrency) * f64::from(b.concurrency)).sqrt() * ctx)
-        })
-        .min_by(f64::total_cmp)
-}
-
 /// Each cost the guess left at 0 starts where it adds 1% to the smallest measured time, so
 /// that Nelder-Mead's first steps can tell whether the rows want it.
 fn visible(mut m: TableModel, points: &[Point]) -> TableModel {
@@ -283,8 +276,8 @@ pub struct TableFit {
     pub cost: f64,
     /// Objective evaluations spent (each runs every row's closed loop).
     pub evals: u64,
-    /// Whether the rows saturate and the KV pool was fitted.
-    pub pool_fitted: bool,
+    /// Where the rows saturate, the capacity fitted (the KV pool or the running cap).
+    pub capacity: Option<Capacity>,
     /// Whether the cost per token pair was held at 0 ([`held_parameters`]).
     pub pair_held: bool,
     /// The prefill tokens a pass the fit ran with (chosen where `chunk_choices` offers several).
@@ -297,51 +290,96 @@ pub struct TableFit {
 /// for long prompts).
 pub const CHUNK_CHOICES: [usize; 3] = [8192, 16384, 32768];
 
-/// Fits `points` (each with its measured TTFT and TPOT) on the table base made from `base`;
-/// where `opts.chunk_choices` offers several chunks, each is fitted briefly and the best
-/// training fit goes on with the rest of the evaluations.
+/// Fits `points` (each with its measured TTFT and TPOT) on the table base made from `base`.
+/// Where several chunks in `opts.chunk_choices` can be told apart ([`chooses_chunk`]), each is
+/// fitted briefly with the KV pool. Where the rows queue ([`saturation`]), the running requests'
+/// cap is fitted as briefly at the best chunk, beside the pool's brief fit, and goes on if it fits
+/// better; else the pool's search runs as it would alone. The best goes on with the rest of the
+/// evaluations.
 pub fn fit_table(
     base: &Config,
     points: &[Point],
     opts: &TableFitOptions,
 ) -> anyhow::Result<TableFit> {
-    if !chooses_chunk(points, opts) {
-        return fit_one(base, points, opts);
-    }
-    let brief = (opts.max_evals / 3).max(1);
-    let mut best: Option<TableFit> = None;
-    let mut spent = 0;
-    for &chunk in &opts.chunk_choices {
-        let o = TableFitOptions {
+    let at = |chunk: usize, capacity: Capacity, max_evals: u64, start: Option<TableModel>| {
+        TableFitOptions {
             chunk,
-            max_evals: brief,
+            max_evals,
             chunk_choices: Vec::new(),
+            start,
+            capacity,
             ..opts.clone()
-        };
-        let fit = fit_one(base, points, &o)?;
-        spent += fit.evals;
-        if best.as_ref().is_none_or(|b| fit.cost < b.cost) {
-            best = Some(fit);
+        }
+    };
+    let brief = (opts.max_evals / 3).max(1);
+    let rest = opts.max_evals.saturating_sub(brief).max(1);
+    let mut spent = 0;
+    // A brief fit goes on from where it ended with the rest of the evaluations; the better of
+    // the two is the fit.
+    let go_on = |first: TableFit, capacity: Capacity, spent: u64| -> anyhow::Result<TableFit> {
+        let fit = fit_one(
+            base,
+            points,
+            &at(first.chunk, capacity, rest, Some(first.model)),
+        )?;
+        let evals = spent + fit.evals;
+        let mut fit = if fit.cost > first.cost { first } else { fit };
+        fit.evals = evals;
+        Ok(fit)
+    };
+    let mut best: Option<TableFit> = None;
+    if chooses_chunk(points, opts) {
+        for &chunk in &opts.chunk_choices {
+            let fit = fit_one(
+                base,
+                points,
+                &at(chunk, Capacity::PoolTokens, brief, opts.start),
+            )?;
+            spent += fit.evals;
+            if best.as_ref().is_none_or(|b| fit.cost < b.cost) {
+                best = Some(fit);
+            }
         }
     }
-    let Some(first) = best else {
-        return fit_one(base, points, opts);
-    };
-    let o = TableFitOptions {
-        chunk: first.chunk,
-        max_evals: opts.max_evals.saturating_sub(brief).max(1),
-        chunk_choices: Vec::new(),
-        start: Some(first.model),
-        ..opts.clone()
-    };
-    let fit = fit_one(base, points, &o)?;
-    let evals = spent + fit.evals;
-    let mut fit = if fit.cost > first.cost { first } else { fit };
-    fit.evals = evals;
-    Ok(fit)
+    let chunk = best.as_ref().map_or(opts.chunk, |b| b.chunk);
+    if saturation(points).is_some() {
+        let pool = match &best {
+            Some(b) => b.cost,
+            None => {
+                let fit = fit_one(
+                    base,
+                    points,
+                    &at(chunk, Capacity::PoolTokens, brief, opts.start),
+                )?;
+                spent += fit.evals;
+                fit.cost
+            }
+        };
+        let cap = fit_one(
+            base,
+            points,
+            &at(chunk, Capacity::RunningRequests, brief, opts.start),
+        )?;
+        spent += cap.evals;
+        if cap.cost < pool {
+            return go_on(cap, Capacity::RunningRequests, spent);
+        }
+    }
+    match best {
+        Some(first) => go_on(first, Capacity::PoolTokens, spent),
+        None => {
+            let mut fit = fit_one(
+                base,
+                points,
+                &at(chunk, Capacity::PoolTokens, opts.max_evals, opts.start),
+            )?;
+            fit.evals += spent;
+            Ok(fit)
+        }
+    }
 }
 
-/// Fits `points` at `opts.chunk`.
+/// Fits `points` at `opts.chunk`, with a capacity of kind `opts.capacity` where they saturate.
 fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::Result<TableFit> {
     let context = points
         .iter()
@@ -356,9 +394,11 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
     let mut start = opts
         .start
         .unwrap_or_else(|| visible(guess::first_guess(points, opts.chunk, opts.mixed), points));
-    let pool = saturation_pool(points);
-    // A start that holds a fitted pool keeps it.
-    start.kv_pool_tokens = pool.and(start.kv_pool_tokens.or(pool));
+    let saturated = saturation(points);
+    let guess = saturated.map(|s| (opts.capacity, s.guess(opts.capacity)));
+    // A start that holds a fitted capacity of this kind keeps it.
+    let kept = start.capacity().filter(|(k, _)| *k == opts.capacity);
+    start = start.with_capacity(guess.and(kept.or(guess)));
     let held = held_parameters(points);
     if held.contains(&PAIR_INDEX) {
         start.prefill_per_token_pair_s = 0.0;
@@ -371,6 +411,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         points,
         free: &free,
         template: &template,
+        capacity: opts.capacity,
         evals: &evals,
         full: true,
         best: None,
@@ -380,7 +421,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
     let x0: Vec<f64> = free.iter().map(|&i| template[i]).collect();
     let n = x0.len();
     // A simplex around `x`: `x`, and each parameter doubled (the exponent divided by 1.25, the
-    // pool 1.5 times), the steps in log space scaled by `scale`.
+    // capacity 1.5 times), the steps in log space scaled by `scale`.
     let simplex = |x: &[f64], scale: f64| {
         let mut s = vec![x.to_vec()];
         for i in 0..n {
@@ -412,8 +453,11 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
                 points,
                 free: &free,
                 template: &template,
+                capacity: opts.capacity,
                 evals: &evals,
-                full: false,
+                // A queue settles over waves, not within two: the search's short loops would
+                // put its TTFT 15% below the full count's (a cap of 16 at 32 in flight).
+                full: saturated.is_some(),
                 best: Some(&tracked),
                 budget,
             },
@@ -428,9 +472,9 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         (from, scale, last) = (best, 0.25, cost);
     }
     let best = tracked.into_inner().0;
-    let mut model = TableModel::from_log(&expand(&template, &free, &best)).floored();
-    if pool.is_none() {
-        model.kv_pool_tokens = None;
+    let mut model = TableModel::from_log(&expand(&template, &free, &best), opts.capacity).floored();
+    if saturated.is_none() {
+        model = model.with_capacity(None);
     }
     let cost = obj.cost_of(&model);
     Ok(TableFit {
@@ -440,7 +484,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         guess_cost,
         cost,
         evals: evals.get(),
-        pool_fitted: pool.is_some(),
+        capacity: saturated.map(|_| opts.capacity),
         pair_held: held.contains(&PAIR_INDEX),
         chunk: opts.chunk,
     })

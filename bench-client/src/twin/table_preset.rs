@@ -8,6 +8,7 @@ use std::fmt::Write;
 use anyhow::Context;
 use mock_server::Config;
 
+use crate::measure::table::Capacity;
 use crate::report::twin_table::mape_text;
 
 /// Why a table fit leaves the cost per token pair at 0 (the preset's mark, calibrate's note).
@@ -22,7 +23,8 @@ pub struct TableSource<'a> {
     pub rows: usize,
     /// MAPE of TTFT and TPOT over the fitted rows (percent).
     pub mape: (Option<f64>, Option<f64>),
-    pub pool_fitted: bool,
+    /// Where the rows saturate, the capacity fitted (the KV pool or the running cap).
+    pub capacity: Option<Capacity>,
     /// The cost per token pair held at 0: every row has one input length.
     pub pair_held: bool,
     /// Where the scheduler came from (the table's backend column, a flag).
@@ -71,7 +73,7 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
             ),
         );
     }
-    let pool = if s.pool_fitted {
+    let pool = if s.capacity == Some(Capacity::PoolTokens) {
         format!("{fitted}: the KV pool where the rows saturate")
     } else {
         "DERIVED: a KV pool no row of the table fills".into()
@@ -111,7 +113,11 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
     );
     marks.insert(
         "max_running_requests",
-        "ASSUMED: at least 1024 (vLLM's max_num_seqs on large GPUs)".into(),
+        if s.capacity == Some(Capacity::RunningRequests) {
+            format!("{fitted}: the running requests' cap where the rows saturate")
+        } else {
+            "ASSUMED: at least 1024 (vLLM's max_num_seqs on large GPUs)".into()
+        },
     );
     if s.deployment.is_some() {
         marks.insert("model_path", "MEASURED: the table's deployment".into());

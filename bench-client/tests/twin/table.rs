@@ -6,12 +6,13 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use bench_client::measure::table::{Point, TableModel, PAIR_INDEX};
+use bench_client::measure::table::saturation::saturation;
+use bench_client::measure::table::{Capacity, Point, TableModel, PAIR_INDEX};
 use bench_client::results::table::TableRow;
 use bench_client::twin::discrepancy;
 use bench_client::twin::table::{
     apply, chooses_chunk, fit_table, held_parameters, predict_point, predict_rows, table_base,
-    TableFitOptions,
+    TableFit, TableFitOptions,
 };
 use bench_client::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
 use bench_client::twin::table_results::rows_of_file;
@@ -152,6 +153,7 @@ fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
         max_evals: 3000,
         chunk_choices: Vec::new(),
         start: None,
+        capacity: Capacity::PoolTokens,
     };
     let truth = TableModel {
         way_s: 0.005,
@@ -163,6 +165,7 @@ fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
         decode_per_request_s: 5e-4,
         decode_batch_exponent: 0.7,
         kv_pool_tokens: None,
+        max_running_requests: None,
     };
     let base = table_base(&mock_server::Config::default(), &opts, 8192);
     (apply(&base, &truth), truth, opts)
@@ -213,6 +216,7 @@ fn rows_made_by_a_known_twin_calibrate_back_to_it() {
         decode_per_request_s: off(truth.decode_per_request_s, true),
         decode_batch_exponent: off(truth.decode_batch_exponent, true),
         kv_pool_tokens: None,
+        max_running_requests: None,
     };
     let opts = TableFitOptions {
         start: Some(start),
@@ -306,7 +310,7 @@ fn rows_of_one_input_length_hold_the_pair_cost_at_zero() {
             deployment: None,
             rows: points.len(),
             mape: (Some(1.0), Some(1.0)),
-            pool_fitted: false,
+            capacity: None,
             pair_held: true,
             scheduler_from: "the test",
             chunk_from: "ASSUMED: the test",
@@ -359,6 +363,106 @@ fn where_the_chunk_is_not_given_the_fit_chooses_the_servers() {
     let fit = fit_table(&mock_server::Config::default(), &points, &opts).unwrap();
     assert_eq!(fit.chunk, 2048, "cost {:e}, {:?}", fit.cost, fit.model);
     assert_eq!(fit.config.chunked_prefill_size, 2048);
+}
+
+/// Rows of a known twin whose requests queue behind `capacity`, fitted back from its costs with
+/// the capacity left to the fit (both kinds tried, each from the rows' guess): the fit.
+fn saturated_round_trip(capacity: (Capacity, f64)) -> TableFit {
+    let (_, truth, opts) = known();
+    let truth = truth.with_capacity(Some(capacity));
+    let cfg = apply(
+        &table_base(&mock_server::Config::default(), &opts, 8192),
+        &truth,
+    );
+    // Two prompt lengths and two output lengths, unqueued at 4 in flight and queued at 32.
+    let shapes = [(512, 16), (512, 48), (1024, 16), (1024, 48)];
+    let points = rows_of(
+        &cfg,
+        shapes
+            .iter()
+            .flat_map(|&(isl, osl)| [4, 32].map(|c| (isl, osl, c))),
+    );
+    let s = saturation(&points).expect("the rows at 32 in flight queue");
+    assert!(s.guess(capacity.0) > 0.0, "{s:?}");
+    let start = truth.with_capacity(None);
+    let opts = TableFitOptions {
+        start: Some(start),
+        max_evals: 300,
+        ..opts
+    };
+    let fit = fit_table(&mock_server::Config::default(), &points, &opts).unwrap();
+    // A row it never saw, between the loads: queued, within 3%.
+    let p = Point {
+        isl: 768,
+        osl: 32,
+        concurrency: 24,
+        ttft_s: None,
+        tpot_s: None,
+    };
+    let (a, b) = predict_point(&cfg, &p).unwrap();
+    let (x, y) = predict_point(&fit.config, &p).unwrap();
+    assert!(
+        (x / a - 1.0).abs() < 0.03,
+        "TTFT {x} against {a}: {:?}",
+        fit.model
+    );
+    assert!(
+        (y.unwrap() / b.unwrap() - 1.0).abs() < 0.03,
+        "TPOT {y:?} against {b:?}: {:?}",
+        fit.model
+    );
+    fit
+}
+
+#[test]
+fn a_queue_behind_a_running_cap_is_fitted_with_the_cap_and_one_behind_a_full_pool_with_the_pool() {
+    // 16 running at most: 32 in flight queue half their requests, whatever their lengths.
+    let fit = saturated_round_trip((Capacity::RunningRequests, 16.0));
+    assert_eq!(
+        fit.capacity,
+        Some(Capacity::RunningRequests),
+        "{:?}",
+        fit.model
+    );
+    let cap = fit.model.max_running_requests.unwrap_or(0.0).round();
+    assert_eq!(cap, 16.0, "{:?}", fit.model);
+    assert_eq!(fit.config.max_running_requests, 16);
+    // A pool of 8,000 tokens: 32 requests of 512 + 16 overfill it (16,896), 4 of 1,024 + 48 do
+    // not (4,288); the longer the requests, the fewer run.
+    let fit = saturated_round_trip((Capacity::PoolTokens, 8_000.0));
+    assert_eq!(fit.capacity, Some(Capacity::PoolTokens), "{:?}", fit.model);
+    let pool = fit.model.kv_pool_tokens.unwrap_or(0.0);
+    assert!((pool / 8_000.0 - 1.0).abs() < 0.05, "{:?}", fit.model);
+}
+
+#[test]
+fn a_prompt_whose_ttft_grows_with_its_output_length_is_queued() {
+    let p = |osl, concurrency, ttft: f64| Point {
+        isl: 1000,
+        osl,
+        concurrency,
+        ttft_s: Some(ttft),
+        tpot_s: Some(0.02),
+    };
+    // Unqueued, a prompt's TTFT does not depend on its output length: noise of 1.6x over 8 times
+    // the output is not a queue.
+    assert_eq!(
+        saturation(&[p(500, 512, 2.0), p(1000, 512, 2.2), p(1000, 64, 0.4)]),
+        None
+    );
+    assert_eq!(saturation(&[p(500, 512, 2.0), p(4000, 512, 3.2)]), None);
+    // Queued, the wait grows with the time the requests ahead run.
+    let s = saturation(&[p(500, 512, 2.0), p(1000, 512, 3.2)]).unwrap();
+    assert_eq!(s.pool_tokens, 512.0 * 1500.0);
+    assert_eq!(s.running_requests, 512.0 * 1500.0 / 2000.0);
+    // And in a series, TTFT growing more than twice as fast as the concurrency.
+    let s = saturation(&[p(500, 16, 0.2), p(500, 64, 2.0)]).unwrap();
+    assert_eq!(s.running_requests, 32.0);
+    assert_eq!(s.pool_tokens, 32.0 * 1500.0);
+    // A series brackets the queue's start; an output length only bounds it: the series' guess
+    // stands beside a smaller bound.
+    let both = [p(500, 16, 0.2), p(500, 64, 2.0), p(1000, 16, 0.5)];
+    assert_eq!(saturation(&both), Some(s));
 }
 
 #[test]

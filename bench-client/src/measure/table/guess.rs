@@ -177,6 +177,7 @@ pub fn first_guess(points: &[Point], chunk: usize, mixed: bool) -> TableModel {
         decode_per_request_s: dec[2],
         decode_batch_exponent: exponent,
         kv_pool_tokens: None,
+        max_running_requests: None,
     }
 }
 
@@ -218,6 +219,7 @@ mod tests {
             decode_per_request_s: 2e-4,
             decode_batch_exponent: 1.0,
             kv_pool_tokens: None,
+            max_running_requests: None,
         };
         let mut pts = Vec::new();
         for (isl, osl) in [(1000, 100), (4000, 500), (2000, 1000)] {

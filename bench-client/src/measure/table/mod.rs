@@ -5,6 +5,7 @@
 
 pub mod baseline;
 pub mod guess;
+pub mod saturation;
 
 use serde::Serialize;
 
@@ -31,15 +32,28 @@ pub struct TableModel {
     pub decode_per_request_s: f64,
     /// The batch's decode cost grows as batch^exponent (`decode_batch_exponent`).
     pub decode_batch_exponent: f64,
-    /// The KV pool in tokens, fitted only where rows saturate (else `None`: the base's).
+    /// The KV pool in tokens, fitted only where rows saturate and the pool is what fits them
+    /// (else `None`: the base's).
     pub kv_pool_tokens: Option<f64>,
+    /// The running batch's cap in requests, fitted only where rows saturate and the cap is
+    /// what fits them (else `None`: the base's). At most one of the two is fitted.
+    pub max_running_requests: Option<f64>,
+}
+
+/// What makes a saturated deployment's requests queue: a full KV pool (its requests' contexts
+/// fill it, so the longer the outputs, the fewer run) or a cap on the running batch (SGLang's
+/// `max_running_requests`, vLLM's `max_num_seqs`: the same number run whatever their lengths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Capacity {
+    PoolTokens,
+    RunningRequests,
 }
 
 /// The range the batch's decode exponent is fitted in.
 pub const EXPONENT: (f64, f64) = (0.05, 2.0);
 
-/// Where the cost per token pair, the exponent and the KV pool sit in the fit's log vector (the
-/// last two after the seven costs).
+/// Where the cost per token pair, the exponent and the capacity (the KV pool or the running cap)
+/// sit in the fit's log vector (the last two after the seven costs).
 pub const PAIR_INDEX: usize = 3;
 pub const EXPONENT_INDEX: usize = 7;
 pub const POOL_INDEX: usize = 8;
@@ -50,15 +64,36 @@ pub const POOL_INDEX: usize = 8;
 const FLOORS: [f64; 7] = [1e-6, 1e-6, 1e-10, 1e-15, 1e-6, 1e-13, 1e-8];
 
 impl TableModel {
-    /// Parameters a fit moves: the seven costs, the batch's exponent, and the KV pool where the
-    /// rows saturate (`pool`).
-    pub fn parameters(pool: bool) -> usize {
-        POOL_INDEX + usize::from(pool)
+    /// Parameters a fit moves: the seven costs, the batch's exponent, and the capacity where
+    /// the rows saturate (`saturated`).
+    pub fn parameters(saturated: bool) -> usize {
+        POOL_INDEX + usize::from(saturated)
     }
 
     /// Parameters this model's fit moves ([`TableModel::parameters`]).
     pub fn dimension(&self) -> usize {
-        Self::parameters(self.kv_pool_tokens.is_some())
+        Self::parameters(self.capacity().is_some())
+    }
+
+    /// The fitted capacity: which, and its value (tokens or requests).
+    pub fn capacity(&self) -> Option<(Capacity, f64)> {
+        match (self.kv_pool_tokens, self.max_running_requests) {
+            (Some(p), _) => Some((Capacity::PoolTokens, p)),
+            (None, Some(r)) => Some((Capacity::RunningRequests, r)),
+            (None, None) => None,
+        }
+    }
+
+    /// The model with `capacity` as its only fitted capacity (`None`: neither).
+    pub fn with_capacity(mut self, capacity: Option<(Capacity, f64)>) -> TableModel {
+        self.kv_pool_tokens = None;
+        self.max_running_requests = None;
+        match capacity {
+            Some((Capacity::PoolTokens, p)) => self.kv_pool_tokens = Some(p),
+            Some((Capacity::RunningRequests, r)) => self.max_running_requests = Some(r),
+            None => {}
+        }
+        self
     }
 
     /// The natural logarithms of the parameters (each cost at least its floor).
@@ -74,14 +109,15 @@ impl TableModel {
                 .clamp(EXPONENT.0, EXPONENT.1)
                 .ln(),
         );
-        if let Some(p) = self.kv_pool_tokens {
-            v.push(p.max(1.0).ln());
+        if let Some((_, x)) = self.capacity() {
+            v.push(x.max(1.0).ln());
         }
         v
     }
 
-    /// The parameters of a log vector as [`TableModel::to_log`] makes it.
-    pub fn from_log(v: &[f64]) -> TableModel {
+    /// The parameters of a log vector as [`TableModel::to_log`] makes it, its capacity (where
+    /// it has one) of the kind `capacity`.
+    pub fn from_log(v: &[f64], capacity: Capacity) -> TableModel {
         let e = |i: usize| v.get(i).map_or(0.0, |x| x.exp());
         TableModel {
             way_s: e(0),
@@ -94,8 +130,10 @@ impl TableModel {
             decode_batch_exponent: v
                 .get(EXPONENT_INDEX)
                 .map_or(1.0, |x| x.exp().clamp(EXPONENT.0, EXPONENT.1)),
-            kv_pool_tokens: v.get(POOL_INDEX).map(|x| x.exp()),
+            kv_pool_tokens: None,
+            max_running_requests: None,
         }
+        .with_capacity(v.get(POOL_INDEX).map(|x| (capacity, x.exp())))
     }
 
     fn costs(&self) -> [f64; 7] {
@@ -192,12 +230,20 @@ mod tests {
             decode_per_request_s: 1e-4,
             decode_batch_exponent: 1.0,
             kv_pool_tokens: Some(500_000.0),
+            max_running_requests: None,
         };
-        let back = TableModel::from_log(&m.to_log()).floored();
+        let back = TableModel::from_log(&m.to_log(), Capacity::PoolTokens).floored();
         assert_eq!(back.prefill_per_token_pair_s, 0.0);
         assert!((back.prefill_per_token_s / 3e-5 - 1.0).abs() < 1e-12);
         assert!((back.kv_pool_tokens.unwrap() / 5e5 - 1.0).abs() < 1e-12);
         assert_eq!(m.dimension(), 9);
+        // The same place of the vector holds a running cap where that is the capacity.
+        let capped = m.with_capacity(Some((Capacity::RunningRequests, 300.0)));
+        let back = TableModel::from_log(&capped.to_log(), Capacity::RunningRequests);
+        assert_eq!(back.kv_pool_tokens, None);
+        assert!((back.max_running_requests.unwrap() / 300.0 - 1.0).abs() < 1e-12);
+        assert_eq!(capped.dimension(), 9);
+        assert_eq!(m.with_capacity(None).dimension(), 8);
     }
 
     #[test]
