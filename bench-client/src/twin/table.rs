@@ -327,14 +327,12 @@ pub fn fit_table(
         fit.evals = evals;
         Ok(fit)
     };
+    let brief_fit =
+        |chunk, capacity| fit_one(base, points, &at(chunk, capacity, brief, opts.start));
     let mut best: Option<TableFit> = None;
     if chooses_chunk(points, opts) {
         for &chunk in &opts.chunk_choices {
-            let fit = fit_one(
-                base,
-                points,
-                &at(chunk, Capacity::PoolTokens, brief, opts.start),
-            )?;
+            let fit = brief_fit(chunk, Capacity::PoolTokens)?;
             spent += fit.evals;
             if best.as_ref().is_none_or(|b| fit.cost < b.cost) {
                 best = Some(fit);
@@ -346,20 +344,12 @@ pub fn fit_table(
         let pool = match &best {
             Some(b) => b.cost,
             None => {
-                let fit = fit_one(
-                    base,
-                    points,
-                    &at(chunk, Capacity::PoolTokens, brief, opts.start),
-                )?;
+                let fit = brief_fit(chunk, Capacity::PoolTokens)?;
                 spent += fit.evals;
                 fit.cost
             }
         };
-        let cap = fit_one(
-            base,
-            points,
-            &at(chunk, Capacity::RunningRequests, brief, opts.start),
-        )?;
+        let cap = brief_fit(chunk, Capacity::RunningRequests)?;
         spent += cap.evals;
         if cap.cost < pool {
             return go_on(cap, Capacity::RunningRequests, spent);
