@@ -42,9 +42,6 @@ pub struct TableFitOptions {
     /// Where the search starts instead of the closed-form guess (a round trip starts it off the
     /// known costs, so that the search, not the guess, must find them).
     pub start: Option<TableModel>,
-    /// The capacity fitted where the rows saturate. [`fit_table`] tries both kinds there and
-    /// keeps the one whose rows fit best.
-    pub capacity: Capacity,
 }
 
 impl Default for TableFitOptions {
@@ -55,7 +52,6 @@ impl Default for TableFitOptions {
             max_evals: 250,
             chunk_choices: Vec::new(),
             start: None,
-            capacity: Capacity::PoolTokens,
         }
     }
 }
@@ -301,26 +297,25 @@ pub fn fit_table(
     points: &[Point],
     opts: &TableFitOptions,
 ) -> anyhow::Result<TableFit> {
-    let at = |chunk: usize, capacity: Capacity, max_evals: u64, start: Option<TableModel>| {
-        TableFitOptions {
-            chunk,
-            max_evals,
-            chunk_choices: Vec::new(),
-            start,
-            capacity,
-            ..opts.clone()
-        }
+    let at = |chunk: usize, max_evals: u64, start: Option<TableModel>| TableFitOptions {
+        chunk,
+        max_evals,
+        chunk_choices: Vec::new(),
+        start,
+        ..opts.clone()
     };
     let brief = (opts.max_evals / 3).max(1);
     let rest = opts.max_evals.saturating_sub(brief).max(1);
     let mut spent = 0;
-    // A brief fit goes on from where it ended with the rest of the evaluations; the better of
-    // the two is the fit.
-    let go_on = |first: TableFit, capacity: Capacity, spent: u64| -> anyhow::Result<TableFit> {
+    // A brief fit goes on from where it ended, with its chunk and capacity and the rest of the
+    // evaluations; the better of the two is the fit.
+    let go_on = |first: TableFit, spent: u64| -> anyhow::Result<TableFit> {
+        let capacity = first.capacity.unwrap_or(Capacity::PoolTokens);
         let fit = fit_one(
             base,
             points,
-            &at(first.chunk, capacity, rest, Some(first.model)),
+            &at(first.chunk, rest, Some(first.model)),
+            capacity,
         )?;
         let evals = spent + fit.evals;
         let mut fit = if fit.cost > first.cost { first } else { fit };
@@ -328,7 +323,7 @@ pub fn fit_table(
         Ok(fit)
     };
     let brief_fit =
-        |chunk, capacity| fit_one(base, points, &at(chunk, capacity, brief, opts.start));
+        |chunk, capacity| fit_one(base, points, &at(chunk, brief, opts.start), capacity);
     let mut best: Option<TableFit> = None;
     if chooses_chunk(points, opts) {
         for &chunk in &opts.chunk_choices {
@@ -352,16 +347,17 @@ pub fn fit_table(
         let cap = brief_fit(chunk, Capacity::RunningRequests)?;
         spent += cap.evals;
         if cap.cost < pool {
-            return go_on(cap, Capacity::RunningRequests, spent);
+            return go_on(cap, spent);
         }
     }
     match best {
-        Some(first) => go_on(first, Capacity::PoolTokens, spent),
+        Some(first) => go_on(first, spent),
         None => {
             let mut fit = fit_one(
                 base,
                 points,
-                &at(chunk, Capacity::PoolTokens, opts.max_evals, opts.start),
+                &at(chunk, opts.max_evals, opts.start),
+                Capacity::PoolTokens,
             )?;
             fit.evals += spent;
             Ok(fit)
@@ -369,8 +365,13 @@ pub fn fit_table(
     }
 }
 
-/// Fits `points` at `opts.chunk`, with a capacity of kind `opts.capacity` where they saturate.
-fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::Result<TableFit> {
+/// Fits `points` at `opts.chunk`, with a capacity of kind `capacity` where they saturate.
+fn fit_one(
+    base: &Config,
+    points: &[Point],
+    opts: &TableFitOptions,
+    capacity: Capacity,
+) -> anyhow::Result<TableFit> {
     let context = points
         .iter()
         .map(|p| (p.isl + p.osl) as usize)
@@ -385,9 +386,9 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         .start
         .unwrap_or_else(|| visible(guess::first_guess(points, opts.chunk, opts.mixed), points));
     let saturated = saturation(points);
-    let guess = saturated.map(|s| (opts.capacity, s.guess(opts.capacity)));
+    let guess = saturated.map(|s| (capacity, s.guess(capacity)));
     // A start that holds a fitted capacity of this kind keeps it.
-    let kept = start.capacity().filter(|(k, _)| *k == opts.capacity);
+    let kept = start.capacity().filter(|(k, _)| *k == capacity);
     start = start.with_capacity(guess.and(kept.or(guess)));
     let held = held_parameters(points);
     if held.contains(&PAIR_INDEX) {
@@ -401,7 +402,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         points,
         free: &free,
         template: &template,
-        capacity: opts.capacity,
+        capacity,
         evals: &evals,
         full: true,
         best: None,
@@ -443,7 +444,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
                 points,
                 free: &free,
                 template: &template,
-                capacity: opts.capacity,
+                capacity,
                 evals: &evals,
                 // A queue settles over waves, not within two: the search's short loops would
                 // put its TTFT 15% below the full count's (a cap of 16 at 32 in flight).
@@ -462,7 +463,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         (from, scale, last) = (best, 0.25, cost);
     }
     let best = tracked.into_inner().0;
-    let mut model = TableModel::from_log(&expand(&template, &free, &best), opts.capacity).floored();
+    let mut model = TableModel::from_log(&expand(&template, &free, &best), capacity).floored();
     if saturated.is_none() {
         model = model.with_capacity(None);
     }
@@ -474,7 +475,7 @@ fn fit_one(base: &Config, points: &[Point], opts: &TableFitOptions) -> anyhow::R
         guess_cost,
         cost,
         evals: evals.get(),
-        capacity: saturated.map(|_| opts.capacity),
+        capacity: saturated.map(|_| capacity),
         pair_held: held.contains(&PAIR_INDEX),
         chunk: opts.chunk,
     })

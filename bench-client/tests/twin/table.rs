@@ -153,7 +153,6 @@ fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
         max_evals: 3000,
         chunk_choices: Vec::new(),
         start: None,
-        capacity: Capacity::PoolTokens,
     };
     let truth = TableModel {
         way_s: 0.005,
