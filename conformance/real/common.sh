@@ -318,23 +318,42 @@ run_decide() {
 # LLMB_TWIN_ROUNDS (default 5) rounds of an interleaved sweep at 256, 512, 1k, 2k and 3k (the fit's
 # contexts and the held-out ones, run round-robin), a load run at concurrency 4 (what `calibrate` fits
 # from) and held-out load runs at concurrency 2 and 8, one of mixed inputs (concurrency 6, uniform
-# over 256..2k tokens) and one of Poisson arrivals (4 req/s, 768 tokens in): what the twin predicts.
-# Then `run_twin_check`.
+# over 256..2k tokens) and one of Poisson arrivals (768 tokens in, at `twin_poisson_rate`): what the
+# twin predicts. Then `run_twin_check`.
 # Requests of a held-out load run at concurrency $1, on the server and in the twin alike.
 held_out_requests() { echo $((8 * $1 + 8)); }
 # The held-out loads of other shapes, by name: their flags, on the server and in the twin alike.
 TWIN_MIXED=(--concurrency 6 --num-requests 56 --input-len uniform:256:2048 --output-len 32 --warmup 2)
-TWIN_POISSON=(--request-rate 4 --num-requests 60 --input-len 768 --output-len 32 --warmup 2)
+TWIN_POISSON=(--num-requests 60 --input-len 768 --output-len 32 --warmup 2)
+# twin_poisson_rate DIR: the Poisson load's rate, in DIR/poisson-rate (run_twin_check reads it back).
+# Half the request throughput of DIR's first load run at concurrency 4, to two significant digits:
+# 4 req/s on the machine where that load was first measured, as far below saturation on any machine
+# (a load past it measures the run's length, not the server). LLMB_TWIN_POISSON_RATE sets it.
+twin_poisson_rate() {
+    local d="$1"
+    [[ -f "$d/poisson-rate" ]] || if [[ -n "${LLMB_TWIN_POISSON_RATE:-}" ]]; then
+        echo "$LLMB_TWIN_POISSON_RATE" >"$d/poisson-rate"
+    else
+        python3 - "$d/load-c4a1.jsonl" >"$d/poisson-rate" <<'PY' || return 1
+import json, sys
+ok = [r for r in map(json.loads, open(sys.argv[1])) if r.get("error") is None and r.get("load")]
+start = min(r["load"]["start_unix_ms"] * 1e6 + r["load"]["scheduled_ns"] for r in ok)
+end = max(r["load"]["start_unix_ms"] * 1e6 + r["load"]["sent_ns"] + r["e2e_ms"] * 1e6 for r in ok)
+print(f"{0.5 * len(ok) / ((end - start) / 1e9):.2g}")
+PY
+    fi
+    cat "$d/poisson-rate"
+}
 # The sweep contexts `calibrate` fits from; the twin predicts the others.
 TWIN_FIT_CONTEXTS=256,1024,3000
 
 run_twin() {
-    local name="$1" url="$2" api="$3" out rc=0 k c
+    local name="$1" url="$2" api="$3" out rc=0 k c rate
     local target=(--url "$url" --api "$api")
     [[ -n "${4:-}" ]] && target+=(--model "$4")
     out="$REPO_ROOT/target/real/$name/twin"
     mkdir -p "$out"
-    rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.json "$out"/*.md "$out"/*.toml
+    rm -f "$out"/*.jsonl "$out"/*.txt "$out"/*.json "$out"/*.md "$out"/*.toml "$out/poisson-rate"
     warm_up "$out" "${target[@]}"
     # Rounds, each with its share of what is fitted and of what is predicted, so that a drift of the
     # machine falls on both; within a round's sweep the fitted and held-out contexts alternate request
@@ -353,8 +372,10 @@ run_twin() {
         done
         run_step "held-out load $k, mixed inputs" "$out/load-mix-$k.txt" bench-client load "${target[@]}" \
             "${TWIN_MIXED[@]}" --seed "${k}7" --no-progress --out "$out/load-mix-$k.jsonl" || rc=1
-        run_step "held-out load $k, Poisson arrivals" "$out/load-poi-$k.txt" bench-client load "${target[@]}" \
-            "${TWIN_POISSON[@]}" --seed "${k}8" --no-progress --out "$out/load-poi-$k.jsonl" || rc=1
+        rate="$(twin_poisson_rate "$out")" || rc=1
+        run_step "held-out load $k, Poisson arrivals at $rate req/s" "$out/load-poi-$k.txt" bench-client load \
+            "${target[@]}" "${TWIN_POISSON[@]}" --request-rate "$rate" --seed "${k}8" --no-progress \
+            --out "$out/load-poi-$k.jsonl" || rc=1
     done
     run_twin_check "$out" || rc=1
     log "twin: outputs in $out"
@@ -404,7 +425,8 @@ run_twin_check() {
         if [[ -f "$d/load-poi-$k.jsonl" ]]; then
             run_step "the twin: load $k, Poisson arrivals, simulated" "$d/twin-poi-$k.txt" bench-client load \
                 --preset-file "$d/twin.toml" --mock-set "seed=$k" --simulate "${TWIN_POISSON[@]}" \
-                --seed "${k}8" --no-progress --out "$d/twin-poi-$k.jsonl" || return 1
+                --request-rate "$(cat "$d/poisson-rate")" --seed "${k}8" --no-progress \
+                --out "$d/twin-poi-$k.jsonl" || return 1
         fi
     done
     python3 - "$d" >"$d/twin-table.md" <<'PY' || return 1
@@ -461,7 +483,8 @@ for c in (2, 8):
         row(f"load c={c}: {m} median ms", pooled(f"load-c{c}", loaded, get), pooled(f"twin-c{c}", loaded, get),
             20, by_round(f"load-c{c}", loaded, get))
 # The loads of other shapes (issue 34: within 10% on TTFT and TPOT p50), where the server ran them.
-for name, what in (("mix", "mixed inputs c=6 (256..2k)"), ("poi", "Poisson 4 req/s (768 in)")):
+rate = open(d + "poisson-rate").read().strip() if glob.glob(d + "poisson-rate") else "?"
+for name, what in (("mix", "mixed inputs c=6 (256..2k)"), ("poi", f"Poisson {rate} req/s (768 in)")):
     if not files(f"load-{name}-"):
         continue
     loaded = lambda r: r.get("load") is not None
