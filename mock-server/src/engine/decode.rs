@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 impl Engine {
     pub(super) async fn decode_step(&mut self, start: Instant) -> Instant {
-        self.retract_for_decode();
+        let retracted = self.retract_for_decode();
+        self.update_new_token_ratio(retracted, 1);
         let secs = self.cfg.decode_base_s + self.batch_cost_s();
         let deadline = start + self.scaled(secs);
         // The batch is fixed when the pass starts, so its tokens can be drawn before it ends. They

@@ -43,10 +43,17 @@ impl Engine {
         }
         // `plan_prefill`'s sum for the head alone: the KV in use, one step for the batch, the
         // head's whole sequence and its first step (one token each: no speculation here).
+        // With `reserve_output_tokens`, the running requests' reservation too: `jumpable` lets
+        // only requests that ignore EOS run, whose reservation shrinks as fast as their KV grows.
         let per_step = self.tokens_per_step();
         self.cfg.disable_radix_cache
             && self.tree.size() == 0
-            && self.kv_used() + per_step * self.running.len() + head.target_len() + per_step
+            && self.kv_used()
+                + per_step * self.running.len()
+                + self.reserved_output()
+                + head.target_len()
+                + per_step
+                + self.own_reservation(head)
                 > self.shared.budget.kv_pool_tokens
     }
 
@@ -116,6 +123,7 @@ impl Engine {
         if let Ok(mut s) = self.shared.stats.lock() {
             s.retracted_last = 0;
         }
+        self.update_new_token_ratio(0, steps);
         if let Some(v) = &mut self.vnow {
             *v = (*v).max(t);
         }

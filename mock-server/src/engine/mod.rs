@@ -227,6 +227,9 @@ struct Engine {
     spare_events: Vec<Outgoing>,
     spare_drawn: Vec<output::Drawn>,
     spare_stats: PassStats,
+    /// SGLang's new-token ratio: the share of a running request's remaining output that the
+    /// admission budget reserves, when it does not ignore EOS (`reserve_output_tokens`).
+    new_token_ratio: f64,
 }
 
 impl Engine {
@@ -276,6 +279,7 @@ impl Engine {
             spare_events: Vec::new(),
             spare_drawn: Vec::new(),
             spare_stats: PassStats::default(),
+            new_token_ratio: admission::NEW_TOKEN_RATIO_INIT,
         };
         (engine, out_rx)
     }
@@ -384,6 +388,7 @@ impl Engine {
         let at = chain.unwrap_or_else(|| self.now());
         self.release_lagged(at).await;
         self.last_wake = None;
+        self.new_token_ratio = admission::NEW_TOKEN_RATIO_INIT;
         self.publish_stats();
     }
 

@@ -224,6 +224,45 @@ async fn a_retracted_request_comes_back_after_the_other_finishes() {
     assert!(r2.prefill_passes[1].start_ns >= r1.chunks.last().unwrap().model_ns);
 }
 
+/// SGLang's admission budget (`reserve_output_tokens`): a request waits until the pool holds the
+/// whole output of every admitted request beside its own, so the pair that the plain budget lets
+/// in together, and then retracts, runs one after the other; a pair whose outputs fit runs at once;
+/// the running requests' outputs and the newcomer's each keep it waiting alone.
+#[tokio::test(start_paused = true)]
+async fn reserving_outputs_queues_a_request_the_pool_cannot_finish_instead_of_retracting_it() {
+    let mut c = tiny_pool();
+    c.reserve_output_tokens = true;
+    let (truth, engine) = run_engine(c.clone(), &[("r1", 400, 250), ("r2", 400, 250)]).await;
+    let (r1, r2) = (truth.request("r1").unwrap(), truth.request("r2").unwrap());
+    assert_eq!((r1.completion_tokens, r2.completion_tokens), (250, 250));
+    assert_eq!(engine.stats().retracted_total, 0);
+    assert_eq!(r2.prefill_passes.len(), 1, "{:?}", r2.prefill_passes);
+    let r1_done = r1.chunks.last().unwrap().model_ns;
+    assert!(
+        r2.queue_wait_ns >= r1_done,
+        "{} < {r1_done}",
+        r2.queue_wait_ns
+    );
+    // 2 x (300 + 100) tokens fit the pool of 1,000: s2 (which reached the scheduler as the first
+    // pass began) is prefilled in the next pass, long before s1 finishes.
+    let (truth, engine) = run_engine(c.clone(), &[("s1", 300, 100), ("s2", 300, 100)]).await;
+    let (s1, s2) = (truth.request("s1").unwrap(), truth.request("s2").unwrap());
+    assert_eq!(s2.prefill_passes[0].start_ns, s1.prefill_passes[0].end_ns);
+    assert!(s2.prefill_passes[0].start_ns < s1.chunks[1].model_ns);
+    assert_eq!(engine.stats().retracted_total, 0);
+    // A short request behind a long one: its own 310 tokens fit beside the long one's KV, but not
+    // beside the rest of the long one's output too, so it waits for it.
+    let (truth, engine) = run_engine(c.clone(), &[("l1", 300, 500), ("l2", 300, 10)]).await;
+    let (l1, l2) = (truth.request("l1").unwrap(), truth.request("l2").unwrap());
+    assert_eq!((l1.completion_tokens, l2.completion_tokens), (500, 10));
+    assert!(l2.prefill_passes[0].start_ns >= l1.chunks.last().unwrap().model_ns);
+    assert_eq!(engine.stats().retracted_total, 0);
+    // And the other way round: the long one's own output does not fit beside the short one.
+    let (truth, _engine) = run_engine(c, &[("m1", 300, 10), ("m2", 300, 500)]).await;
+    let (m1, m2) = (truth.request("m1").unwrap(), truth.request("m2").unwrap());
+    assert!(m2.prefill_passes[0].start_ns >= m1.chunks.last().unwrap().model_ns);
+}
+
 /// Output processing is one queue: when a pass's events take longer to go out than the next pass
 /// takes to run, the next pass's events wait behind them instead of overtaking or piling up.
 #[tokio::test(start_paused = true)]
