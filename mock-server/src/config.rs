@@ -69,8 +69,8 @@ pub struct Config {
     /// SGLang's admission budget: a waiting request is admitted only when the KV pool holds,
     /// beside the tokens in use, the rest of every admitted request's output (at most 4,096
     /// tokens each; a running request's times the new-token ratio unless it ignores EOS) and
-    /// the request's own prompt and output. Off: one more decode step
-    /// is budgeted (vLLM's, which allocates as it decodes and preempts when the pool runs out).
+    /// the request's own prompt and output. Off: one more decode step is budgeted (vLLM's,
+    /// which allocates as it decodes and preempts when the pool runs out).
     #[serde(default)]
     pub reserve_output_tokens: bool,
     /// Emit a stream event every N output tokens (the last one always).
