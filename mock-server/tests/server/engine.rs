@@ -263,6 +263,54 @@ async fn reserving_outputs_queues_a_request_the_pool_cannot_finish_instead_of_re
     assert!(m2.prefill_passes[0].start_ns >= m1.chunks.last().unwrap().model_ns);
 }
 
+/// Under SGLang's admission budget a running request that may stop at EOS reserves only the
+/// new-token ratio's share of its remaining output (0.7 at first): the short request that waits
+/// behind a long one ignoring EOS (above) goes in at the next pass behind one that does not, and
+/// a request the ratio's share leaves no room for still waits.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_may_stop_early_reserves_its_output_at_the_new_token_ratio() {
+    use mock_server::engine::StreamEvent;
+    // A long request that may stop at EOS (it does not: EOS has probability 0), then `second`.
+    async fn behind_a_long_one(
+        second: usize,
+    ) -> (mock_server::RequestTruth, mock_server::RequestTruth, u64) {
+        let mut c = tiny_pool();
+        c.reserve_output_tokens = true;
+        assert_eq!(c.eos_probability, 0.0);
+        let (truth, engine, _crashed) = spawn_engine(c);
+        let received = tokio::time::Instant::now();
+        let mut long = engine_request("n1", ids(300, 1000), 500, received);
+        long.ignore_eos = false;
+        let mut rxs = vec![
+            engine.submit(long).unwrap(),
+            engine
+                .submit(engine_request("n2", ids(300, 1001), second, received))
+                .unwrap(),
+        ];
+        for rx in &mut rxs {
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
+                    StreamEvent::Tokens { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        let (n1, n2) = (truth.request("n1").unwrap(), truth.request("n2").unwrap());
+        assert_eq!((n1.completion_tokens, n2.completion_tokens), (500, second));
+        (n1, n2, engine.stats().retracted_total)
+    }
+    // 300 + 0.7 x 500 + 300 + 10 (and a step each) fit the pool of 1,000; 300 + 500 + 310 do not.
+    let (n1, n2, retracted) = behind_a_long_one(10).await;
+    assert_eq!(n2.prefill_passes[0].start_ns, n1.prefill_passes[0].end_ns);
+    assert_eq!(retracted, 0);
+    // 300 + 0.7 x 500 + 300 + 100 do not fit (nor later: the long one's KV grows faster than
+    // its reserved share shrinks), where 300 + 300 + 100 would.
+    let (n1, n2, retracted) = behind_a_long_one(100).await;
+    assert!(n2.prefill_passes[0].start_ns >= n1.chunks.last().unwrap().model_ns);
+    assert_eq!(retracted, 0);
+}
+
 /// Output processing is one queue: when a pass's events take longer to go out than the next pass
 /// takes to run, the next pass's events wait behind them instead of overtaking or piling up.
 #[tokio::test(start_paused = true)]
