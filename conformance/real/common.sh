@@ -331,7 +331,9 @@ TWIN_POISSON=(--num-requests 60 --input-len 768 --output-len 32 --warmup 2)
 # (a load past it measures the run's length, not the server). LLMB_TWIN_POISSON_RATE sets it.
 twin_poisson_rate() {
     local d="$1"
-    [[ -f "$d/poisson-rate" ]] || if [[ -n "${LLMB_TWIN_POISSON_RATE:-}" ]]; then
+    if [[ -f "$d/poisson-rate" ]]; then
+        :
+    elif [[ -n "${LLMB_TWIN_POISSON_RATE:-}" ]]; then
         echo "$LLMB_TWIN_POISSON_RATE" >"$d/poisson-rate"
     else
         python3 - "$d/load-c4a1.jsonl" >"$d/poisson-rate" <<'PY' || return 1

@@ -15,7 +15,7 @@ use mock_server::Config;
 use crate::drive::engine::closed::{
     measured_requests, run_closed, search_requests, ClosedError, Shape,
 };
-use crate::measure::table::saturation::saturation;
+use crate::measure::table::saturation::{saturation, Saturation};
 use crate::measure::table::{
     guess, log_ratio_sq, Capacity, Point, TableModel, EXPONENT_INDEX, PAIR_INDEX, POOL_INDEX,
 };
@@ -306,6 +306,7 @@ pub fn fit_table(
     };
     let brief = (opts.max_evals / 3).max(1);
     let rest = opts.max_evals.saturating_sub(brief).max(1);
+    let saturated = saturation(points);
     let mut spent = 0;
     // A brief fit goes on from where it ended, with its chunk and capacity and the rest of the
     // evaluations; the better of the two is the fit.
@@ -316,14 +317,22 @@ pub fn fit_table(
             points,
             &at(first.chunk, rest, Some(first.model)),
             capacity,
+            saturated,
         )?;
         let evals = spent + fit.evals;
         let mut fit = if fit.cost > first.cost { first } else { fit };
         fit.evals = evals;
         Ok(fit)
     };
-    let brief_fit =
-        |chunk, capacity| fit_one(base, points, &at(chunk, brief, opts.start), capacity);
+    let brief_fit = |chunk, capacity| {
+        fit_one(
+            base,
+            points,
+            &at(chunk, brief, opts.start),
+            capacity,
+            saturated,
+        )
+    };
     let mut best: Option<TableFit> = None;
     if chooses_chunk(points, opts) {
         for &chunk in &opts.chunk_choices {
@@ -335,7 +344,7 @@ pub fn fit_table(
         }
     }
     let chunk = best.as_ref().map_or(opts.chunk, |b| b.chunk);
-    if saturation(points).is_some() {
+    if saturated.is_some() {
         let pool = match &best {
             Some(b) => b.cost,
             None => {
@@ -358,6 +367,7 @@ pub fn fit_table(
                 points,
                 &at(chunk, opts.max_evals, opts.start),
                 Capacity::PoolTokens,
+                saturated,
             )?;
             fit.evals += spent;
             Ok(fit)
@@ -365,12 +375,14 @@ pub fn fit_table(
     }
 }
 
-/// Fits `points` at `opts.chunk`, with a capacity of kind `capacity` where they saturate.
+/// Fits `points` at `opts.chunk`, with a capacity of kind `capacity` where they saturate
+/// (`saturated`: [`saturation`] of `points`).
 fn fit_one(
     base: &Config,
     points: &[Point],
     opts: &TableFitOptions,
     capacity: Capacity,
+    saturated: Option<Saturation>,
 ) -> anyhow::Result<TableFit> {
     let context = points
         .iter()
@@ -385,7 +397,6 @@ fn fit_one(
     let mut start = opts
         .start
         .unwrap_or_else(|| visible(guess::first_guess(points, opts.chunk, opts.mixed), points));
-    let saturated = saturation(points);
     let guess = saturated.map(|s| (capacity, s.guess(capacity)));
     // A start that holds a fitted capacity of this kind keeps it.
     let kept = start.capacity().filter(|(k, _)| *k == capacity);

@@ -128,19 +128,20 @@ impl Engine {
             r.node = node;
             r.locked_len = matched;
             r.kv_len = matched;
+            let own = self.own_reservation(&r);
+            let need = target_len - matched + per_step + own;
             // Alone, a request is admitted as without the reservation (a prompt the pool holds is
             // never refused for its output); its output is reserved all the same.
-            let own = self.own_reservation(&r);
-            let need = target_len - matched + per_step + if nothing_else { 0 } else { own };
-            if used + committed + need > pool {
-                if !self.reserve(committed + need) {
+            let checked = if nothing_else { need - own } else { need };
+            if used + committed + checked > pool {
+                if !self.reserve(committed + checked) {
                     self.release(&mut r);
                     self.waiting.push_front(r);
                     break;
                 }
                 used = self.kv_used();
             }
-            committed += need + if nothing_else { own } else { 0 };
+            committed += need;
             if r.output.is_empty() {
                 r.cached = matched;
                 let wait = r.ns(self.now());

@@ -106,17 +106,28 @@ async fn run_engine(
     c: Config,
     reqs: &[(&str, usize, usize)],
 ) -> (mock_server::GroundTruth, mock_server::engine::EngineHandle) {
+    let received = tokio::time::Instant::now();
+    let reqs = reqs
+        .iter()
+        .enumerate()
+        .map(|(i, (rid, prompt, max_new))| {
+            engine_request(rid, ids(*prompt, 1000 + i as u32), *max_new, received)
+        })
+        .collect();
+    run_requests(c, reqs).await
+}
+
+/// Submits engine requests in order and drains their streams, each to its finish.
+async fn run_requests(
+    c: Config,
+    reqs: Vec<mock_server::engine::GenRequest>,
+) -> (mock_server::GroundTruth, mock_server::engine::EngineHandle) {
     use mock_server::engine::StreamEvent;
     let (truth, engine, _crashed) = spawn_engine(c);
-    let received = tokio::time::Instant::now();
-    let mut rxs = Vec::new();
-    for (i, (rid, prompt, max_new)) in reqs.iter().enumerate() {
-        let input_ids = ids(*prompt, 1000 + i as u32);
-        let rx = engine
-            .submit(engine_request(rid, input_ids, *max_new, received))
-            .unwrap();
-        rxs.push(rx);
-    }
+    let mut rxs: Vec<_> = reqs
+        .into_iter()
+        .map(|r| engine.submit(r).unwrap())
+        .collect();
     for rx in &mut rxs {
         while let Some(ev) = rx.recv().await {
             match ev {
@@ -269,7 +280,6 @@ async fn reserving_outputs_queues_a_request_the_pool_cannot_finish_instead_of_re
 /// a request the ratio's share leaves no room for still waits.
 #[tokio::test(start_paused = true)]
 async fn a_request_that_may_stop_early_reserves_its_output_at_the_new_token_ratio() {
-    use mock_server::engine::StreamEvent;
     // A long request that may stop at EOS (it does not: EOS has probability 0), then `second`.
     async fn behind_a_long_one(
         second: usize,
@@ -277,25 +287,11 @@ async fn a_request_that_may_stop_early_reserves_its_output_at_the_new_token_rati
         let mut c = tiny_pool();
         c.reserve_output_tokens = true;
         assert_eq!(c.eos_probability, 0.0);
-        let (truth, engine, _crashed) = spawn_engine(c);
         let received = tokio::time::Instant::now();
         let mut long = engine_request("n1", ids(300, 1000), 500, received);
         long.ignore_eos = false;
-        let mut rxs = vec![
-            engine.submit(long).unwrap(),
-            engine
-                .submit(engine_request("n2", ids(300, 1001), second, received))
-                .unwrap(),
-        ];
-        for rx in &mut rxs {
-            while let Some(ev) = rx.recv().await {
-                match ev {
-                    StreamEvent::Tokens { finish, .. } if finish.is_some() => break,
-                    StreamEvent::Tokens { .. } => {}
-                    other => panic!("{other:?}"),
-                }
-            }
-        }
+        let short = engine_request("n2", ids(300, 1001), second, received);
+        let (truth, engine) = run_requests(c, vec![long, short]).await;
         let (n1, n2) = (truth.request("n1").unwrap(), truth.request("n2").unwrap());
         assert_eq!((n1.completion_tokens, n2.completion_tokens), (500, second));
         (n1, n2, engine.stats().retracted_total)
