@@ -161,7 +161,7 @@ pub fn table(rows: &[RowView]) -> String {
     if corrected > 0 {
         let _ = writeln!(
             out,
-            "{corrected} of {} rows carry the discrepancy the preset measured at their shape (--model-only: the model alone)",
+            "{corrected} of {} rows carry the discrepancy the preset measured at their shape, or half the nearest shape's (--model-only: the model alone)",
             rows.len()
         );
     }

@@ -2,8 +2,10 @@
 //! of computer models): each fitted row's measured mean TTFT and TPOT over the model's, kept in
 //! the preset. `predict` carries it to the rows of the same shape (input and output length):
 //! between two fitted concurrencies, the log ratio is linear in log concurrency; beyond the
-//! shape's first or last, it holds at that row's. A row of another shape gets the model alone:
-//! on the public tables one shape's discrepancy did not predict another's (docs/twin.md).
+//! shape's first or last, it holds at that row's. A row of an unfitted shape gets half the log
+//! ratio of the nearest fitted shape (the least |log isl ratio| + |log osl ratio|; shapes as
+//! near are averaged): on the public tables a shape's whole discrepancy over-corrected another
+//! shape, half of it corrected it (docs/twin.md).
 
 use mock_server::config::Discrepancy;
 
@@ -73,15 +75,57 @@ fn at(points: &[(f64, f64)], concurrency: u32) -> Option<f64> {
     Some(y.exp())
 }
 
-/// The ratios (TTFT, TPOT) the preset's rows of `(isl, osl)` give at `concurrency`; each `None`
-/// where no row of that shape measured it.
+/// The share of the nearest fitted shape's log ratio an unfitted shape takes.
+const NEAREST_SHAPE_WEIGHT: f64 = 0.5;
+
+/// The ratios (TTFT, TPOT) the preset's rows give at `(isl, osl, concurrency)`: those of the
+/// shape's own rows, or else [`NEAREST_SHAPE_WEIGHT`] of the nearest shapes'; each `None` where
+/// no row measured it.
 pub fn ratios(
     d: &[Discrepancy],
     isl: u32,
     osl: u32,
     concurrency: u32,
 ) -> (Option<f64>, Option<f64>) {
-    let mut rows: Vec<&Discrepancy> = d.iter().filter(|r| (r.isl, r.osl) == (isl, osl)).collect();
+    let own = shape_ratios(d, (isl, osl), concurrency);
+    if own != (None, None) {
+        return own;
+    }
+    let distance = |(i, o): (u32, u32)| {
+        let log = |a: u32, b: u32| (f64::from(a.max(1)) / f64::from(b.max(1))).ln().abs();
+        log(i, isl) + log(o, osl)
+    };
+    let mut shapes: Vec<(u32, u32)> = d.iter().map(|r| (r.isl, r.osl)).collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    let Some(nearest) = shapes.iter().map(|&s| distance(s)).min_by(f64::total_cmp) else {
+        return (None, None);
+    };
+    let near: Vec<(Option<f64>, Option<f64>)> = shapes
+        .iter()
+        .filter(|&&s| distance(s) <= nearest + 1e-9)
+        .map(|&s| shape_ratios(d, s, concurrency))
+        .collect();
+    // The geometric mean of the near shapes' ratios, raised to the weight.
+    let shrunk = |ratios: Vec<f64>| {
+        let n = ratios.len() as f64;
+        (n > 0.0).then(|| {
+            (NEAREST_SHAPE_WEIGHT * ratios.into_iter().map(f64::ln).sum::<f64>() / n).exp()
+        })
+    };
+    (
+        shrunk(near.iter().filter_map(|r| r.0).collect()),
+        shrunk(near.iter().filter_map(|r| r.1).collect()),
+    )
+}
+
+/// The ratios the rows of one shape give at `concurrency` ([`at`]).
+fn shape_ratios(
+    d: &[Discrepancy],
+    shape: (u32, u32),
+    concurrency: u32,
+) -> (Option<f64>, Option<f64>) {
+    let mut rows: Vec<&Discrepancy> = d.iter().filter(|r| (r.isl, r.osl) == shape).collect();
     rows.sort_by_key(|r| r.concurrency);
     let series = |f: &dyn Fn(&Discrepancy) -> Option<f64>| -> Vec<(f64, f64)> {
         rows.iter()
@@ -126,8 +170,34 @@ mod tests {
         assert!(close(ratios(&d, 1024, 128, 32).1, (1.1f64 * 0.9).sqrt()));
         // A fitted row gets its own ratio back.
         assert!(close(ratios(&d, 1024, 128, 16).0, 0.8));
-        // Another shape gets none.
-        assert_eq!(ratios(&d, 1024, 256, 8), (None, None));
+        // No rows, no ratio.
+        assert_eq!(ratios(&[], 1024, 128, 8), (None, None));
+    }
+
+    #[test]
+    fn an_unfitted_shape_takes_half_the_nearest_shapes_log_ratio() {
+        let shape = |isl, osl, ttft, tpot| Discrepancy {
+            isl,
+            osl,
+            concurrency: 8,
+            ttft: Some(ttft),
+            tpot: Some(tpot),
+        };
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        let d = vec![
+            shape(1024, 1000, 1.44, 0.81),
+            shape(1024, 4000, 1.21, 1.0),
+            shape(8192, 1000, 4.0, 4.0),
+        ];
+        // 1024/1900 is nearer 1024/1000 than 1024/4000.
+        let (t, p) = ratios(&d, 1024, 1900, 8);
+        assert!(close(t, 1.2) && close(p, 0.9), "{t:?} {p:?}");
+        // 1024/2000 is as near both 1024-input shapes: their geometric mean, halved in log.
+        let (t, _) = ratios(&d, 1024, 2000, 8);
+        assert!(close(t, (1.44f64 * 1.21).sqrt().sqrt()), "{t:?}");
+        // 8192 in takes 8192/1000's alone.
+        let (t, p) = ratios(&d, 8192, 1500, 8);
+        assert!(close(t, 2.0) && close(p, 2.0), "{t:?} {p:?}");
     }
 
     #[test]

@@ -568,7 +568,7 @@ fn the_shipped_sglang_twin_still_meets_its_rows() {
 }
 
 #[test]
-fn the_discrepancy_of_a_shape_s_rows_carries_to_its_other_concurrencies() {
+fn a_shape_s_discrepancy_carries_to_its_other_concurrencies_and_half_to_the_nearest_shape() {
     // Rows measured at 1, 4, 16 and 64 of one shape run 1.1^log4(c) times the known twin's
     // TTFT and 0.95^log4(c) its TPOT (linear in log concurrency), and 1.25 times at another shape.
     let (cfg, _, _) = known();
@@ -607,7 +607,8 @@ fn the_discrepancy_of_a_shape_s_rows_carries_to_its_other_concurrencies() {
         assert!((model * want - 1.0).abs() < 1e-9, "{v:?}");
     }
     // Beyond the last fitted concurrency the drift holds at 64's; another shape's row, measured
-    // at 4, holds at every concurrency; a shape never fitted gets the model alone.
+    // at 4, holds at every concurrency; a shape never fitted gets half the log ratio of the
+    // nearest fitted shape (512/32 is nearer 1024/32 than 2048/24).
     let far = predict_rows(&cfg, &[row((1024, 32, 256), &drift)], &d);
     let at64 = 1.1f64.powi(3);
     let got = far[0].pred_ttft_ms.unwrap() / far[0].model_ttft_ms.unwrap();
@@ -617,11 +618,15 @@ fn the_discrepancy_of_a_shape_s_rows_carries_to_its_other_concurrencies() {
     assert!((got / 1.25 - 1.0).abs() < 1e-9, "{other:?}");
     assert_eq!(other[0].model_tpot_ms, other[0].pred_tpot_ms);
     let unseen = predict_rows(&cfg, &[row((512, 32, 8), &drift)], &d);
-    assert_eq!(unseen[0].model_ttft_ms, None);
-    assert_eq!(
-        unseen[0],
-        predict_rows(&cfg, &[row((512, 32, 8), &drift)], &[])[0]
-    );
+    let alone = predict_rows(&cfg, &[row((512, 32, 8), &drift)], &[]);
+    assert_eq!(unseen[0].model_ttft_ms, alone[0].pred_ttft_ms);
+    assert_eq!(unseen[0].model_tpot_ms, alone[0].pred_tpot_ms);
+    let u = &unseen[0];
+    let t = u.pred_ttft_ms.unwrap() / u.model_ttft_ms.unwrap();
+    let p = u.pred_tpot_ms.unwrap() / u.model_tpot_ms.unwrap();
+    // At 8, 1024/32's drift is 1.1^1.5 (TTFT) and 0.95^1.5 (TPOT); half of it in log.
+    assert!((t / 1.1f64.powf(0.75) - 1.0).abs() < 1e-9, "{u:?}");
+    assert!((p / 0.95f64.powf(0.75) - 1.0).abs() < 1e-9, "{u:?}");
 }
 
 #[test]

@@ -52,7 +52,8 @@ struct Outcome {
     name: String,
     rows: usize,
     twin: Errors,
-    /// The twin times the discrepancy of the training rows of the held-out row's shape.
+    /// The twin times the discrepancy of the training rows of the held-out row's shape (or half
+    /// the nearest training shape's).
     corrected: Errors,
     loglog: Errors,
     linear: Errors,
