@@ -79,8 +79,8 @@ fn at(points: &[(f64, f64)], concurrency: u32) -> Option<f64> {
 const NEAREST_SHAPE_WEIGHT: f64 = 0.5;
 
 /// The ratios (TTFT, TPOT) the preset's rows give at `(isl, osl, concurrency)`: those of the
-/// shape's own rows, or else [`NEAREST_SHAPE_WEIGHT`] of the nearest shapes'; each `None` where
-/// no row measured it.
+/// shape's own rows, or else the nearest shapes' log ratios times `NEAREST_SHAPE_WEIGHT`; each
+/// `None` where no row measured it.
 pub fn ratios(
     d: &[Discrepancy],
     isl: u32,
