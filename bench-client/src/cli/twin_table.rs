@@ -175,7 +175,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     // The report comes after the preset is on disk: a closed stdout (`| head`) loses nothing.
     report(&fit, mixed, &views);
     eprintln!(
-        "the preset keeps each row's measured over the model's ({} rows): predict carries it to the other concurrencies of their shapes",
+        "the preset keeps each row's measured over the model's ({} rows): predict carries it to their shapes' other concurrencies, and half the nearest shape's to a shape not fitted",
         cfg.discrepancy.len()
     );
     eprintln!(
