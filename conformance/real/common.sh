@@ -427,7 +427,7 @@ run_twin_check() {
         if [[ -f "$d/load-poi-$k.jsonl" ]]; then
             run_step "the twin: load $k, Poisson arrivals, simulated" "$d/twin-poi-$k.txt" bench-client load \
                 --preset-file "$d/twin.toml" --mock-set "seed=$k" --simulate "${TWIN_POISSON[@]}" \
-                --request-rate "$(cat "$d/poisson-rate")" --seed "${k}8" --no-progress \
+                --request-rate "$(twin_poisson_rate "$d")" --seed "${k}8" --no-progress \
                 --out "$d/twin-poi-$k.jsonl" || return 1
         fi
     done

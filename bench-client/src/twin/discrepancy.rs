@@ -98,13 +98,14 @@ pub fn ratios(
     let mut shapes: Vec<(u32, u32)> = d.iter().map(|r| (r.isl, r.osl)).collect();
     shapes.sort_unstable();
     shapes.dedup();
-    let Some(nearest) = shapes.iter().map(|&s| distance(s)).min_by(f64::total_cmp) else {
+    let far: Vec<((u32, u32), f64)> = shapes.into_iter().map(|s| (s, distance(s))).collect();
+    let Some(nearest) = far.iter().map(|&(_, x)| x).min_by(f64::total_cmp) else {
         return (None, None);
     };
-    let near: Vec<(Option<f64>, Option<f64>)> = shapes
+    let near: Vec<(Option<f64>, Option<f64>)> = far
         .iter()
-        .filter(|&&s| distance(s) <= nearest + 1e-9)
-        .map(|&s| shape_ratios(d, s, concurrency))
+        .filter(|&&(_, x)| x <= nearest + 1e-9)
+        .map(|&(s, _)| shape_ratios(d, s, concurrency))
         .collect();
     // The geometric mean of the near shapes' ratios, raised to the weight.
     let shrunk = |ratios: Vec<f64>| {

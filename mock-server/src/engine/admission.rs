@@ -59,8 +59,12 @@ impl Engine {
     }
 
     /// The new-token ratio after a decode step: after `retracted` requests went back to the
-    /// queue, the running batch's decoded share of its outputs; else one step lower.
+    /// queue, the running batch's decoded share of its outputs; else one step lower. Only
+    /// `reserve_output_tokens` reads it.
     pub(super) fn update_new_token_ratio(&mut self, retracted: usize, steps: usize) {
+        if !self.cfg.reserve_output_tokens {
+            return;
+        }
         if retracted > 0 {
             let decoded: usize = self.running.iter().map(|r| r.output.len()).sum();
             let max_new: usize = self.running.iter().map(|r| r.request.max_new_tokens).sum();
