@@ -5,7 +5,8 @@
 //! shape's first or last, it holds at that row's. A row of an unfitted shape gets half the log
 //! ratio of the nearest fitted shape (the least |log isl ratio| + |log osl ratio|; shapes as
 //! near are averaged): on the public tables a shape's whole discrepancy over-corrected another
-//! shape, half of it corrected it (docs/twin.md).
+//! shape, half of it corrected it (docs/twin.md). TTFT and TPOT go each on its own: a measure a
+//! shape's rows lack comes from the nearest shape that has it.
 
 use mock_server::config::Discrepancy;
 
@@ -78,65 +79,76 @@ fn at(points: &[(f64, f64)], concurrency: u32) -> Option<f64> {
 /// The share of the nearest fitted shape's log ratio an unfitted shape takes.
 const NEAREST_SHAPE_WEIGHT: f64 = 0.5;
 
-/// The ratios (TTFT, TPOT) the preset's rows give at `(isl, osl, concurrency)`: those of the
-/// shape's own rows, or else the nearest shapes' log ratios times `NEAREST_SHAPE_WEIGHT`; each
-/// `None` where no row measured it.
+/// The ratios (TTFT, TPOT) the preset's rows give at `(isl, osl, concurrency)`, each on its
+/// own ([`ratio`]): a shape whose rows measured TTFT alone takes TPOT from the nearest shape that
+/// measured it.
 pub fn ratios(
     d: &[Discrepancy],
     isl: u32,
     osl: u32,
     concurrency: u32,
 ) -> (Option<f64>, Option<f64>) {
-    let own = shape_ratios(d, (isl, osl), concurrency);
-    if own != (None, None) {
-        return own;
+    (
+        ratio(d, (isl, osl), concurrency, |r| r.ttft),
+        ratio(d, (isl, osl), concurrency, |r| r.tpot),
+    )
+}
+
+/// One measure's ratio (`of` reads it from a row): that of the shape's own rows, or else the
+/// log ratio of the nearest shapes that measured it times `NEAREST_SHAPE_WEIGHT`; `None` where
+/// no row measured it.
+fn ratio(
+    d: &[Discrepancy],
+    (isl, osl): (u32, u32),
+    concurrency: u32,
+    of: impl Fn(&Discrepancy) -> Option<f64>,
+) -> Option<f64> {
+    let of = &of;
+    if let Some(r) = shape_ratio(d, (isl, osl), concurrency, of) {
+        return Some(r);
     }
     let distance = |(i, o): (u32, u32)| {
         let log = |a: u32, b: u32| (f64::from(a.max(1)) / f64::from(b.max(1))).ln().abs();
         log(i, isl) + log(o, osl)
     };
-    let mut shapes: Vec<(u32, u32)> = d.iter().map(|r| (r.isl, r.osl)).collect();
+    let mut shapes: Vec<(u32, u32)> = d
+        .iter()
+        .filter(|r| of(r).is_some())
+        .map(|r| (r.isl, r.osl))
+        .collect();
     shapes.sort_unstable();
     shapes.dedup();
     let far: Vec<((u32, u32), f64)> = shapes.into_iter().map(|s| (s, distance(s))).collect();
-    let Some(nearest) = far.iter().map(|&(_, x)| x).min_by(f64::total_cmp) else {
-        return (None, None);
-    };
-    let near: Vec<(Option<f64>, Option<f64>)> = far
+    let nearest = far.iter().map(|&(_, x)| x).min_by(f64::total_cmp)?;
+    // The geometric mean of the near shapes' ratios, raised to the weight.
+    let logs: Vec<f64> = far
         .iter()
         .filter(|&&(_, x)| x <= nearest + 1e-9)
-        .map(|&(s, _)| shape_ratios(d, s, concurrency))
+        .filter_map(|&(s, _)| shape_ratio(d, s, concurrency, of))
+        .map(f64::ln)
         .collect();
-    // The geometric mean of the near shapes' ratios, raised to the weight.
-    let shrunk = |ratios: Vec<f64>| {
-        let n = ratios.len() as f64;
-        (n > 0.0).then(|| {
-            (NEAREST_SHAPE_WEIGHT * ratios.into_iter().map(f64::ln).sum::<f64>() / n).exp()
-        })
-    };
-    (
-        shrunk(near.iter().filter_map(|r| r.0).collect()),
-        shrunk(near.iter().filter_map(|r| r.1).collect()),
-    )
+    let n = logs.len() as f64;
+    (n > 0.0).then(|| (NEAREST_SHAPE_WEIGHT * logs.iter().sum::<f64>() / n).exp())
 }
 
-/// The ratios the rows of one shape give at `concurrency` ([`at`]).
-fn shape_ratios(
+/// One measure's ratio from the rows of one shape at `concurrency` ([`at`]).
+fn shape_ratio(
     d: &[Discrepancy],
     shape: (u32, u32),
     concurrency: u32,
-) -> (Option<f64>, Option<f64>) {
-    let mut rows: Vec<&Discrepancy> = d.iter().filter(|r| (r.isl, r.osl) == shape).collect();
-    rows.sort_by_key(|r| r.concurrency);
-    let series = |f: &dyn Fn(&Discrepancy) -> Option<f64>| -> Vec<(f64, f64)> {
-        rows.iter()
-            .filter_map(|r| f(r).map(|v| (f64::from(r.concurrency).ln(), v.ln())))
-            .collect()
-    };
-    (
-        at(&series(&|r| r.ttft), concurrency),
-        at(&series(&|r| r.tpot), concurrency),
-    )
+    of: &impl Fn(&Discrepancy) -> Option<f64>,
+) -> Option<f64> {
+    let mut rows: Vec<(u32, f64)> = d
+        .iter()
+        .filter(|r| (r.isl, r.osl) == shape)
+        .filter_map(|r| of(r).map(|v| (r.concurrency, v)))
+        .collect();
+    rows.sort_by_key(|r| r.0);
+    let series: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|&(c, v)| (f64::from(c).ln(), v.ln()))
+        .collect();
+    at(&series, concurrency)
 }
 
 #[cfg(test)]
@@ -199,6 +211,25 @@ mod tests {
         // 8192 in takes 8192/1000's alone.
         let (t, p) = ratios(&d, 8192, 1500, 8);
         assert!(close(t, 2.0) && close(p, 2.0), "{t:?} {p:?}");
+    }
+
+    #[test]
+    fn a_measure_a_shape_lacks_comes_from_the_nearest_shape_that_has_it() {
+        let shape = |osl, ttft, tpot| Discrepancy {
+            isl: 1024,
+            osl,
+            concurrency: 8,
+            ttft: Some(ttft),
+            tpot,
+        };
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        let d = vec![shape(1000, 1.44, None), shape(4000, 1.21, Some(0.81))];
+        // 1024/1000's own TTFT; its TPOT, which it lacks, half 1024/4000's.
+        let (t, p) = ratios(&d, 1024, 1000, 8);
+        assert!(close(t, 1.44) && close(p, 0.9), "{t:?} {p:?}");
+        // Nearer 1024/1000: its TTFT, and TPOT from 1024/4000, the nearest that measured it.
+        let (t, p) = ratios(&d, 1024, 1200, 8);
+        assert!(close(t, 1.2) && close(p, 0.9), "{t:?} {p:?}");
     }
 
     #[test]
