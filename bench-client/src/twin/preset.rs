@@ -233,14 +233,8 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
         out,
         "# stream_latency_s is the constant way in and out of TTFT; a twin over HTTP adds its own to it.\n"
     );
-    for line in body.lines() {
-        let key = line.split('=').next().unwrap_or("").trim();
-        let mark = marks
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| format!("ASSUMED: from the base preset {}", t.base_name));
-        let _ = writeln!(out, "{line:<48} # {mark}");
-    }
+    let kept = format!("ASSUMED: from the base preset {}", t.base_name);
+    mark_lines(&mut out, &body, &marks, &kept, &kept);
     // What is written is what `--preset-file` reads back.
     let back: Config = toml::from_str(&out).context("reading the rendered preset back")?;
     anyhow::ensure!(
@@ -248,4 +242,33 @@ pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, St
         "the rendered preset does not read back as itself"
     );
     Ok((cfg, out))
+}
+
+/// Writes `body` (a rendered [`Config`]) to `out`, each value marked (`marks` by key, else
+/// `kept`) and each discrepancy row's header marked `rows` (the rows come last, as tables, their
+/// values unmarked); blank lines stay blank.
+pub fn mark_lines(
+    out: &mut String,
+    body: &str,
+    marks: &BTreeMap<&str, String>,
+    kept: &str,
+    rows: &str,
+) {
+    let (values, tables) = body.split_at(body.find("[[discrepancy]]").unwrap_or(body.len()));
+    for line in values.lines() {
+        if line.trim().is_empty() {
+            let _ = writeln!(out);
+            continue;
+        }
+        let key = line.split('=').next().unwrap_or("").trim();
+        let mark = marks.get(key).map_or(kept, String::as_str);
+        let _ = writeln!(out, "{line:<48} # {mark}");
+    }
+    for line in tables.lines() {
+        if line == "[[discrepancy]]" {
+            let _ = writeln!(out, "{line:<48} # {rows}");
+        } else {
+            let _ = writeln!(out, "{line}");
+        }
+    }
 }

@@ -10,6 +10,7 @@ use mock_server::Config;
 
 use crate::measure::table::Capacity;
 use crate::report::twin_table::mape_text;
+use crate::twin::preset::mark_lines;
 
 /// Why a table fit leaves the cost per token pair at 0 (the preset's mark, calibrate's note).
 pub const PAIR_HELD: &str = "ASSUMED: 0, every row has one input length";
@@ -142,26 +143,13 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
         out,
         "# Its figures are closed-loop means: predict them with `bench-client predict --preset-file`.\n"
     );
-    // The discrepancy's rows come last, as tables: one mark on each table's header.
-    let (values, rows) = body.split_at(body.find("[[discrepancy]]").unwrap_or(body.len()));
-    for line in values.lines() {
-        let key = line.split('=').next().unwrap_or("").trim();
-        let mark = marks
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| format!("ASSUMED: from the base preset {}", s.base_name));
-        let _ = writeln!(out, "{line:<48} # {mark}");
-    }
-    for line in rows.lines() {
-        if line == "[[discrepancy]]" {
-            let _ = writeln!(
-                out,
-                "{line:<48} # MEASURED: this row's measured mean over the model's (predict)"
-            );
-        } else {
-            let _ = writeln!(out, "{line}");
-        }
-    }
+    mark_lines(
+        &mut out,
+        &body,
+        &marks,
+        &format!("ASSUMED: from the base preset {}", s.base_name),
+        "MEASURED: this row's measured mean over the model's (predict)",
+    );
     let back: Config = toml::from_str(&out).context("reading the rendered preset back")?;
     anyhow::ensure!(
         back == cfg,

@@ -545,26 +545,34 @@ fn the_shipped_sglang_twin_still_meets_its_rows() {
         env!("CARGO_MANIFEST_DIR"),
         "/../fixtures/tables/silicon-sample.csv"
     );
-    let o = run(&[
-        "predict",
-        "--preset",
-        "qwen3-32b-h100-tp2-sglang",
-        "--table",
-        table,
-        "--deployment",
-        "qwen3-32b-h100-sxm-sglang0.5.1.post1-bf16-tp2-ep1-qwen-qwen3-32b",
-        "--format",
-        "json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["rows"].as_array().unwrap().len(), 24);
-    // As fitted (docs/twin.md): TTFT 8.6%, TPOT 4.0%.
-    let (a, b) = (
-        j["mape_ttft_pct"].as_f64().unwrap(),
-        j["mape_tpot_pct"].as_f64().unwrap(),
-    );
+    let mape = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "--preset",
+            "qwen3-32b-h100-tp2-sglang",
+            "--table",
+            table,
+            "--deployment",
+            "qwen3-32b-h100-sxm-sglang0.5.1.post1-bf16-tp2-ep1-qwen-qwen3-32b",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["rows"].as_array().unwrap().len(), 24);
+        (
+            j["mape_ttft_pct"].as_f64().unwrap(),
+            j["mape_tpot_pct"].as_f64().unwrap(),
+        )
+    };
+    // The model as fitted (docs/twin.md): TTFT 8.6%, TPOT 3.9%.
+    let (a, b) = mape(&["--model-only"]);
     assert!(a < 9.0 && b < 4.5, "MAPE TTFT {a:.1}%, TPOT {b:.1}%");
+    // With the rows' discrepancy the preset keeps, it gives back what was measured.
+    let (a, b) = mape(&[]);
+    assert!(a < 1e-6 && b < 1e-6, "MAPE TTFT {a}%, TPOT {b}%");
 }
 
 #[test]
@@ -648,6 +656,13 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&preset).unwrap();
     assert_eq!(text.matches("[[discrepancy]]").count(), 8, "{text}");
+    // Every mark sits beside its value: none on a line of its own below the header.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with(' ') && l.trim_start().starts_with('#')),
+        "{text}"
+    );
     // The mock reads the preset as any other; a ratio that is not positive is refused.
     mock_server::Config::preset_file(&preset).unwrap();
     let bad = dir.path().join("bad.toml");
