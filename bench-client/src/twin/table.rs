@@ -511,27 +511,50 @@ pub fn lone_step_s(cfg: &Config, p: &Point) -> f64 {
         + cfg.decode_batch_cost_s(1)
 }
 
+/// How far past the fitted rows' input lengths (a factor) a row's may lie before its note calls
+/// it extrapolated: rows of one input length cannot tell a cost per prompt from one per token,
+/// so their twin's TTFT at another length may miss either way (docs/twin.md, P2).
+const INPUT_MARGIN: f64 = 1.1;
+
+/// Where `isl` lies past the input lengths of the preset's fitted rows (its `[[discrepancy]]`
+/// rows) by more than `INPUT_MARGIN`, what was fitted; `None` within them or with no rows.
+fn extrapolated(fitted: &[Discrepancy], isl: u32) -> Option<String> {
+    let lo = fitted.iter().map(|d| d.isl).min()?;
+    let hi = fitted.iter().map(|d| d.isl).max()?;
+    let x = f64::from(isl);
+    let out = x > f64::from(hi) * INPUT_MARGIN || x * INPUT_MARGIN < f64::from(lo);
+    out.then(|| match lo == hi {
+        true => format!("extrapolated: fitted at {lo} input tokens alone"),
+        false => format!("extrapolated: fitted at {lo} to {hi} input tokens"),
+    })
+}
+
 /// Every row's closed loop on `cfg` at the full measured count, times the `discrepancy` of its
 /// shape where one is given ([`discrepancy::ratios`]), beside its measurement; a row the model
-/// cannot run or reach says so in its note.
+/// cannot run or reach, or one whose input lies past the fitted rows' ([`extrapolated`]), says
+/// so in its note.
 pub fn predict_rows(cfg: &Config, rows: &[TableRow], discrepancy: &[Discrepancy]) -> Vec<RowView> {
     rows.iter()
         .map(|r| {
             let p = point_of(r);
-            let (pred, mut note) = match predict_point(cfg, &p) {
-                Ok(v) => (Some(v), None),
-                Err(e) => (None, Some(format!("the model cannot run it: {e}"))),
+            let (pred, mut notes) = match predict_point(cfg, &p) {
+                Ok(v) => (Some(v), Vec::new()),
+                Err(e) => (None, vec![format!("the model cannot run it: {e}")]),
             };
             let (rt, rd) = discrepancy::ratios(discrepancy, r.isl, r.osl, r.concurrency);
             let model = pred.filter(|_| rt.is_some() || rd.is_some());
             let pred = pred.map(|(t, d)| (t * rt.unwrap_or(1.0), d.map(|d| d * rd.unwrap_or(1.0))));
             let lone = lone_step_s(cfg, &p);
-            if p.tpot_s.is_some_and(|t| t < lone) && note.is_none() {
-                note = Some(format!(
-                    "unreachable: TPOT below the model's lone decode step {:.2} ms",
-                    lone * 1e3
-                ));
+            if pred.is_some() {
+                if p.tpot_s.is_some_and(|t| t < lone) {
+                    notes.push(format!(
+                        "unreachable: TPOT below the model's lone decode step {:.2} ms",
+                        lone * 1e3
+                    ));
+                }
+                notes.extend(extrapolated(&cfg.discrepancy, r.isl));
             }
+            let note = (!notes.is_empty()).then(|| notes.join("; "));
             // Line 0: a row from a results file.
             let mut v = RowView::new(
                 Some(r.line).filter(|&l| l > 0),

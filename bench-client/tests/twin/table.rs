@@ -712,6 +712,25 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
         table_out.contains("8 of 8 rows carry the discrepancy"),
         "{table_out}"
     );
+    // A row whose input lies past the fitted rows' (1,024 to 4,096 tokens) says so, with the
+    // model alone too; one within them does not.
+    for extra in [&[][..], &["--model-only"][..]] {
+        let mut args = vec!["predict", "--preset-file", p, "--format", "json"];
+        args.extend_from_slice(&["--isl", "512,2k,4300", "--osl", "128", "--concurrency", "4"]);
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let note = |i: usize| j["rows"][i]["note"].as_str().map(str::to_string);
+        assert_eq!(
+            note(0).as_deref(),
+            Some("extrapolated: fitted at 1024 to 4096 input tokens"),
+            "{j}"
+        );
+        assert_eq!(note(1), None, "{j}");
+        // Within a tenth past the longest.
+        assert_eq!(note(2), None, "{j}");
+    }
 }
 
 #[test]
