@@ -179,12 +179,13 @@ fn corrected(r: &RowView) -> bool {
 
 /// The rows as CSV: `isl, osl, concurrency, pred_ttft_ms, pred_tpot_ms`; where the table has
 /// measurements, `ttft_ms, tpot_ms, err_ttft_pct, err_tpot_pct`; where the preset's discrepancy
-/// corrected a row, the model's own `model_ttft_ms, model_tpot_ms`.
+/// corrected a row, the model's own `model_ttft_ms, model_tpot_ms`; where a row has a note, `note`.
 pub fn csv(rows: &[RowView]) -> anyhow::Result<String> {
     let measured = rows
         .iter()
         .any(|r| r.ttft_ms.is_some() || r.tpot_ms.is_some());
     let model = rows.iter().any(corrected);
+    let noted = rows.iter().any(|r| r.note.is_some());
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut head = vec!["isl", "osl", "concurrency", "pred_ttft_ms", "pred_tpot_ms"];
     if measured {
@@ -192,6 +193,9 @@ pub fn csv(rows: &[RowView]) -> anyhow::Result<String> {
     }
     if model {
         head.extend(["model_ttft_ms", "model_tpot_ms"]);
+    }
+    if noted {
+        head.push("note");
     }
     w.write_record(&head)?;
     let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
@@ -213,6 +217,9 @@ pub fn csv(rows: &[RowView]) -> anyhow::Result<String> {
         }
         if model {
             rec.extend([f(r.model_ttft_ms), f(r.model_tpot_ms)]);
+        }
+        if noted {
+            rec.push(r.note.clone().unwrap_or_default());
         }
         w.write_record(&rec)?;
     }

@@ -704,7 +704,7 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
     );
     let csv = String::from_utf8(predict(&["--format", "csv"]).stdout).unwrap();
     assert!(
-        csv.starts_with("isl,osl,concurrency,pred_ttft_ms,pred_tpot_ms,ttft_ms,tpot_ms,err_ttft_pct,err_tpot_pct,model_ttft_ms,model_tpot_ms\n"),
+        csv.starts_with("isl,osl,concurrency,pred_ttft_ms,pred_tpot_ms,ttft_ms,tpot_ms,err_ttft_pct,err_tpot_pct,model_ttft_ms,model_tpot_ms,note\n"),
         "{csv}"
     );
     let table_out = String::from_utf8(predict(&[]).stdout).unwrap();
@@ -731,6 +731,32 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
         // Within a tenth past the longest.
         assert_eq!(note(2), None, "{j}");
     }
+    // The CSV carries the note in a last column.
+    let o = run(&[
+        "predict",
+        "--preset-file",
+        p,
+        "--isl",
+        "512,2k",
+        "--osl",
+        "128",
+        "--concurrency",
+        "4",
+        "--model-only",
+        "--format",
+        "csv",
+    ]);
+    let csv = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0], "isl,osl,concurrency,pred_ttft_ms,pred_tpot_ms,note",
+        "{csv}"
+    );
+    assert!(
+        lines[1].ends_with(",extrapolated: fitted at 1024 to 4096 input tokens"),
+        "{csv}"
+    );
+    assert!(lines[2].ends_with(','), "{csv}");
 }
 
 #[test]
