@@ -51,6 +51,9 @@ fn rms(points: &[FitPoint]) -> f64 {
 /// The twin preset and its TOML text with each value's mark.
 pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, String)> {
     let mut cfg = t.base.clone();
+    // A base table twin's discrepancy was measured against its own model, which this fit
+    // replaces: carried over, `predict` would scale the new model by ratios it never had.
+    cfg.discrepancy.clear();
     let mut marks: BTreeMap<&str, String> = BTreeMap::new();
     let fit = |what: &str, pts: &[FitPoint], r2: f64| {
         format!(

@@ -127,6 +127,30 @@ fn a_calibrated_preset_runs_as_the_embedded_mock() {
 }
 
 #[test]
+fn a_table_twin_as_the_base_lends_no_discrepancy_to_the_new_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = sweep(d, "good.jsonl", "1k,2k,3k", &[]);
+    let preset = d.join("twin.toml");
+    let o = run(&[
+        "calibrate",
+        good.to_str().unwrap(),
+        "--base",
+        "qwen3-32b-h100-tp2-sglang",
+        "--out",
+        preset.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The base's rows were measured against its own model, which this fit replaced.
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert!(!text.contains("[[discrepancy]]"), "{text}");
+    assert!(mock_server::Config::preset_file(&preset)
+        .unwrap()
+        .discrepancy
+        .is_empty());
+}
+
+#[test]
 fn a_preset_file_with_a_bad_key_is_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     for (name, text, key) in [

@@ -760,6 +760,41 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
 }
 
 #[test]
+fn a_table_twin_as_the_base_of_a_table_fit_lends_it_no_discrepancy() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("rows.csv");
+    // Rows at 8,192 in: past the base's fitted inputs (1,024 to 4,096 tokens).
+    let mut rows = String::from(HEAD);
+    for (o, c) in [(128, 1), (128, 4), (256, 1), (256, 4)] {
+        rows.push_str(&format!(
+            "a,sglang,8192,{o},{c},{},{}\n",
+            300 + c * 50,
+            20 + c
+        ));
+    }
+    std::fs::write(&table, rows).unwrap();
+    let preset = dir.path().join("twin.toml");
+    let o = run(&[
+        "calibrate",
+        "--table",
+        table.to_str().unwrap(),
+        "--base",
+        "qwen3-32b-h100-tp2-sglang",
+        "--chunked-prefill-size",
+        "8192",
+        "--out",
+        preset.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Its rows are the fit's own: none is extrapolated, and the preset keeps theirs alone.
+    assert!(!out.contains("extrapolated"), "{out}");
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert_eq!(text.matches("[[discrepancy]]").count(), 4, "{text}");
+    assert!(!text.contains("isl = 1024"), "{text}");
+}
+
+#[test]
 fn results_files_join_a_table_s_rows_and_an_open_loop_run_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
