@@ -80,7 +80,7 @@ fn at(points: &[(f64, f64)], concurrency: u32) -> Option<f64> {
 const NEAREST_SHAPE_WEIGHT: f64 = 0.5;
 
 /// The ratios (TTFT, TPOT) the preset's rows give at `(isl, osl, concurrency)`, each on its
-/// own ([`ratio`]): a shape whose rows measured TTFT alone takes TPOT from the nearest shape that
+/// own (`ratio`): a shape whose rows measured TTFT alone takes TPOT from the nearest shape that
 /// measured it.
 pub fn ratios(
     d: &[Discrepancy],

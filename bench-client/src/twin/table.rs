@@ -533,7 +533,7 @@ fn extrapolated(fitted: &[Discrepancy], isl: u32) -> Option<String> {
 
 /// Every row's closed loop on `cfg` at the full measured count, times the `discrepancy` of its
 /// shape where one is given ([`discrepancy::ratios`]), beside its measurement; a row the model
-/// cannot run or reach, or one whose input lies past the fitted rows' ([`extrapolated`]), says
+/// cannot run or reach, or one whose input lies past the fitted rows' (`extrapolated`), says
 /// so in its note.
 pub fn predict_rows(cfg: &Config, rows: &[TableRow], discrepancy: &[Discrepancy]) -> Vec<RowView> {
     rows.iter()
