@@ -101,9 +101,8 @@ fn ratio(
     d: &[Discrepancy],
     (isl, osl): (u32, u32),
     concurrency: u32,
-    of: impl Fn(&Discrepancy) -> Option<f64>,
+    of: impl Fn(&Discrepancy) -> Option<f64> + Copy,
 ) -> Option<f64> {
-    let of = &of;
     if let Some(r) = shape_ratio(d, (isl, osl), concurrency, of) {
         return Some(r);
     }
@@ -136,7 +135,7 @@ fn shape_ratio(
     d: &[Discrepancy],
     shape: (u32, u32),
     concurrency: u32,
-    of: &impl Fn(&Discrepancy) -> Option<f64>,
+    of: impl Fn(&Discrepancy) -> Option<f64>,
 ) -> Option<f64> {
     let mut rows: Vec<(u32, f64)> = d
         .iter()

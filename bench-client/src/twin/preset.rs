@@ -11,13 +11,18 @@ use mock_server::Config;
 
 use crate::measure::calibrate::{Calibration, FitPoint, ServerFacts, Shape};
 
-/// The base preset: a named preset, or a file when `name_or_file` names one.
+/// The base preset of a fit: a named preset, or a file when `name_or_file` names one, without
+/// the discrepancy a table twin keeps (measured against the model the fit replaces: carried
+/// over, `predict` would scale the new model by ratios it never had).
 pub fn base_preset(name_or_file: &str) -> anyhow::Result<Config> {
     let p = Path::new(name_or_file);
-    if p.is_file() || name_or_file.ends_with(".toml") {
-        return Ok(Config::preset_file(p)?);
-    }
-    Config::preset(name_or_file).map_err(|e| anyhow::anyhow!("--base: {e}"))
+    let mut base = if p.is_file() || name_or_file.ends_with(".toml") {
+        Config::preset_file(p)?
+    } else {
+        Config::preset(name_or_file).map_err(|e| anyhow::anyhow!("--base: {e}"))?
+    };
+    base.discrepancy.clear();
+    Ok(base)
 }
 
 /// Where a server fact came from, for its mark.
@@ -51,9 +56,6 @@ fn rms(points: &[FitPoint]) -> f64 {
 /// The twin preset and its TOML text with each value's mark.
 pub fn twin_preset(c: &Calibration, t: TwinInputs) -> anyhow::Result<(Config, String)> {
     let mut cfg = t.base.clone();
-    // A base table twin's discrepancy was measured against its own model, which this fit
-    // replaces: carried over, `predict` would scale the new model by ratios it never had.
-    cfg.discrepancy.clear();
     let mut marks: BTreeMap<&str, String> = BTreeMap::new();
     let fit = |what: &str, pts: &[FitPoint], r2: f64| {
         format!(

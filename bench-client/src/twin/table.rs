@@ -65,8 +65,6 @@ pub const OPEN_POOL_TOKENS: f64 = 16_777_216.0;
 /// activation memory (a table shows no OOM), the scheduler and chunk of `opts`.
 pub fn table_base(base: &Config, opts: &TableFitOptions, context: usize) -> Config {
     let mut c = base.clone();
-    // A base table twin's discrepancy belongs to the model this fit replaces.
-    c.discrepancy.clear();
     c.speculative_algorithm = "none".into();
     c.spec_accept_rates.clear();
     c.spec_warmup_shares.clear();
