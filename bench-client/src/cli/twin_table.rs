@@ -18,7 +18,7 @@ use crate::twin::table::{
     chooses_chunk, fit_table, point_of, predict_rows, TableFit, TableFitOptions, CHUNK_CHOICES,
     UNREACHED_COST,
 };
-use crate::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
+use crate::twin::table_preset::{per_token_prior, table_preset, TableSource, PAIR_HELD};
 use crate::twin::table_results::rows_of_file;
 
 /// Whose scheduler a table's server runs.
@@ -191,6 +191,7 @@ fn report(fit: &TableFit, mixed: bool, views: &[RowView]) {
     print!("{}", twin_table::model(&fit.model, fit.chunk, mixed));
     if fit.pair_held {
         println!("  per token pair: {PAIR_HELD} (fitted, it would take any value the rows allow, and longer prompts would pay for it)");
+        println!("  per token: {}", per_token_prior());
     }
     println!("every row, measured beside the twin (a closed loop of each row's concurrency):");
     print!("{}", twin_table::table(views));

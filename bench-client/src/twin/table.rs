@@ -17,7 +17,8 @@ use crate::drive::engine::closed::{
 };
 use crate::measure::table::saturation::{saturation, Saturation};
 use crate::measure::table::{
-    guess, log_ratio_sq, Capacity, Point, TableModel, EXPONENT_INDEX, PAIR_INDEX, POOL_INDEX,
+    guess, log_ratio_sq, prior_cost, Capacity, Point, TableModel, EXPONENT_INDEX, PAIR_INDEX,
+    POOL_INDEX,
 };
 use crate::report::twin_table::RowView;
 use crate::results::table::TableRow;
@@ -148,6 +149,8 @@ struct Objective<'a> {
     /// its best point kept.
     best: Option<&'a RefCell<(Vec<f64>, f64)>>,
     budget: u64,
+    /// Whether the cost per token has the prior ([`prior_cost`]): every row has one input length.
+    prior: bool,
 }
 
 impl Objective<'_> {
@@ -172,6 +175,9 @@ impl Objective<'_> {
                 }
                 Err(_) => sum += UNREACHED_COST,
             }
+        }
+        if self.prior {
+            sum += prior_cost(m);
         }
         sum / self.points.len().max(1) as f64
     }
@@ -402,7 +408,8 @@ fn fit_one(
     let kept = start.capacity().filter(|(k, _)| *k == capacity);
     start = start.with_capacity(guess.and(kept.or(guess)));
     let held = held_parameters(points);
-    if held.contains(&PAIR_INDEX) {
+    let one_input = held.contains(&PAIR_INDEX);
+    if one_input {
         start.prefill_per_token_pair_s = 0.0;
     }
     let template = start.to_log();
@@ -418,6 +425,7 @@ fn fit_one(
         full: true,
         best: None,
         budget: u64::MAX,
+        prior: one_input,
     };
     let guess_cost = obj.cost_of(&start);
     let x0: Vec<f64> = free.iter().map(|&i| template[i]).collect();
@@ -462,6 +470,7 @@ fn fit_one(
                 full: saturated.is_some(),
                 best: Some(&tracked),
                 budget,
+                prior: one_input,
             },
             solver,
         )
@@ -487,7 +496,7 @@ fn fit_one(
         cost,
         evals: evals.get(),
         capacity: saturated.map(|_| capacity),
-        pair_held: held.contains(&PAIR_INDEX),
+        pair_held: one_input,
         chunk: opts.chunk,
     })
 }
@@ -547,8 +556,15 @@ pub fn predict_rows(cfg: &Config, rows: &[TableRow], discrepancy: &[Discrepancy]
             let lone = lone_step_s(cfg, &p);
             if pred.is_some() {
                 if p.tpot_s.is_some_and(|t| t < lone) {
+                    // Where the discrepancy carries TPOT, the prediction may meet the row: the
+                    // note speaks of the model alone.
+                    let by = if rd.is_some() {
+                        " by the model alone"
+                    } else {
+                        ""
+                    };
                     notes.push(format!(
-                        "unreachable: TPOT below the model's lone decode step {:.2} ms",
+                        "unreachable{by}: TPOT below the model's lone decode step {:.2} ms",
                         lone * 1e3
                     ));
                 }

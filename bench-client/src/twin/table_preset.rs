@@ -8,12 +8,21 @@ use std::fmt::Write;
 use anyhow::Context;
 use mock_server::Config;
 
-use crate::measure::table::Capacity;
+use crate::measure::table::{Capacity, PREFILL_TOKEN_PER_DECODE_STEP};
 use crate::report::twin_table::mape_text;
 use crate::twin::preset::mark_lines;
 
 /// Why a table fit leaves the cost per token pair at 0 (the preset's mark, calibrate's note).
 pub const PAIR_HELD: &str = "ASSUMED: 0, every row has one input length";
+
+/// What the fit of rows of one input length leans on for the cost per token (the preset's mark,
+/// calibrate's note).
+pub fn per_token_prior() -> String {
+    format!(
+        "held near {PREFILL_TOKEN_PER_DECODE_STEP} x one request's decode step by a weak prior \
+         (a prefill's FLOPs over a decode step's weight reads), as every row has one input length"
+    )
+}
 
 /// What the marks say about a table fit.
 #[derive(Clone, Debug)]
@@ -67,6 +76,10 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
         marks.insert(k, fitted.clone());
     }
     if s.pair_held {
+        marks.insert(
+            "prefill_per_token_s",
+            format!("{fitted}; {}", per_token_prior()),
+        );
         marks.insert(
             "prefill_per_token_pair_s",
             format!(

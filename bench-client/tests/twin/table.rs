@@ -7,14 +7,16 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use bench_client::measure::table::saturation::saturation;
-use bench_client::measure::table::{Capacity, Point, TableModel, PAIR_INDEX};
+use bench_client::measure::table::{
+    Capacity, Point, TableModel, PAIR_INDEX, PREFILL_TOKEN_PER_DECODE_STEP,
+};
 use bench_client::results::table::TableRow;
 use bench_client::twin::discrepancy;
 use bench_client::twin::table::{
-    apply, chooses_chunk, fit_table, held_parameters, predict_point, predict_rows, table_base,
-    TableFit, TableFitOptions,
+    apply, chooses_chunk, fit_table, held_parameters, point_of, predict_point, predict_rows,
+    table_base, TableFit, TableFitOptions,
 };
-use bench_client::twin::table_preset::{table_preset, TableSource, PAIR_HELD};
+use bench_client::twin::table_preset::{per_token_prior, table_preset, TableSource, PAIR_HELD};
 use bench_client::twin::table_results::rows_of_file;
 
 use crate::support::{run, stderr, BIN};
@@ -325,11 +327,66 @@ fn rows_of_one_input_length_hold_the_pair_cost_at_zero() {
         line.starts_with("prefill_per_token_pair_s = 0.0 ") && line.contains(PAIR_HELD),
         "{text}"
     );
+    let per_token = text
+        .lines()
+        .find(|l| l.starts_with("prefill_per_token_s "))
+        .unwrap_or("");
+    assert!(per_token.contains(&per_token_prior()), "{text}");
     // A second prompt length frees it.
     let mut more = points.clone();
     more.extend(rows_of(&cfg, [(2048, 16, 4)]));
     assert!(held_parameters(&more).is_empty());
     assert!(chooses_chunk(&more, &opts));
+}
+
+#[test]
+fn rows_of_one_input_length_take_the_cost_per_token_the_decode_step_implies() {
+    // Alone at one prompt length, a request's TTFT is the way, the pass and its tokens together:
+    // any split fits. The prior takes the cost per token as the decode step's multiple, so a
+    // known twin built on that rule extrapolates to prompts eight times longer.
+    let opts = TableFitOptions {
+        chunk: 8192,
+        mixed: false,
+        max_evals: 250,
+        chunk_choices: Vec::new(),
+        start: None,
+    };
+    let (decode_base_s, decode_per_request_s) = (0.010, 0.002);
+    let truth = TableModel {
+        way_s: 0.020,
+        prefill_base_s: 0.030,
+        prefill_per_token_s: PREFILL_TOKEN_PER_DECODE_STEP * (decode_base_s + decode_per_request_s),
+        prefill_per_token_pair_s: 0.0,
+        decode_base_s,
+        decode_per_context_token_s: 1e-7,
+        decode_per_request_s,
+        decode_batch_exponent: 0.8,
+        kv_pool_tokens: None,
+        max_running_requests: None,
+    };
+    let cfg = apply(
+        &table_base(&mock_server::Config::default(), &opts, 16384),
+        &truth,
+    );
+    let points = rows_of(&cfg, [16, 64, 256].map(|osl| (1024, osl, 1)));
+    let fit = fit_table(&mock_server::Config::default(), &points, &opts).unwrap();
+    assert!(fit.pair_held);
+    let per_token = fit.model.prefill_per_token_s;
+    assert!(
+        (per_token / truth.prefill_per_token_s - 1.0).abs() < 0.05,
+        "per token {per_token:e}, known {:e}: {:?}",
+        truth.prefill_per_token_s,
+        fit.model
+    );
+    let long = rows_of(&cfg, [(8192, 16, 1)])[0];
+    let mut twin = fit.config.clone();
+    twin.context_length = cfg.context_length;
+    let (ttft, _) = predict_point(&twin, &long).unwrap();
+    let want = long.ttft_s.unwrap();
+    assert!(
+        (ttft / want - 1.0).abs() < 0.05,
+        "TTFT at 8,192 in {ttft}, known {want}"
+    );
 }
 
 #[test]
@@ -486,6 +543,23 @@ fn a_row_no_batch_can_reach_is_reported_beside_the_fit() {
         "{note}"
     );
     assert!(v[1].err_tpot_pct.unwrap() > 100.0);
+    // With the discrepancy measured at the row, the prediction meets it; the note speaks of the
+    // model alone.
+    let (_, lone_tpot) = predict_point(&cfg, &point_of(&row(3, 2.0))).unwrap();
+    let measured = [mock_server::config::Discrepancy {
+        isl: 1024,
+        osl: 32,
+        concurrency: 2,
+        ttft: None,
+        tpot: Some(0.002 / lone_tpot.unwrap()),
+    }];
+    let v = predict_rows(&cfg, &[row(3, 2.0)], &measured);
+    let note = v[0].note.as_deref().unwrap_or("");
+    assert!(
+        note.starts_with("unreachable by the model alone: ") && note.contains("10.70 ms"),
+        "{note}"
+    );
+    assert!(v[0].err_tpot_pct.unwrap().abs() < 1e-6, "{:?}", v[0]);
 }
 
 #[test]

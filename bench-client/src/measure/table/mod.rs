@@ -214,6 +214,29 @@ pub fn log_ratio_sq(predicted: f64, measured: f64) -> f64 {
     (predicted / measured).ln().powi(2)
 }
 
+/// A prefill's cost per token over one request's decode step where the rows cannot tell it
+/// (every row has one input length, so a cost per token cannot be told from a cost per prompt).
+/// Per token a prefill does two FLOPs for each weight, where a decode step reads each weight
+/// once, so the ratio is 2 x memory bandwidth / (FLOP/s x bytes per weight): one GPU's figure
+/// for any model, quantisation and parallelism. The value lies within the GPUs' peak figures and
+/// near the median of the fits that see two input lengths (BENCHMARKS.md, section 12).
+pub const PREFILL_TOKEN_PER_DECODE_STEP: f64 = 0.0037;
+
+/// The prior's weight beside one row's squared log ratios: (a row's noise / the ratio's spread
+/// across deployments)^2, so that the rows rule wherever they tell the cost per token, and the
+/// prior where they do not (BENCHMARKS.md, section 12).
+pub const PRIOR_WEIGHT: f64 = 0.02;
+
+/// The prior's cost of `m`: [`PRIOR_WEIGHT`] x the squared log ratio of its cost per token to
+/// [`PREFILL_TOKEN_PER_DECODE_STEP`] x the decode step of one request (0 where either is 0).
+pub fn prior_cost(m: &TableModel) -> f64 {
+    let step = m.decode_base_s + m.decode_per_request_s;
+    if !(step > 0.0 && m.prefill_per_token_s > 0.0) {
+        return 0.0;
+    }
+    PRIOR_WEIGHT * log_ratio_sq(m.prefill_per_token_s, PREFILL_TOKEN_PER_DECODE_STEP * step)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
