@@ -4,6 +4,7 @@
 //! measured TTFT and TPOT over the rows, from the closed-form first guess
 //! ([`crate::measure::table::guess`]). Where rows saturate ([`saturation`]), the capacity that
 //! makes requests queue is fitted too: the KV pool or the running batch's cap, whichever fits.
+//! Where every row has one input length, a weak prior holds the cost per token ([`prior_cost`]).
 
 use std::cell::{Cell, RefCell};
 
@@ -280,7 +281,8 @@ pub struct TableFit {
     pub evals: u64,
     /// Where the rows saturate, the capacity fitted (the KV pool or the running cap).
     pub capacity: Option<Capacity>,
-    /// Whether the cost per token pair was held at 0 ([`held_parameters`]).
+    /// Whether the cost per token pair was held at 0 ([`held_parameters`]) and the cost per
+    /// token had the prior ([`prior_cost`]): every row has one input length.
     pub pair_held: bool,
     /// The prefill tokens a pass the fit ran with (chosen where `chunk_choices` offers several).
     pub chunk: usize,

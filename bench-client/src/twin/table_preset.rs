@@ -35,7 +35,8 @@ pub struct TableSource<'a> {
     pub mape: (Option<f64>, Option<f64>),
     /// Where the rows saturate, the capacity fitted (the KV pool or the running cap).
     pub capacity: Option<Capacity>,
-    /// The cost per token pair held at 0: every row has one input length.
+    /// The cost per token pair held at 0 and the cost per token under the prior: every row has
+    /// one input length.
     pub pair_held: bool,
     /// Where the scheduler came from (the table's backend column, a flag).
     pub scheduler_from: &'a str,
