@@ -150,8 +150,6 @@ struct Objective<'a> {
     /// its best point kept.
     best: Option<&'a RefCell<(Vec<f64>, f64)>>,
     budget: u64,
-    /// Whether the cost per token has the prior ([`prior_cost`]): every row has one input length.
-    prior: bool,
 }
 
 impl Objective<'_> {
@@ -177,7 +175,9 @@ impl Objective<'_> {
                 Err(_) => sum += UNREACHED_COST,
             }
         }
-        if self.prior {
+        // The cost per token pair is held where every row has one input length
+        // ([`held_parameters`]): there the cost per token has the prior too.
+        if !self.free.contains(&PAIR_INDEX) {
             sum += prior_cost(m);
         }
         sum / self.points.len().max(1) as f64
@@ -427,7 +427,6 @@ fn fit_one(
         full: true,
         best: None,
         budget: u64::MAX,
-        prior: one_input,
     };
     let guess_cost = obj.cost_of(&start);
     let x0: Vec<f64> = free.iter().map(|&i| template[i]).collect();
@@ -472,7 +471,6 @@ fn fit_one(
                 full: saturated.is_some(),
                 best: Some(&tracked),
                 budget,
-                prior: one_input,
             },
             solver,
         )
