@@ -390,7 +390,8 @@ run_twin() {
 # (512, 2k) and the load runs at concurrency 2 and 8, as many rounds as the server's held-out load runs
 # (3 for `run_decide`'s single ones), and DIR/twin-table.md gets measured, predicted and the error of TTFT
 # and decode p50 (sweep) and TTFT and TPOT p50 (load), and the measured medians of each round (how far the
-# server itself moved). Targets (issue 20): 10% and 20%.
+# server itself moved), with the Poisson load's requests paired by arrival (alone in the twin or
+# overlapping). Targets (issue 20): 10% and 20%.
 # LLMB_TWIN_CALIBRATE_ARGS: more `calibrate` flags (what the server does not report).
 run_twin_check() {
     local d="$1" c k f rounds files=()
@@ -493,6 +494,35 @@ for name, what in (("mix", "mixed inputs c=6 (256..2k)"), ("poi", f"Poisson {rat
     for m, get in (("TTFT", lambda r: r["load"]["ttft_from_schedule_ms"]), ("TPOT", lambda r: r["tpot_ms"])):
         row(f"load {what}: {m} median ms", pooled(f"load-{name}-", loaded, get),
             pooled(f"twin-{name}-", loaded, get), 10, by_round(f"load-{name}-", loaded, get))
+# The Poisson load paired by arrival (the twin runs each round's schedule, so a request and its twin
+# share an index): the server's median over the twin's for the requests alone in the twin (no other
+# in flight from send to end) and for those that overlap, and each round's mean TPOT, which a median
+# falling between the two kinds hides. `name`: the runs' file infix.
+def paired(name, what):
+    kinds = {True: ([], []), False: ([], [])}
+    means = []
+    for server, twin in zip(files(f"load-{name}-"), files(f"twin-{name}-")):
+        server = {r["load"]["index"]: r for r in server if r.get("load") and r.get("tpot_ms") is not None}
+        twin = [r for r in twin if r.get("load") and r.get("tpot_ms")]
+        spans = {r["load"]["index"]: (r["load"]["scheduled_ns"], r["load"]["scheduled_ns"] + r["e2e_ms"] * 1e6)
+                 for r in twin}
+        pairs = [(r, server[r["load"]["index"]]) for r in twin if r["load"]["index"] in server]
+        for t, m in pairs:
+            i = t["load"]["index"]
+            a, b = spans[i]
+            alone = not any(j != i and x < b and y > a for j, (x, y) in spans.items())
+            kinds[alone][0].append(m["load"]["ttft_from_schedule_ms"] / t["load"]["ttft_from_schedule_ms"])
+            kinds[alone][1].append(m["tpot_ms"] / t["tpot_ms"])
+        if pairs:
+            means.append(100 * (sum(t["tpot_ms"] for t, _ in pairs) / sum(m["tpot_ms"] for _, m in pairs) - 1))
+    parts = [f"{label} ({len(ttft)}): TTFT x{median(ttft):.2f}, TPOT x{median(tpot):.2f}"
+             for label, (ttft, tpot) in (("alone in the twin", kinds[True]), ("overlapping", kinds[False])) if ttft]
+    if parts:
+        print(f"\nLoad {what}, paired by arrival, the server's over the twin's (medians): " + "; ".join(parts)
+              + ". Mean TPOT, the twin's against the server's, by round: "
+              + ", ".join(f"{m:+.1f}%" for m in means) + ".")
+if files("load-poi-") and files("twin-poi-"):
+    paired("poi", f"Poisson {rate} req/s")
 for prefix, what in (("sweep-", "the sweeps"), ("load-c2", "the c=2 load runs"), ("load-c8", "the c=8 load runs")):
     n = sum(len(recs) for recs in files(prefix, held=True))
     if n:
