@@ -506,14 +506,15 @@ def paired(name, what):
         twin = [r for r in twin if r.get("load") and r.get("tpot_ms")]
         spans = {r["load"]["index"]: (r["load"]["scheduled_ns"], r["load"]["scheduled_ns"] + r["e2e_ms"] * 1e6)
                  for r in twin}
-        pairs = [(r, server[r["load"]["index"]]) for r in twin if r["load"]["index"] in server]
+        pairs = [(r, server[r["load"]["index"]]) for r in twin if r["load"]["index"] in server
+                 and r["load"].get("ttft_from_schedule_ms")]
         for t, m in pairs:
             i = t["load"]["index"]
             a, b = spans[i]
             alone = not any(j != i and x < b and y > a for j, (x, y) in spans.items())
             kinds[alone][0].append(m["load"]["ttft_from_schedule_ms"] / t["load"]["ttft_from_schedule_ms"])
             kinds[alone][1].append(m["tpot_ms"] / t["tpot_ms"])
-        if pairs:
+        if pairs and sum(m["tpot_ms"] for _, m in pairs) > 0:
             means.append(100 * (sum(t["tpot_ms"] for t, _ in pairs) / sum(m["tpot_ms"] for _, m in pairs) - 1))
     parts = [f"{label} ({len(ttft)}): TTFT x{median(ttft):.2f}, TPOT x{median(tpot):.2f}"
              for label, (ttft, tpot) in (("alone in the twin", kinds[True]), ("overlapping", kinds[False])) if ttft]
