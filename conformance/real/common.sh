@@ -497,11 +497,11 @@ for name, what in (("mix", "mixed inputs c=6 (256..2k)"), ("poi", f"Poisson {rat
 # The Poisson load paired by arrival (the twin runs each round's schedule, so a request and its twin
 # share an index): the server's median over the twin's for the requests alone in the twin (no other
 # in flight from send to end) and for those that overlap, and each round's mean TPOT, which a median
-# falling between the two kinds hides. `name`: the runs' file infix.
-def paired(name, what):
+# falling between the two kinds hides. `server_runs`, `twin_runs`: each round's records.
+def paired(server_runs, twin_runs, what):
     kinds = {True: ([], []), False: ([], [])}
     means = []
-    for server, twin in zip(files(f"load-{name}-"), files(f"twin-{name}-")):
+    for server, twin in zip(server_runs, twin_runs):
         server = {r["load"]["index"]: r for r in server if r.get("load") and r.get("tpot_ms") is not None}
         twin = [r for r in twin if r.get("load") and r.get("tpot_ms")]
         spans = {r["load"]["index"]: (r["load"]["scheduled_ns"], r["load"]["scheduled_ns"] + r["e2e_ms"] * 1e6)
@@ -522,8 +522,9 @@ def paired(name, what):
         print(f"\nLoad {what}, paired by arrival, the server's over the twin's (medians): " + "; ".join(parts)
               + ". Mean TPOT, the twin's against the server's, by round: "
               + ", ".join(f"{m:+.1f}%" for m in means) + ".")
-if files("load-poi-") and files("twin-poi-"):
-    paired("poi", f"Poisson {rate} req/s")
+poisson = (files("load-poi-"), files("twin-poi-"))
+if all(poisson):
+    paired(*poisson, f"Poisson {rate} req/s")
 for prefix, what in (("sweep-", "the sweeps"), ("load-c2", "the c=2 load runs"), ("load-c8", "the c=8 load runs")):
     n = sum(len(recs) for recs in files(prefix, held=True))
     if n:
