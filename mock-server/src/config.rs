@@ -463,22 +463,21 @@ impl Config {
     }
 }
 
-/// SGLang's length checks against the context length `ctx`: a prompt, and room for the output.
-pub(crate) fn check_lengths(ctx: usize, prompt: &[u32], max_new: usize) -> Result<(), String> {
-    if prompt.is_empty() {
+/// SGLang's length checks against the context length `ctx`: a prompt of `prompt` tokens, and
+/// room for `max_new` more.
+pub fn check_lengths(ctx: usize, prompt: usize, max_new: usize) -> Result<(), String> {
+    if prompt == 0 {
         return Err("the prompt is empty: at least one input token is required".into());
     }
-    if prompt.len() >= ctx {
+    if prompt >= ctx {
         return Err(format!(
-            "The input ({} tokens) is longer than the model's context length ({ctx} tokens).",
-            prompt.len()
+            "The input ({prompt} tokens) is longer than the model's context length ({ctx} tokens)."
         ));
     }
-    if prompt.len() + max_new > ctx {
+    if prompt.saturating_add(max_new) > ctx {
         return Err(format!(
-            "Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a total of {} tokens: {} tokens from the input messages and {max_new} tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
-            prompt.len() + max_new,
-            prompt.len()
+            "Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a total of {} tokens: {prompt} tokens from the input messages and {max_new} tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
+            prompt.saturating_add(max_new),
         ));
     }
     Ok(())

@@ -11,7 +11,7 @@ use super::common::Format;
 use super::exit::CliError;
 use crate::measure::table::Point;
 use crate::report::twin_table::{self, mapes, RowView};
-use crate::results::table::{read_table, select_deployment, Measured, TableRow};
+use crate::results::table::{read_table, select_deployment, shape_error, Measured, TableRow};
 use crate::twin::base_preset;
 use crate::twin::discrepancy;
 use crate::twin::table::{
@@ -126,7 +126,17 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         if mixed { "vLLM's" } else { "SGLang's" },
     );
     let t0 = std::time::Instant::now();
-    let fit = fit_table(&base, &points, &opts).map_err(CliError::Other)?;
+    let opts = TableFitOptions {
+        progress: Some(crate::drive::fit_spinner(
+            "evaluations of every row's closed loop",
+        )),
+        ..opts
+    };
+    let fit = fit_table(&base, &points, &opts);
+    if let Some(p) = &opts.progress {
+        p.finish_and_clear();
+    }
+    let fit = fit.map_err(CliError::Other)?;
     eprintln!(
         "fitted in {:.1} s ({} evaluations of every row's closed loop); the objective went from {:.4} (first guess) to {:.4}",
         t0.elapsed().as_secs_f64(),
@@ -137,9 +147,16 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     let views = predict_rows(&fit.config, &rows, &[]);
     if fit.cost >= UNREACHED_COST {
         report(&fit, mixed, &views);
-        return Err(data(anyhow::anyhow!(
-            "{file}: the model runs none of the rows; no preset written"
-        )));
+        let ran = views.iter().filter(|v| v.pred_ttft_ms.is_some()).count();
+        let why = if ran == 0 {
+            "the model runs none of the rows".to_string()
+        } else {
+            format!(
+                "the fitted model is far off the rows (a mean squared log ratio of {:.1} a row, where 10x off is 5.3): are the times in ms?",
+                fit.cost
+            )
+        };
+        return Err(data(anyhow::anyhow!("{file}: {why}; no preset written")));
     }
     let mut cfg = fit.config.clone();
     cfg.discrepancy = discrepancy::of_rows(&views);
@@ -282,6 +299,9 @@ pub(super) fn run_predict(a: PredictArgs) -> Result<ExitCode, CliError> {
             for &i in &isl {
                 for &o in &osl {
                     for &c in &conc {
+                        if let Some((column, why)) = shape_error(i, o, c) {
+                            return Err(usage(format!("--{column}: {why}")));
+                        }
                         rows.push(TableRow {
                             line: 0,
                             deployment: None,

@@ -11,6 +11,7 @@ pub mod load;
 mod pacer;
 mod piece;
 mod progress;
+pub use progress::fit_spinner;
 mod run;
 pub mod sessions;
 pub mod sweep;

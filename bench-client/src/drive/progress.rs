@@ -3,6 +3,18 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+/// A spinner counting a fit's evaluations (`what` names them), on stderr where it is a terminal.
+pub fn fit_spinner(what: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    let template = format!("{{spinner}} {{pos}} {what}, {{elapsed}} so far");
+    bar.set_style(
+        ProgressStyle::with_template(&template)
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    bar
+}
+
 /// A progress bar over `total` requests (`None`: a run that ends by time), hidden unless `show`.
 pub(super) fn bar(total: Option<u64>, show: bool) -> ProgressBar {
     if !show {

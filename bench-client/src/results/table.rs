@@ -36,6 +36,32 @@ pub enum TableError {
     },
 }
 
+/// The most requests a row may keep in flight: its closed loop runs ten times as many.
+pub const MAX_CONCURRENCY: u32 = 65_536;
+
+/// The most tokens a row's prompt and output may hold together (2^24; a prompt is built whole).
+pub const MAX_ROW_TOKENS: u64 = 1 << 24;
+
+/// The least time a row may give (ms): a microsecond; less is not a measurement.
+pub const MIN_TIME_MS: f64 = 1e-3;
+
+/// Why a row's lengths cannot be run: `None` where they can, else the column at fault and why.
+pub fn shape_error(isl: u32, osl: u32, concurrency: u32) -> Option<(&'static str, String)> {
+    if concurrency > MAX_CONCURRENCY {
+        return Some((
+            "concurrency",
+            format!("{concurrency} in flight: at most {MAX_CONCURRENCY} (a closed loop runs ten times as many requests)"),
+        ));
+    }
+    let tokens = u64::from(isl) + u64::from(osl);
+    (tokens > MAX_ROW_TOKENS).then(|| {
+        (
+            if u64::from(isl) > MAX_ROW_TOKENS / 2 { "isl" } else { "osl" },
+            format!("{isl} + {osl} tokens: a prompt and its output hold at most {MAX_ROW_TOKENS} together"),
+        )
+    })
+}
+
 /// Whether the measured columns must be there (`calibrate`) or may be (`predict`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Measured {
@@ -117,7 +143,11 @@ pub fn parse_table(
                 return Ok(None);
             }
             match s.parse::<f64>() {
-                Ok(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
+                Ok(v) if v.is_finite() && v >= MIN_TIME_MS => Ok(Some(v)),
+                Ok(v) if v.is_finite() && v > 0.0 => Err(bad(
+                    i,
+                    format!("{s:?}: under a microsecond (0.001 ms) is not a measured time; the column is in ms"),
+                )),
                 Ok(_) => Err(bad(i, format!("{s:?}: a time must be positive (ms)"))),
                 Err(_) => Err(bad(i, format!("{s:?} is not a number"))),
             }
@@ -133,6 +163,10 @@ pub fn parse_table(
             ttft_ms: time(ttft)?,
             tpot_ms: time(tpot)?,
         };
+        if let Some((column, why)) = shape_error(row.isl, row.osl, row.concurrency) {
+            let at = headers.iter().position(|h| h.eq_ignore_ascii_case(column));
+            return Err(bad(at.unwrap_or(isl), why));
+        }
         if row.osl < 2 && row.tpot_ms.is_some() {
             return Err(bad(osl, "TPOT needs at least 2 output tokens".into()));
         }
@@ -240,6 +274,46 @@ mod tests {
         assert!(e.contains("line 3, column concurrency"), "{e}");
         let e = err(&OK.replace("2048,128,4", "2k,128,4"), Measured::Required);
         assert!(e.contains("line 4, column isl"), "{e}");
+    }
+
+    #[test]
+    fn rows_past_what_a_loop_can_run_are_refused_before_it_runs() {
+        // A hundred million in flight would take the memory of ten times as many requests.
+        let e = err(
+            &OK.replace("1024,128,8", "1024,128,100000000"),
+            Measured::Required,
+        );
+        assert!(
+            e.starts_with("t.csv: line 3, column concurrency: 100000000 in flight: at most 65536"),
+            "{e}"
+        );
+        assert_eq!(
+            err(
+                &OK.replace("1024,128,8", "1024,128,65536"),
+                Measured::Required
+            ),
+            "parsed 3 rows"
+        );
+        // A prompt of four billion tokens would be built whole.
+        let e = err(
+            &OK.replace("2048,128,4", "4000000000,128,4"),
+            Measured::Optional,
+        );
+        assert!(
+            e.starts_with("t.csv: line 4, column isl: 4000000000 + 128 tokens"),
+            "{e}"
+        );
+        let e = err(
+            &OK.replace("2048,128,4", "2048,16777215,4"),
+            Measured::Optional,
+        );
+        assert!(e.contains("line 4, column osl"), "{e}");
+        // 1e-300 ms is positive, and no measurement: a fit would drive every cost to 0 for it.
+        let e = err(&OK.replace("60,11.5", "60,1e-300"), Measured::Required);
+        assert!(
+            e.starts_with("t.csv: line 3, column tpot_ms:") && e.contains("microsecond"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct TableFitOptions {
     /// Where the search starts instead of the closed-form guess (a round trip starts it off the
     /// known costs, so that the search, not the guess, must find them).
     pub start: Option<TableModel>,
+    /// Counts each evaluation, where a caller shows the fit's progress.
+    pub progress: Option<indicatif::ProgressBar>,
 }
 
 impl Default for TableFitOptions {
@@ -54,6 +56,7 @@ impl Default for TableFitOptions {
             max_evals: 250,
             chunk_choices: Vec::new(),
             start: None,
+            progress: None,
         }
     }
 }
@@ -150,11 +153,15 @@ struct Objective<'a> {
     /// its best point kept.
     best: Option<&'a RefCell<(Vec<f64>, f64)>>,
     budget: u64,
+    progress: Option<&'a indicatif::ProgressBar>,
 }
 
 impl Objective<'_> {
     fn cost_of(&self, m: &TableModel) -> f64 {
         self.evals.set(self.evals.get() + 1);
+        if let Some(p) = self.progress {
+            p.inc(1);
+        }
         let cfg = apply(self.base, m);
         let mut sum = 0.0;
         for p in self.points {
@@ -427,6 +434,7 @@ fn fit_one(
         full: true,
         best: None,
         budget: u64::MAX,
+        progress: opts.progress.as_ref(),
     };
     let guess_cost = obj.cost_of(&start);
     let x0: Vec<f64> = free.iter().map(|&i| template[i]).collect();
@@ -471,6 +479,7 @@ fn fit_one(
                 full: saturated.is_some(),
                 best: Some(&tracked),
                 budget,
+                progress: opts.progress.as_ref(),
             },
             solver,
         )

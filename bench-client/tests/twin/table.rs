@@ -155,6 +155,7 @@ fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
         max_evals: 3000,
         chunk_choices: Vec::new(),
         start: None,
+        progress: None,
     };
     let truth = TableModel {
         way_s: 0.005,
@@ -350,6 +351,7 @@ fn rows_of_one_input_length_take_the_cost_per_token_the_decode_step_implies() {
         max_evals: 250,
         chunk_choices: Vec::new(),
         start: None,
+        progress: None,
     };
     let (decode_base_s, decode_per_request_s) = (0.010, 0.002);
     let truth = TableModel {

@@ -166,7 +166,7 @@ impl Simulator {
         }
         crate::config::check_lengths(
             self.config.context_length,
-            &req.input_ids,
+            req.input_ids.len(),
             req.max_new_tokens,
         )
         .map_err(Refusal::Length)?;

@@ -122,9 +122,11 @@ pub(super) async fn generate(
         rid,
         return_logprob,
     } = parse_native(&m, cfg.vocab_size).map_err(ApiError::Validation)?;
-    check_lengths(st.context_length(), &prompt, c.max_new).map_err(|message| ApiError::Late {
-        streamed: stream,
-        message,
+    check_lengths(st.context_length(), prompt.len(), c.max_new).map_err(|message| {
+        ApiError::Late {
+            streamed: stream,
+            message,
+        }
     })?;
     let rid = rid.unwrap_or_else(|| st.next_id());
     let prompt_tokens = prompt.len();
@@ -204,7 +206,7 @@ async fn openai(
         continuous_usage,
         rid,
     } = parse_openai(&m).map_err(bad)?;
-    check_lengths(st.context_length(), &prompt, c.max_new).map_err(bad)?;
+    check_lengths(st.context_length(), prompt.len(), c.max_new).map_err(bad)?;
     let id = rid.unwrap_or_else(|| {
         let p = if dialect == Dialect::Chat {
             "chatcmpl-"

@@ -141,6 +141,18 @@ fn closed_loop(
         // No request's stream is longer: its first and last events only.
         cfg.stream_interval = (f64::from(shape.osl) * (1.0 + spread)).ceil() as usize + 1;
     }
+    // A row the server refuses is refused before its prompt is built (a prompt of billions of
+    // tokens would not fit in memory).
+    mock_server::config::check_lengths(
+        config.context_length,
+        shape.isl as usize,
+        shape.osl as usize,
+    )
+    .map_err(|why| ClosedError::Refused {
+        isl: shape.isl,
+        osl: shape.osl,
+        why,
+    })?;
     let sim = Simulator::new(cfg).map_err(|e| ClosedError::Config(e.to_string()))?;
     let vocab = config.vocab_size.max(2);
     let prompt: Tokens = std::sync::Arc::new((0..shape.isl).map(|i| 1 + i % (vocab - 1)).collect());
