@@ -10,6 +10,7 @@ use mock_server::Config;
 
 use crate::measure::table::{Capacity, PREFILL_TOKEN_PER_DECODE_STEP};
 use crate::report::twin_table::mape_text;
+use crate::results::table::MAX_ROW_TOKENS;
 use crate::twin::preset::mark_lines;
 
 /// Why a table fit leaves the cost per token pair at 0 (the preset's mark, calibrate's note).
@@ -52,6 +53,10 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
         cfg.model_path = d.to_string();
         cfg.served_model_name = d.to_string();
     }
+    // A table gives no context length: the preset's is the longest request its KV pool holds,
+    // so that predict's what-ifs run past the rows (each noted as extrapolated).
+    let most = usize::try_from(MAX_ROW_TOKENS).unwrap_or(usize::MAX);
+    cfg.context_length = cfg.kv_pool_tokens().min(most).max(cfg.context_length);
     cfg.validate_preset()
         .context("the fitted preset is not a valid mock configuration")?;
     let fitted = format!(
@@ -124,7 +129,8 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
     }
     marks.insert(
         "context_length",
-        "DERIVED: the table's longest request, at most the KV pool".into(),
+        "ASSUMED: a table gives none; the longest request the KV pool holds (at most 2^24 tokens)"
+            .into(),
     );
     marks.insert(
         "max_running_requests",

@@ -613,6 +613,51 @@ fn predict_answers_a_grid_and_a_table() {
         "0",
     ]);
     assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
+    // Past what a loop can build: refused before it runs, the flag named.
+    let bad = run(&[
+        "predict",
+        "--isl",
+        "4000000k",
+        "--osl",
+        "16",
+        "--concurrency",
+        "1",
+    ]);
+    assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("--isl: 4000000000 + 16 tokens"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn a_table_preset_answers_what_ifs_past_its_rows_context() {
+    // A table gives no context length: a table twin runs a prompt four times its longest row's
+    // (1,024 to 8,192 in), and says the row is extrapolated.
+    let o = run(&[
+        "predict",
+        "--preset",
+        "llama-3.1-70b-fp8-h200-tp2-vllm",
+        "--isl",
+        "32k",
+        "--osl",
+        "64",
+        "--concurrency",
+        "4",
+        "--format",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &j["rows"][0];
+    assert!(row["pred_ttft_ms"].as_f64().is_some_and(|t| t > 0.0), "{j}");
+    assert!(
+        row["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("extrapolated")),
+        "{j}"
+    );
 }
 
 #[test]
