@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::check::{Notes, ToolSummary};
 use super::json::{self, count, number, Obj};
-use super::{scrub, ImportError, Request, Run, Source, TpotDef};
+use super::{ImportError, Request, Run, Source, TpotDef};
 use crate::trace::{Dialect, TokenAttribution};
 
 /// One line, in unix ns and ms as AIPerf keeps them.
@@ -209,8 +209,7 @@ struct Described {
 fn described(s: Option<&Value>) -> Described {
     let config = s.and_then(|d| d.get("input_config"));
     let endpoint = config.and_then(|c| c.get("endpoint"));
-    let mut settings = config.cloned().unwrap_or(Value::Null);
-    scrub(&mut settings);
+    let settings = config.cloned().unwrap_or(Value::Null);
     Described {
         version: s
             .and_then(|d| d.get("aiperf_version"))

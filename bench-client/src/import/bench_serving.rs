@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::check::{Notes, ToolSummary};
 use super::json::{self, count, number, Obj};
-use super::{scrub, ImportError, Rebuilt, Request, Run, Source, TpotDef};
+use super::{ImportError, Rebuilt, Request, Run, Source, TpotDef};
 use crate::trace::{Dialect, TokenAttribution};
 
 /// Settings kept in the manifest, where the file has them.
@@ -188,13 +188,7 @@ fn settings_of(o: &Obj<'_>) -> (Value, Option<Value>) {
             settings.insert(k.to_string(), v.clone());
         }
     }
-    let mut server_info = o.get("server_info").cloned();
-    if let Some(s) = server_info.as_mut() {
-        scrub(s);
-    }
-    let mut settings = Value::Object(settings);
-    scrub(&mut settings);
-    (settings, server_info)
+    (Value::Object(settings), o.get("server_info").cloned())
 }
 
 /// The run's start: the file's `date`, else the file's modification time.

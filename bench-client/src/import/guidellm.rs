@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::check::{Notes, ToolSummary};
 use super::json::{self, count, Obj};
-use super::{scrub, ImportError, Request, Run, Source, TpotDef};
+use super::{ImportError, Request, Run, Source, TpotDef};
 use crate::trace::{Dialect, TokenAttribution};
 
 /// One request of a benchmark, in unix seconds.
@@ -120,13 +120,12 @@ pub fn runs(file: &str, text: &str) -> Result<Vec<Run>, ImportError> {
             b.v.pointer(&format!("/metrics/{name}/successful/{stat}"))
                 .and_then(json::number)
         };
-        let mut settings = serde_json::json!({
+        let settings = serde_json::json!({
             "strategy": b.v.pointer("/config/strategy"),
             "constraints": spec.and_then(|s| s.get("constraints")),
             "data": spec.and_then(|s| s.get("data")),
             "request_format": format,
         });
-        scrub(&mut settings);
         out.push(Run {
             source: Source::Guidellm,
             version: version.clone(),

@@ -315,39 +315,27 @@ pub fn manifest(
             rebuilt_schedule: run
                 .rebuilt_schedule
                 .and_then(|r| serde_json::to_value(r).ok()),
-            settings: run.settings.clone(),
-            summary: run.figures.as_ref().and_then(summary::Figures::to_value),
+            settings: scrub(Some(run.settings.clone())).unwrap_or_default(),
+            summary: scrub(run.figures.as_ref().and_then(summary::Figures::to_value)),
         }),
-        url: run.url.clone(),
+        url: run.url.as_deref().map(crate::net::redact::redact_text),
         dialect: Some(run.dialect),
         model: run.model.clone(),
-        server_info: run.server_info.clone(),
+        server_info: scrub(run.server_info.clone()),
         start_unix_ms: Some(run.start_unix_ms),
         stamping: Some(StampSource::Other("imported".to_string())),
         ..Manifest::default()
     }
 }
 
-/// Keys whose values are secrets wherever they appear (SGLang's `/server_info` carries its
-/// `api_key`, guidellm's backend settings carry one): replaced by `"<removed>"`.
-pub fn scrub(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(m) => {
-            for (k, x) in m.iter_mut() {
-                let key = k.to_ascii_lowercase();
-                let secret = key.ends_with("api_key")
-                    || key.ends_with("_secret")
-                    || matches!(key.as_str(), "authorization" | "password" | "token");
-                if secret && !x.is_null() {
-                    *x = serde_json::Value::String("<removed>".into());
-                } else {
-                    scrub(x);
-                }
-            }
-        }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(scrub),
-        _ => {}
-    }
+/// `v` with its secrets redacted by the rules of the client's own manifests
+/// ([`crate::net::redact`]): SGLang's `/server_info` carries its `api_key`, guidellm's backend
+/// settings carry one, a tokenizer or server URL may carry `user:password@`.
+fn scrub(v: Option<serde_json::Value>) -> Option<serde_json::Value> {
+    v.map(|mut v| {
+        crate::net::redact::redact_json(&mut v, None);
+        v
+    })
 }
 
 /// The records of every run of every file, in order.

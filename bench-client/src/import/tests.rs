@@ -91,9 +91,24 @@ fn a_failed_request_is_a_failed_record_and_secrets_stay_out_of_the_manifest() {
         (2, Some(&1))
     );
     let m = manifest(&i, &i.runs[0], 0, "import").to_value();
-    assert_eq!(m["server_info"]["api_key"], "<removed>");
+    assert_eq!(m["server_info"]["api_key"], "<redacted>");
     assert_eq!(m["server_info"]["chunked_prefill_size"], 8192);
     assert_eq!(m["imported"]["settings"]["request_rate"], "Infinity");
+    // The client's own rules: a URL's credentials and any secret-named key, at any depth.
+    let mut line = bench_serving_line("sglang");
+    line["tokenizer_id"] = json!("https://user:hunter2@hub.example/tok");
+    line["server_info"]["hf_token"] = json!("hf_abc");
+    let (i, _) = import_one(&line.to_string()).unwrap();
+    let m = manifest(&i, &i.runs[0], 0, "import").to_value();
+    let text = m.to_string();
+    assert!(
+        !text.contains("hunter2") && !text.contains("hf_abc") && !text.contains("sk-secret"),
+        "{text}"
+    );
+    assert_eq!(
+        m["imported"]["settings"]["tokenizer_id"],
+        "https://<redacted>@hub.example/tok"
+    );
 }
 
 #[test]
