@@ -9,8 +9,8 @@ pub enum ContextsError {
     /// One entry is not a number.
     #[error("context length {0:?} is not a number (examples: 1k, 512, 185k)")]
     NotANumber(String),
-    /// One entry is below 1 token or beyond u32.
-    #[error("context length {0:?} is out of range")]
+    /// One entry is below 1 token or beyond [`super::MAX_TOKENS`].
+    #[error("context length {0:?} is out of range (1 to 16777216 tokens)")]
     OutOfRange(String),
     /// The list is empty.
     #[error("no context lengths given")]
@@ -29,7 +29,7 @@ pub fn parse_contexts(s: &str) -> Result<Vec<u32>, ContextsError> {
             .parse()
             .map_err(|_| ContextsError::NotANumber(part.to_string()))?;
         let tokens = v * mult;
-        if !tokens.is_finite() || tokens < 1.0 || tokens > f64::from(u32::MAX) {
+        if !tokens.is_finite() || tokens < 1.0 || tokens > f64::from(super::MAX_TOKENS) {
             return Err(ContextsError::OutOfRange(part.to_string()));
         }
         out.push(tokens.round() as u32);
@@ -55,5 +55,8 @@ mod tests {
         assert!(parse_contexts("").is_err());
         assert!(parse_contexts("0").is_err());
         assert!(parse_contexts("1e20").is_err());
+        // A context is a prompt built whole: four billion tokens would take 16 GB.
+        assert!(parse_contexts("4000000k").is_err());
+        assert_eq!(parse_contexts("16777216").unwrap(), vec![16_777_216]);
     }
 }

@@ -16,6 +16,10 @@ pub mod workload;
 /// The seed of schedules and prompts when none is given.
 pub const DEFAULT_SEED: u64 = 0x5eed;
 
+/// The most tokens a length may give (a prompt, an output, a context, a trace's request): 2^24.
+/// A prompt is built whole, four bytes a token, and no served model's context is longer.
+pub const MAX_TOKENS: u32 = 1 << 24;
+
 pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
 pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
 pub use request::{RequestSpec, StreamCaps, Timeouts};

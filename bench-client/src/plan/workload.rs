@@ -37,9 +37,10 @@ impl LenDist {
                 .parse()
                 .map_err(|_| format!("{p:?} is not a number in length distribution {s:?}"))?;
             let v = v * mult;
-            if !v.is_finite() || v < 0.0 || v > f64::from(u32::MAX) {
+            if !v.is_finite() || v < 0.0 || v > f64::from(crate::plan::MAX_TOKENS) {
                 return Err(format!(
-                    "{p:?} is out of range in length distribution {s:?}"
+                    "{p:?} is out of range in length distribution {s:?} (at most {} tokens)",
+                    crate::plan::MAX_TOKENS
                 ));
             }
             Ok(v)
@@ -93,7 +94,7 @@ impl LenDist {
                     Ok(n) => n.sample(rng),
                     Err(_) => mean,
                 };
-                let hi = (2.0 * mean).max(1.0);
+                let hi = (2.0 * mean).clamp(1.0, f64::from(crate::plan::MAX_TOKENS));
                 if x.is_finite() {
                     x.round().clamp(1.0, hi) as u32
                 } else {
@@ -152,6 +153,12 @@ impl Planner {
         match &workload {
             Workload::SharedPrefix { groups, .. } if *groups == 0 => {
                 return Err("--prefix-groups must be at least 1".into())
+            }
+            Workload::SharedPrefix { prefix_len, .. } if *prefix_len > crate::plan::MAX_TOKENS => {
+                return Err(format!(
+                    "--prefix-len {prefix_len}: at most {} tokens",
+                    crate::plan::MAX_TOKENS
+                ))
             }
             _ => {}
         }
@@ -255,7 +262,12 @@ mod tests {
             LenDist::Uniform { lo: 1, hi: 8 }
         );
         assert!(LenDist::parse("normal:100:10").is_ok());
+        // A prompt is built whole: at most 2^24 tokens.
+        assert!(LenDist::parse("16777216").is_ok());
         for bad in [
+            "4000000k",
+            "uniform:1:16777217",
+            "normal:20000000:1",
             "0",
             "uniform:9:8",
             "normal:0:1",

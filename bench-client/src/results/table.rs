@@ -39,8 +39,8 @@ pub enum TableError {
 /// The most requests a row may keep in flight: its closed loop runs ten times as many.
 pub const MAX_CONCURRENCY: u32 = 65_536;
 
-/// The most tokens a row's prompt and output may hold together (2^24; a prompt is built whole).
-pub const MAX_ROW_TOKENS: u64 = 1 << 24;
+/// The most tokens a row's prompt and output may hold together ([`crate::plan::MAX_TOKENS`]).
+pub const MAX_ROW_TOKENS: u64 = crate::plan::MAX_TOKENS as u64;
 
 /// The least time a row may give (ms): a microsecond; less is not a measurement.
 pub const MIN_TIME_MS: f64 = 1e-3;

@@ -83,16 +83,22 @@ impl TraceOptions {
         if self.block_size == 0 {
             return Err("--trace-block-size must be at least 1".into());
         }
+        let most = crate::plan::MAX_TOKENS;
+        if u64::from(self.block_size) > u64::from(most) || self.prefix_len > most {
+            return Err(format!(
+                "--trace-block-size and --prefix-len: at most {most} tokens"
+            ));
+        }
         if self.limit == Some(0) {
             return Err("--trace-limit must be at least 1".into());
         }
         Ok(())
     }
 
-    /// `n` tokens times the scale, rounded, at least 1; `None` past `u32`.
+    /// `n` tokens times the scale, rounded, at least 1; `None` past [`crate::plan::MAX_TOKENS`].
     fn scaled(&self, n: u64) -> Option<u32> {
         let x = (n as f64 * self.scale).round().max(1.0);
-        (x <= f64::from(u32::MAX)).then_some(x as u32)
+        (x <= f64::from(crate::plan::MAX_TOKENS)).then_some(x as u32)
     }
 }
 
@@ -217,7 +223,8 @@ impl Trace {
         let prefix_len = if opts.prefix_len == 0 {
             0
         } else {
-            opts.scaled(u64::from(opts.prefix_len)).unwrap_or(u32::MAX)
+            opts.scaled(u64::from(opts.prefix_len))
+                .unwrap_or(crate::plan::MAX_TOKENS)
         };
         let mut tree = blocks::BlockTree::default();
         let mut blocks = Vec::new();
@@ -228,7 +235,10 @@ impl Trace {
                     source,
                     r.line,
                     field,
-                    "scaled by --trace-scale, it is more than 2^32 tokens",
+                    format!(
+                        "scaled by --trace-scale, it is more than {} tokens",
+                        crate::plan::MAX_TOKENS
+                    ),
                 )
             };
             let (in_field, out_field) = match format {

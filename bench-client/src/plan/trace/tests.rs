@@ -296,6 +296,19 @@ fn bad_lines_name_their_line_and_field() {
             Some("input_len"),
             "at least 1",
         ),
+        // A prompt is built whole: four billion tokens would take 16 GB.
+        (
+            m("{\"timestamp\": 5, \"input_length\": 4000000000, \"output_length\": 2, \"hash_ids\": [1]}"),
+            2,
+            Some("input_length"),
+            "more than 16777216",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5,5\n2023-11-16 18:15:47,4000000000,5\n".into(),
+            3,
+            Some("ContextTokens"),
+            "more than 16777216",
+        ),
     ];
     for (text, line, field, says) in cases {
         let e = parse(&text, &opts()).unwrap_err();
