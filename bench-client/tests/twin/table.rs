@@ -613,7 +613,8 @@ fn predict_answers_a_grid_and_a_table() {
         "0",
     ]);
     assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
-    // Past what a loop can build: refused before it runs, the flag named.
+    // Past what a loop can build: refused before it runs, the flag named. A length alone past
+    // 2^24 tokens, and a prompt and output past it together.
     let bad = run(&[
         "predict",
         "--isl",
@@ -625,7 +626,22 @@ fn predict_answers_a_grid_and_a_table() {
     ]);
     assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
     assert!(
-        stderr(&bad).contains("--isl: 4000000000 + 16 tokens"),
+        stderr(&bad).contains("--isl: context length \"4000000k\" is out of range"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = run(&[
+        "predict",
+        "--isl",
+        "16000k",
+        "--osl",
+        "1000k",
+        "--concurrency",
+        "1",
+    ]);
+    assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("--isl: 16000000 + 1000000 tokens"),
         "{}",
         stderr(&bad)
     );
