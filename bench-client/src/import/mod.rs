@@ -315,13 +315,17 @@ pub fn manifest(
             rebuilt_schedule: run
                 .rebuilt_schedule
                 .and_then(|r| serde_json::to_value(r).ok()),
-            settings: scrub(Some(run.settings.clone())).unwrap_or_default(),
-            summary: scrub(run.figures.as_ref().and_then(summary::Figures::to_value)),
+            settings: scrub(run.settings.clone()),
+            summary: run
+                .figures
+                .as_ref()
+                .and_then(summary::Figures::to_value)
+                .map(scrub),
         }),
         url: run.url.as_deref().map(crate::net::redact::redact_text),
         dialect: Some(run.dialect),
         model: run.model.clone(),
-        server_info: scrub(run.server_info.clone()),
+        server_info: run.server_info.clone().map(scrub),
         start_unix_ms: Some(run.start_unix_ms),
         stamping: Some(StampSource::Other("imported".to_string())),
         ..Manifest::default()
@@ -331,11 +335,9 @@ pub fn manifest(
 /// `v` with its secrets redacted by the rules of the client's own manifests
 /// ([`crate::net::redact`]): SGLang's `/server_info` carries its `api_key`, guidellm's backend
 /// settings carry one, a tokenizer or server URL may carry `user:password@`.
-fn scrub(v: Option<serde_json::Value>) -> Option<serde_json::Value> {
-    v.map(|mut v| {
-        crate::net::redact::redact_json(&mut v, None);
-        v
-    })
+fn scrub(mut v: serde_json::Value) -> serde_json::Value {
+    crate::net::redact::redact_json(&mut v, None);
+    v
 }
 
 /// The records of every run of every file, in order.

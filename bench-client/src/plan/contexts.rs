@@ -10,7 +10,7 @@ pub enum ContextsError {
     #[error("context length {0:?} is not a number (examples: 1k, 512, 185k)")]
     NotANumber(String),
     /// One entry is below 1 token or beyond [`super::MAX_TOKENS`].
-    #[error("context length {0:?} is out of range (1 to 16777216 tokens)")]
+    #[error("context length {0:?} is out of range (1 to {max} tokens)", max = super::MAX_TOKENS)]
     OutOfRange(String),
     /// The list is empty.
     #[error("no context lengths given")]

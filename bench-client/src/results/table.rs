@@ -39,9 +39,6 @@ pub enum TableError {
 /// The most requests a row may keep in flight: its closed loop runs ten times as many.
 pub const MAX_CONCURRENCY: u32 = 65_536;
 
-/// The most tokens a row's prompt and output may hold together ([`crate::plan::MAX_TOKENS`]).
-pub const MAX_ROW_TOKENS: u64 = crate::plan::MAX_TOKENS as u64;
-
 /// The least time a row may give (ms): a microsecond; less is not a measurement.
 pub const MIN_TIME_MS: f64 = 1e-3;
 
@@ -53,11 +50,12 @@ pub fn shape_error(isl: u32, osl: u32, concurrency: u32) -> Option<(&'static str
             format!("{concurrency} in flight: at most {MAX_CONCURRENCY} (a closed loop runs ten times as many requests)"),
         ));
     }
-    let tokens = u64::from(isl) + u64::from(osl);
-    (tokens > MAX_ROW_TOKENS).then(|| {
+    // A prompt and its output together: at most `plan::MAX_TOKENS`, the longer one named.
+    let most = crate::plan::MAX_TOKENS;
+    (u64::from(isl) + u64::from(osl) > u64::from(most)).then(|| {
         (
-            if u64::from(isl) > MAX_ROW_TOKENS / 2 { "isl" } else { "osl" },
-            format!("{isl} + {osl} tokens: a prompt and its output hold at most {MAX_ROW_TOKENS} together"),
+            if isl >= osl { "isl" } else { "osl" },
+            format!("{isl} + {osl} tokens: a prompt and its output hold at most {most} together"),
         )
     })
 }

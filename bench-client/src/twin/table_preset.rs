@@ -10,7 +10,6 @@ use mock_server::Config;
 
 use crate::measure::table::{Capacity, PREFILL_TOKEN_PER_DECODE_STEP};
 use crate::report::twin_table::mape_text;
-use crate::results::table::MAX_ROW_TOKENS;
 use crate::twin::preset::mark_lines;
 
 /// Why a table fit leaves the cost per token pair at 0 (the preset's mark, calibrate's note).
@@ -55,7 +54,7 @@ pub fn table_preset(cfg: &Config, s: &TableSource) -> anyhow::Result<String> {
     }
     // A table gives no context length: the preset's is the longest request its KV pool holds,
     // so that predict's what-ifs run past the rows (each noted as extrapolated).
-    let most = usize::try_from(MAX_ROW_TOKENS).unwrap_or(usize::MAX);
+    let most = crate::plan::MAX_TOKENS as usize;
     cfg.context_length = cfg.kv_pool_tokens().min(most).max(cfg.context_length);
     cfg.validate_preset()
         .context("the fitted preset is not a valid mock configuration")?;

@@ -615,36 +615,18 @@ fn predict_answers_a_grid_and_a_table() {
     assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
     // Past what a loop can build: refused before it runs, the flag named. A length alone past
     // 2^24 tokens, and a prompt and output past it together.
-    let bad = run(&[
-        "predict",
-        "--isl",
-        "4000000k",
-        "--osl",
-        "16",
-        "--concurrency",
-        "1",
-    ]);
-    assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
-    assert!(
-        stderr(&bad).contains("--isl: context length \"4000000k\" is out of range"),
-        "{}",
-        stderr(&bad)
-    );
-    let bad = run(&[
-        "predict",
-        "--isl",
-        "16000k",
-        "--osl",
-        "1000k",
-        "--concurrency",
-        "1",
-    ]);
-    assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
-    assert!(
-        stderr(&bad).contains("--isl: 16000000 + 1000000 tokens"),
-        "{}",
-        stderr(&bad)
-    );
+    for (isl, osl, says) in [
+        (
+            "4000000k",
+            "16",
+            "--isl: context length \"4000000k\" is out of range",
+        ),
+        ("16000k", "1000k", "--isl: 16000000 + 1000000 tokens"),
+    ] {
+        let bad = run(&["predict", "--isl", isl, "--osl", osl, "--concurrency", "1"]);
+        assert_eq!(bad.status.code(), Some(64), "{}", stderr(&bad));
+        assert!(stderr(&bad).contains(says), "{}", stderr(&bad));
+    }
 }
 
 #[test]

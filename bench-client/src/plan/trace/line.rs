@@ -173,15 +173,12 @@ pub(super) fn tokens(
             format!("must be at least 1 token, got {n}"),
         ));
     }
-    if n > i64::from(crate::plan::MAX_TOKENS) {
+    if n > i64::from(u32::MAX) {
         return Err(TraceError::field(
             source,
             line,
             field,
-            format!(
-                "{n} tokens is more than {} (a prompt is built whole)",
-                crate::plan::MAX_TOKENS
-            ),
+            format!("{n} tokens is more than 2^32 - 1"),
         ));
     }
     Ok(n as u64)

@@ -230,13 +230,14 @@ impl Trace {
         let mut blocks = Vec::new();
         let mut requests = Vec::with_capacity(raw.len());
         for r in raw {
-            let too_long = |field: &'static str| {
+            let too_long = |field: &'static str, n: u64| {
                 TraceError::field(
                     source,
                     r.line,
                     field,
                     format!(
-                        "scaled by --trace-scale, it is more than {} tokens",
+                        "{n} tokens x --trace-scale {} is more than {} (a prompt is built whole)",
+                        opts.scale,
                         crate::plan::MAX_TOKENS
                     ),
                 )
@@ -246,10 +247,12 @@ impl Trace {
                 TraceFormat::Azure => ("ContextTokens", "GeneratedTokens"),
                 TraceFormat::Native => ("input_len", "output_len"),
             };
-            let input_len = opts.scaled(r.input_len).ok_or_else(|| too_long(in_field))?;
+            let input_len = opts
+                .scaled(r.input_len)
+                .ok_or_else(|| too_long(in_field, r.input_len))?;
             let output_len = opts
                 .scaled(r.output_len)
-                .ok_or_else(|| too_long(out_field))?;
+                .ok_or_else(|| too_long(out_field, r.output_len))?;
             let prefix = match (format, r.prefix_group) {
                 (TraceFormat::Mooncake, _) => {
                     let start = blocks.len();
