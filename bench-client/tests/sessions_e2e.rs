@@ -440,4 +440,20 @@ fn bad_session_flags_are_refused_before_anything_starts() {
         "--sessions",
         &out,
     );
+    // With --num-requests too: a session's flag is never dropped unseen.
+    refused(
+        &[
+            "load",
+            "--out",
+            o,
+            "--think-time",
+            "2s",
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "4",
+        ],
+        "--think-time need --sessions",
+        &out,
+    );
 }

@@ -11,6 +11,7 @@ fn bad_flags_are_refused_before_anything_starts() {
     let o = out.to_str().unwrap();
     refused(&["sweep", "--url", "notaurl", "--out", o], "--url", &out);
     refused(&["sweep", "--url", "ftp://h:1", "--out", o], "--url", &out);
+
     refused(&["sweep", "--runs", "0", "--out", o], "--runs", &out);
     refused(
         &["sweep", "--output-tokens", "0", "--out", o],

@@ -27,7 +27,8 @@ pub enum CliError {
     about = "A simulated SGLang server for benchmark regression checks"
 )]
 pub struct Args {
-    /// Preset name (small-cpu-demo, kimi-k2.6-dflash-8xrtx-pro-6000).
+    /// Preset name: small-cpu-demo, kimi-k2.6-dflash-8xrtx-pro-6000, or a GPU twin fitted to
+    /// public data: qwen3-32b-h100-tp2-sglang, llama-3.1-70b-fp8-h200-tp2-vllm.
     #[arg(long, default_value = "small-cpu-demo")]
     pub preset: String,
     /// Preset TOML file (e.g. one `bench-client calibrate` wrote), instead of a named --preset;
@@ -236,6 +237,14 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         config.served_model_name,
         server.url()
     );
+    if !config.discrepancy.is_empty() {
+        tracing::info!(
+            target: "mock_server",
+            "the preset's {} fitted rows measured TTFT and TPOT apart from its model (its discrepancy): \
+             served is the model alone; `bench-client predict` applies them",
+            config.discrepancy.len()
+        );
+    }
     tokio::select! {
         _ = signal() => {
             tracing::info!(target: "mock_server", "shutting down");

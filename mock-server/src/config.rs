@@ -332,8 +332,8 @@ impl Config {
         if !(self.mem_fraction_static > 0.0 && self.mem_fraction_static < 1.0) {
             return inv("mem_fraction_static must be in (0, 1)");
         }
-        if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
-            return inv("time_scale must be a positive finite number");
+        if !(1e-3..=1e6).contains(&self.time_scale) {
+            return inv("time_scale must be in [0.001, 1e6]");
         }
         if self.context_length < 2 {
             return inv("context_length must be at least 2");
@@ -348,11 +348,12 @@ impl Config {
             return inv("stream_interval must be at least 1");
         }
         for d in &self.discrepancy {
-            let ratio = |r: Option<f64>| r.is_none_or(|r| r.is_finite() && r > 0.0);
+            // A measured time a thousand times the model's, or a thousandth, is no fit's.
+            let ratio = |r: Option<f64>| r.is_none_or(|r| (1e-3..=1e3).contains(&r));
             if d.isl == 0 || d.osl == 0 || d.concurrency == 0 || !ratio(d.ttft) || !ratio(d.tpot) {
                 let show = |r: Option<f64>| r.map_or("none".to_string(), |r| r.to_string());
                 return Err(ConfigError::Invalid(format!(
-                    "discrepancy row isl {} osl {} concurrency {} (ttft {}, tpot {}): isl, osl and concurrency must be at least 1, ttft and tpot positive ratios",
+                    "discrepancy row isl {} osl {} concurrency {} (ttft {}, tpot {}): isl, osl and concurrency must be at least 1, ttft and tpot ratios in [0.001, 1000]",
                     d.isl, d.osl, d.concurrency, show(d.ttft), show(d.tpot)
                 )));
             }
@@ -398,6 +399,33 @@ impl Config {
                 "{key} = {v}: cost-model and activation parameters must be finite and non-negative"
             )));
         }
+        // Past these no server runs (an hour a pass, a second a token): a value past one is a
+        // unit slip, and the costliest pass stays inside the engine's clock.
+        let ceilings = [
+            ("prefill_base_s", self.prefill_base_s, 3600.0),
+            ("prefill_per_token_s", self.prefill_per_token_s, 1.0),
+            (
+                "prefill_per_token_pair_s",
+                self.prefill_per_token_pair_s,
+                1e-6,
+            ),
+            ("decode_base_s", self.decode_base_s, 3600.0),
+            (
+                "decode_per_context_token_s",
+                self.decode_per_context_token_s,
+                1e-3,
+            ),
+            ("decode_per_request_s", self.decode_per_request_s, 60.0),
+            ("output_per_request_s", self.output_per_request_s, 60.0),
+            ("output_tick_s", self.output_tick_s, 3600.0),
+            ("stream_latency_s", self.stream_latency_s, 3600.0),
+            ("startup_s", self.startup_s, 3600.0),
+        ];
+        if let Some((key, v, most)) = ceilings.iter().find(|(_, v, most)| v > most) {
+            return Err(ConfigError::Invalid(format!(
+                "{key} = {v} s is past any server's ({most} s at most): is it in seconds?"
+            )));
+        }
         match self.speculative_algorithm.to_ascii_uppercase().as_str() {
             "NONE" | "" => {}
             "EAGLE" | "EAGLE3" | "DFLASH" => {
@@ -435,7 +463,14 @@ impl Config {
 
     /// A model duration of `secs` on the engine's clock (`time_scale` faster), never negative.
     pub fn scaled(&self, secs: f64) -> std::time::Duration {
-        std::time::Duration::from_secs_f64((secs / self.time_scale).max(0.0))
+        // A validated configuration keeps every event far inside this; past it, the clock's end.
+        const LONGEST_S: f64 = 1e9;
+        let s = secs / self.time_scale;
+        std::time::Duration::from_secs_f64(if s.is_nan() {
+            0.0
+        } else {
+            s.clamp(0.0, LONGEST_S)
+        })
     }
 
     /// The way in and out (`stream_latency_s`) on the engine's clock, in ns, as every event
@@ -484,108 +519,4 @@ pub fn check_lengths(ctx: usize, prompt: usize, max_new: usize) -> Result<(), St
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn presets_parse_and_validate() {
-        for name in Config::preset_names() {
-            let c = Config::preset(name).unwrap();
-            c.validate().unwrap();
-        }
-        assert_eq!(Config::default().port, 30000);
-    }
-
-    #[test]
-    fn set_overrides_and_rejects() {
-        let mut c = Config::default();
-        c.set("mem_fraction_static", "0.93").unwrap();
-        assert_eq!(c.mem_fraction_static, 0.93);
-        c.set("chunked_prefill_size", "-1").unwrap();
-        assert_eq!(c.chunked_prefill_size, -1);
-        c.set("speculative_algorithm", "EAGLE").unwrap();
-        assert_eq!(c.speculative_algorithm, "EAGLE");
-        c.set("api_key", "secret").unwrap();
-        assert_eq!(c.api_key.as_deref(), Some("secret"));
-        c.set("time_scale", "2").unwrap();
-        assert_eq!(c.time_scale, 2.0);
-        assert!(matches!(
-            c.set("nope", "1"),
-            Err(ConfigError::UnknownKey(_))
-        ));
-        assert!(c.set("port", "banana").is_err());
-        assert!(Config::preset("nope").is_err());
-    }
-
-    #[test]
-    fn preset_files_are_read_and_refused_with_the_key_named() {
-        let dir = std::env::temp_dir().join(format!("mock-preset-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let kimi = include_str!("../../fixtures/presets/kimi-k2.6-dflash-8xrtx-pro-6000.toml");
-        let write = |name: &str, text: &str| {
-            let p = dir.join(name);
-            std::fs::write(&p, text).unwrap();
-            p
-        };
-        let ok = Config::preset_file(&write("ok.toml", kimi)).unwrap();
-        assert_eq!(
-            ok,
-            Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap()
-        );
-        let refused = |name: &str, text: String, key: &str| {
-            let e = Config::preset_file(&write(name, &text))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(key) && e.contains(name), "{e}");
-        };
-        refused(
-            "unknown.toml",
-            format!("{kimi}\nprefill_bogus_s = 1.0\n"),
-            "prefill_bogus_s",
-        );
-        refused(
-            "negative.toml",
-            kimi.replace("decode_base_s = 0.00005", "decode_base_s = -0.00005"),
-            "decode_base_s",
-        );
-        refused(
-            "pool.toml",
-            kimi.replace("kv_bytes_per_token = 70272", "kv_bytes_per_token = 7027200"),
-            "context_length",
-        );
-        refused(
-            "shares.toml",
-            format!("{kimi}\nspec_warmup_shares = [0.5, -0.5]\n"),
-            "spec_warmup_shares",
-        );
-        refused(
-            "missing.toml",
-            kimi.replace("decode_base_s = 0.00005", ""),
-            "decode_base_s",
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn empty_kv_pool_is_refused() {
-        let mut c = Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
-        c.set("mem_fraction_static", "0.5").unwrap();
-        let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("Not enough memory"), "{e}");
-    }
-
-    #[test]
-    fn the_batch_cost_grows_as_its_exponent_says() {
-        let mut c = Config::default();
-        c.decode_per_request_s = 0.001;
-        assert!((c.decode_batch_cost_s(16) - 0.016).abs() < 1e-15);
-        c.set("decode_batch_exponent", "0.5").unwrap();
-        assert!((c.decode_batch_cost_s(16) - 0.004).abs() < 1e-15);
-        assert!(c.validate().is_ok());
-        for bad in ["0", "-0.5", "2.5", "nan"] {
-            c.set("decode_batch_exponent", bad).unwrap();
-            let e = c.validate().unwrap_err().to_string();
-            assert!(e.contains("decode_batch_exponent"), "{bad}: {e}");
-        }
-    }
-}
+mod tests;

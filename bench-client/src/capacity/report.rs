@@ -38,11 +38,25 @@ impl Level {
     /// A level with its unit, as the answer prints it.
     pub fn show(self, v: f64) -> String {
         match self {
+            // Three decimals, or three significant digits below 0.1 req/s (0.000625, 0.00125).
+            Level::Rate if v > 0.0 && v < 0.1 => {
+                let decimals = (2 - v.log10().floor() as i32).clamp(3, 12) as usize;
+                format!("{v:.decimals$} req/s")
+            }
             Level::Rate => format!("{v:.3} req/s"),
             Level::Concurrency if v == 1.0 => "1 request in flight".to_string(),
             Level::Concurrency => format!("{v:.0} requests in flight"),
         }
     }
+}
+
+#[cfg(test)]
+#[test]
+fn low_rates_keep_three_significant_digits() {
+    assert_eq!(Level::Rate.show(0.000625), "0.000625 req/s");
+    assert_eq!(Level::Rate.show(0.00125), "0.00125 req/s");
+    assert_eq!(Level::Rate.show(0.05), "0.0500 req/s");
+    assert_eq!(Level::Rate.show(12.5), "12.500 req/s");
 }
 
 /// One step of the search.

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 
 use super::exit::CliError;
@@ -37,16 +36,16 @@ pub(super) struct CalibrateArgs {
     base: String,
     /// Fit only the sweep requests at these context lengths (comma separated, k = 1,000 tokens),
     /// holding the others out; default: every context.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "table")]
     contexts: Option<String>,
     /// The server's chunked prefill size, when its /server_info does not say (-1: none).
     #[arg(long, allow_hyphen_values = true)]
     chunked_prefill_size: Option<i64>,
     /// KV cache bytes per token of context, for the bandwidth diagnosis (with --mem-bandwidth-gbs).
-    #[arg(long, requires = "mem_bandwidth_gbs")]
+    #[arg(long, requires = "mem_bandwidth_gbs", conflicts_with = "table")]
     kv_bytes_per_token: Option<f64>,
     /// The GPU's memory bandwidth in GB/s (10^9 bytes/s), for the bandwidth diagnosis.
-    #[arg(long, requires = "kv_bytes_per_token")]
+    #[arg(long, requires = "kv_bytes_per_token", conflicts_with = "table")]
     mem_bandwidth_gbs: Option<f64>,
 }
 
@@ -56,6 +55,12 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     kept.extend(a.table.iter().map(|t| ("the table", t.clone())));
     super::paths::refuse_overwrites(&kept, &super::paths::written(&[("--out", Some(&a.out))]))
         .map_err(CliError::Usage)?;
+    super::paths::check_writable("--out", &a.out).map_err(CliError::Usage)?;
+    if a.chunked_prefill_size.is_some_and(|c| c == 0 || c < -1) {
+        return Err(usage(
+            "--chunked-prefill-size must be positive or -1 (each prompt in one pass)".into(),
+        ));
+    }
     if let Some(table) = &a.table {
         return super::twin_table::run_calibrate_table(super::twin_table::TableCalibration {
             table,
@@ -157,10 +162,7 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
         "kept from the base preset {}: memory (unless the server reported its KV pool), activation and fragmentation, output_per_request_s and every value not named above (marked ASSUMED in the preset)",
         a.base
     );
-    let tmp = a.out.with_extension("toml.tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, &a.out))
-        .with_context(|| format!("writing {}", a.out.display()))?;
+    super::paths::write_whole(&a.out, text)?;
     eprintln!(
         "wrote {}: run the twin with --preset-file {}",
         a.out.display(),

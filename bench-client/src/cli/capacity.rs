@@ -301,8 +301,24 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     let model0 = tokio::time::Instant::now();
     let outcome = capacity::run_capacity(&cfg).await;
     if cfg.load.simulated {
-        // The engine path's steps each start at virtual instant 0; the note counts wall time.
-        super::common::simulated_note(wall0, model0.elapsed(), a.server.simulate);
+        // The engine path's steps each run on a virtual clock of their own, from instant 0:
+        // their durations (completed requests over their throughput) add up.
+        let model = match (&outcome, a.server.simulate) {
+            (Ok(o), true) => std::time::Duration::from_secs_f64(
+                o.report
+                    .steps
+                    .iter()
+                    .filter_map(|r| {
+                        r.request_throughput
+                            .filter(|t| *t > 0.0)
+                            .map(|t| r.succeeded as f64 / t)
+                    })
+                    .sum::<f64>()
+                    .min(1e12),
+            ),
+            _ => model0.elapsed(),
+        };
+        super::common::simulated_note(wall0, model, a.server.simulate);
     }
     if let Some(m) = mock {
         m.shutdown().await;

@@ -221,6 +221,7 @@ pub(super) async fn connect(
         .or_else(|| std::env::var("SGLANG_API_KEY").ok())
         .filter(|k| !k.is_empty());
     let (base_url, mock) = match &s.url {
+        Some(u) if api_key.is_some() => (without_credentials(u), None),
         Some(u) => (u.clone(), None),
         None => start_mock(s).await?,
     };
@@ -248,15 +249,49 @@ pub(super) async fn connect(
     Ok((target, mock))
 }
 
+/// `url` without its `user:password@`: a request carries one Authorization header, and with an
+/// API key the key's bearer header is it (the URL's would go as basic auth and shadow it).
+fn without_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            eprintln!("note: the URL's user:password@ is not sent: the API key authenticates");
+            let text = u.to_string();
+            // The parser adds a path of "/" to a bare host; the URL as given had none.
+            match text.strip_suffix('/') {
+                Some(t) if !url.ends_with('/') => t.to_string(),
+                _ => text,
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
 #[cfg(feature = "embedded-mock")]
 pub(super) async fn start_mock(s: &ServerArgs) -> anyhow::Result<(String, Option<Mock>)> {
-    let m = crate::drive::embedded::EmbeddedMock::start_config(s.mock_config()?).await?;
+    let config = s.mock_config()?;
+    let fitted_rows = config.discrepancy.len();
+    let m = crate::drive::embedded::EmbeddedMock::start_config(config).await?;
     let url = m.url();
     eprintln!(
         "started the embedded mock server (preset {}) at {url}",
         s.mock_name()
     );
+    note_model_alone(fitted_rows);
     Ok((url, Some(m)))
+}
+
+/// A preset fitted to a table keeps its rows' measured times over its model's (the discrepancy);
+/// the mock serves the model alone, so a run says so where they differ from what `predict` gives.
+#[cfg(feature = "embedded-mock")]
+fn note_model_alone(n: usize) {
+    if n > 0 {
+        eprintln!(
+            "note: this preset's {n} fitted rows measured TTFT and TPOT apart from its model (its discrepancy); \
+             the mock serves the model alone, `predict` applies them (docs/twin.md)"
+        );
+    }
 }
 
 #[cfg(not(feature = "embedded-mock"))]
@@ -281,14 +316,16 @@ pub(super) async fn destination(
 /// checked; nothing is started.
 #[cfg(feature = "embedded-mock")]
 fn engine_path(s: &ServerArgs) -> anyhow::Result<Destination> {
-    let d = Destination {
-        target: s.engine_target(),
-        engine: Some(s.mock_config()?),
-    };
+    let config = s.mock_config()?;
     eprintln!(
         "simulating the embedded mock's engine (preset {}) on its exact virtual clock",
         s.mock_name()
     );
+    note_model_alone(config.discrepancy.len());
+    let d = Destination {
+        target: s.engine_target(),
+        engine: Some(config),
+    };
     Ok(d)
 }
 
@@ -393,4 +430,18 @@ pub(super) fn simulated_note(wall0: std::time::Instant, model: Duration, engine_
         model.as_secs_f64(),
         wall0.elapsed().as_secs_f64()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn with_an_api_key_the_url_s_credentials_are_not_sent() {
+        use super::without_credentials as strip;
+        assert_eq!(
+            strip("http://u:p@127.0.0.1:30000"),
+            "http://127.0.0.1:30000"
+        );
+        assert_eq!(strip("https://u@h.example/v1/"), "https://h.example/v1/");
+        assert_eq!(strip("http://h:1/base"), "http://h:1/base");
+    }
 }

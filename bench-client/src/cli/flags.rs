@@ -96,11 +96,12 @@ impl RunArgs {
 /// The requests of a load: lengths, shared prefixes, or a trace.
 #[derive(Args, Debug)]
 pub(super) struct WorkloadArgs {
-    /// Prompt length distribution: 512, uniform:256:1024 or normal:1000:200 (k = 1,000).
-    #[arg(long, default_value = "512")]
+    /// Prompt length distribution: 512, uniform:256:1024 or normal:1000:200 (k = 1,000); not
+    /// with --trace (its lines give the lengths).
+    #[arg(long, default_value = "512", conflicts_with = "trace")]
     pub(super) input_len: String,
     /// Output length distribution, same forms.
-    #[arg(long, default_value = "128")]
+    #[arg(long, default_value = "128", conflicts_with = "trace")]
     pub(super) output_len: String,
     /// Shared-prefix workload: this many groups, each sharing a --prefix-len prefix.
     #[arg(long)]

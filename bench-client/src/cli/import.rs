@@ -1,8 +1,7 @@
 //! `bench-client import`: other tools' result files into one results file and its manifest, written
 //! whole or not at all, and each tool's own summary held against the records rebuilt from it.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -50,26 +49,6 @@ pub(super) struct ImportArgs {
     /// The tool that wrote the files (default: detected from each file's content).
     #[arg(long, value_enum)]
     from: Option<Source>,
-}
-
-/// Write `text` to `path` through a temporary file beside it, renamed into place once whole; the
-/// temporary file is removed when that fails.
-fn write_whole(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = PathBuf::from(format!("{}.tmp", path.display()));
-    let written = std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        })
-        .with_context(|| format!("writing {}", tmp.display()))
-        .and_then(|()| {
-            std::fs::rename(&tmp, path)
-                .with_context(|| format!("renaming {} into place", tmp.display()))
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }
 
 fn jsonl<T: serde::Serialize>(lines: &[T]) -> anyhow::Result<String> {
@@ -162,14 +141,11 @@ pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
             records.extend(recs);
         }
     }
-    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     // The manifest first: results without their manifest would compare as another tool's run. A
     // manifest whose results could not be written is removed again.
     let manifest = manifest_path(&a.out);
-    write_whole(&manifest, &jsonl(&manifests)?)?;
-    if let Err(e) = jsonl(&records).and_then(|text| write_whole(&a.out, &text)) {
+    super::paths::write_whole(&manifest, &jsonl(&manifests)?)?;
+    if let Err(e) = jsonl(&records).and_then(|text| super::paths::write_whole(&a.out, &text)) {
         let _ = std::fs::remove_file(&manifest);
         return Err(e.into());
     }

@@ -339,20 +339,27 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
     };
     // The saturation probes' lines, and their figures for the JSON.
     #[cfg(not(feature = "embedded-mock"))]
-    let saturation: Option<(Vec<String>, serde_json::Value)> = None;
+    let saturate = || -> Option<(Vec<String>, serde_json::Value)> { None };
     #[cfg(feature = "embedded-mock")]
-    let saturation = probe
-        .filter(|_| outcome.summary.succeeded > 0)
-        .map(|(mock, planner)| {
-            eprintln!("saturation: probing (the run again 5% slower, and a full scheduler; --no-saturation skips it)");
-            match crate::twin::headroom::headroom(&cfg, &mock, &planner, &outcome.summary) {
-                Ok(h) => (h.lines(), h.to_json()),
-                Err(e) => (
-                    vec![format!("saturation: not measured: {e:#}")],
-                    serde_json::json!({ "error": format!("{e:#}") }),
-                ),
-            }
-        });
+    let saturate = || {
+        probe
+            .as_ref()
+            .filter(|_| outcome.summary.succeeded > 0)
+            .map(|(mock, planner)| {
+                eprintln!("saturation: probing (the run again 5% slower, and a full scheduler; --no-saturation skips it)");
+                match crate::twin::headroom::headroom(&cfg, mock, planner, &outcome.summary) {
+                    Ok(h) => (h.lines(), h.to_json()),
+                    Err(e) => (
+                        vec![format!("saturation: not measured: {e:#}")],
+                        serde_json::json!({ "error": format!("{e:#}") }),
+                    ),
+                }
+            })
+    };
+    // The JSON carries the probes' figures; a table or CSV is out before they run, so that an
+    // interrupted probe loses nothing of the run's.
+    let json = matches!(a.format, Format::Json);
+    let saturation = if json { saturate() } else { None };
     match a.format {
         // The server's /metrics in the JSON too, as `merge --format json` gives them; and the
         // saturation probes of a simulated run.
@@ -368,6 +375,7 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         }
         _ => print_load(&outcome.summary, &records, a.format)?,
     }
+    let saturation = if json { saturation } else { saturate() };
     for l in saturation.iter().flat_map(|(lines, _)| lines) {
         eprintln!("{l}");
     }

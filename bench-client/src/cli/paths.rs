@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
 use crate::results::manifest_path;
 
 /// A file a command reads or keeps, named for the error message.
@@ -88,9 +90,92 @@ pub(super) fn written<'a>(outs: &[(&'static str, Option<&'a PathBuf>)]) -> Vec<W
         .collect()
 }
 
+/// Refuses an output path no file can be written to, before any work: an existing folder, device
+/// or other file that is not a regular one (a link is followed), or a folder that cannot be made.
+pub(super) fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
+    if let Ok(m) = std::fs::metadata(path) {
+        if !m.is_file() {
+            anyhow::bail!(
+                "{flag} {}: {}, not a file to write",
+                path.display(),
+                if m.is_dir() {
+                    "a folder"
+                } else {
+                    "a device, socket or pipe"
+                }
+            );
+        }
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!("{flag} {}: cannot make its folder: {e}", path.display())
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes `text` to `path` through a temporary file beside it, renamed into place once whole; the
+/// temporary file is removed when that fails. A link is written through (the file it names is
+/// replaced), and a path that is not a regular file is refused ([`check_writable`]).
+pub(super) fn write_whole(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    check_writable("writing", path)?;
+    let target = if path.is_symlink() {
+        path.canonicalize()
+            .with_context(|| format!("following the link {}", path.display()))?
+    } else {
+        path.to_path_buf()
+    };
+    let tmp = PathBuf::from(format!("{}.tmp", target.display()));
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        })
+        .with_context(|| format!("writing {}", tmp.display()))
+        .and_then(|()| {
+            std::fs::rename(&tmp, &target)
+                .with_context(|| format!("renaming {} into place", tmp.display()))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_output_is_written_whole_through_a_link_and_never_over_a_folder_or_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.toml");
+        std::fs::write(&real, "old").unwrap();
+        #[cfg(unix)]
+        {
+            let link = dir.path().join("link.toml");
+            std::os::unix::fs::symlink(&real, &link).unwrap();
+            write_whole(&link, "new").unwrap();
+            assert!(link.is_symlink());
+            assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+            let e = check_writable("--out", Path::new("/dev/null")).unwrap_err();
+            assert!(e.to_string().contains("not a file to write"), "{e}");
+        }
+        let e = write_whole(dir.path(), "x").unwrap_err();
+        assert!(e.to_string().contains("a folder"), "{e}");
+        let nested = dir.path().join("a/b/p.toml");
+        write_whole(&nested, "p").unwrap();
+        assert_eq!(std::fs::read_to_string(&nested).unwrap(), "p");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.to_string_lossy().ends_with(".tmp")),
+            "{names:?}"
+        );
+    }
 
     #[test]
     fn an_output_naming_an_input_or_its_manifest_is_refused() {

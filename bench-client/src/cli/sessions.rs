@@ -14,17 +14,18 @@ pub(super) struct SessionArgs {
     /// --output-len tokens.
     #[arg(long, conflicts_with_all = ["request_rate", "trace", "prefix_groups", "num_requests", "duration", "max_concurrency"])]
     pub(super) sessions: Option<u64>,
-    /// Turns per session (with --sessions).
-    #[arg(long, default_value_t = 5, requires = "sessions")]
-    turns: u32,
+    /// Turns per session (with --sessions) [default: 5].
+    #[arg(long)]
+    turns: Option<u32>,
     /// New tokens of every turn after the first (with --sessions): 512, uniform:64:256 or
     /// normal:200:50 (k = 1,000); default: --input-len.
-    #[arg(long, requires = "sessions")]
+    #[arg(long)]
     turn_input_len: Option<String>,
     /// Pause between the end of a turn and the start of the next (with --sessions): 0, 2s,
-    /// uniform:1s:5s or exp:2s (exponential with that mean, vLLM's per-client Poisson wait).
-    #[arg(long, default_value = "0", requires = "sessions")]
-    think_time: String,
+    /// uniform:1s:5s or exp:2s (exponential with that mean, vLLM's per-client Poisson wait)
+    /// [default: 0].
+    #[arg(long)]
+    think_time: Option<String>,
 }
 
 impl SessionArgs {
@@ -36,17 +37,29 @@ impl SessionArgs {
         output: &LenDist,
     ) -> anyhow::Result<Option<Sessions>> {
         let Some(sessions) = self.sessions else {
+            // Flags of sessions without them would be dropped unseen.
+            let given: Vec<&str> = [
+                ("--turns", self.turns.is_some()),
+                ("--turn-input-len", self.turn_input_len.is_some()),
+                ("--think-time", self.think_time.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, given)| given.then_some(flag))
+            .collect();
+            if !given.is_empty() {
+                anyhow::bail!("{} need --sessions N (a multi-turn run)", given.join(", "));
+            }
             return Ok(None);
         };
         let turn_input = match &self.turn_input_len {
             Some(s) => LenDist::parse(s).map_err(|e| anyhow::anyhow!("--turn-input-len: {e}"))?,
             None => input.clone(),
         };
-        let think =
-            ThinkTime::parse(&self.think_time).map_err(|e| anyhow::anyhow!("--think-time: {e}"))?;
+        let think = ThinkTime::parse(self.think_time.as_deref().unwrap_or("0"))
+            .map_err(|e| anyhow::anyhow!("--think-time: {e}"))?;
         let s = Sessions {
             sessions,
-            turns: self.turns,
+            turns: self.turns.unwrap_or(5),
             first_input: input.clone(),
             turn_input,
             output: output.clone(),

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::common::Format;
@@ -16,7 +15,7 @@ use crate::twin::base_preset;
 use crate::twin::discrepancy;
 use crate::twin::table::{
     chooses_chunk, fit_table, point_of, predict_rows, TableFit, TableFitOptions, CHUNK_CHOICES,
-    UNREACHED_COST,
+    UNCHUNKED, UNREACHED_COST,
 };
 use crate::twin::table_preset::{per_token_prior, table_preset, TableSource, PAIR_HELD};
 use crate::twin::table_results::rows_of_file;
@@ -48,19 +47,31 @@ fn scheduler(rows: &[TableRow], flag: Option<Backend>) -> (bool, &'static str) {
     if let Some(b) = flag {
         return (b == Backend::Vllm, "--backend");
     }
-    let first = rows.first().and_then(|r| r.backend.as_deref());
-    let agree = rows.iter().all(|r| r.backend.as_deref() == first);
-    match first {
-        Some(b) if agree && b.eq_ignore_ascii_case("vllm") => {
-            (true, "the table's backend column (vllm)")
+    let mut named: Vec<String> = rows
+        .iter()
+        .map(|r| r.backend.as_deref().unwrap_or("").to_ascii_lowercase())
+        .collect();
+    named.sort();
+    named.dedup();
+    match named.as_slice() {
+        [b] if b == "vllm" => (true, "the table's backend column (vllm)"),
+        [b] if b == "sglang" => (false, "the table's backend column (sglang)"),
+        _ => {
+            if named != [""] {
+                let shown: Vec<&str> = named
+                    .iter()
+                    .map(|b| if b.is_empty() { "(blank)" } else { b.as_str() })
+                    .collect();
+                eprintln!(
+                    "note: the backend column holds {}, not one of sglang or vllm: SGLang's scheduler is assumed (--backend picks one)",
+                    shown.join(", ")
+                );
+            }
+            (
+                false,
+                "SGLang (no --backend, no single backend in the table)",
+            )
         }
-        Some(b) if agree && b.eq_ignore_ascii_case("sglang") => {
-            (false, "the table's backend column (sglang)")
-        }
-        _ => (
-            false,
-            "SGLang (no --backend, no single backend in the table)",
-        ),
     }
 }
 
@@ -85,7 +96,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     let (mixed, scheduler_from) = scheduler(&rows, a.backend);
     let (chunk, chunk_choices) = match a.chunked_prefill_size {
         Some(c) if c > 0 => (c as usize, Vec::new()),
-        Some(_) => (usize::MAX / 4, Vec::new()),
+        Some(_) => (UNCHUNKED, Vec::new()),
         None => (CHUNK_CHOICES[0], CHUNK_CHOICES.to_vec()),
     };
     let opts = TableFitOptions {
@@ -115,12 +126,14 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
     let choices = choices.join(", ");
     let chosen = chooses_chunk(&points, &opts);
     let chunks = if chosen {
-        format!("the best fit of {choices}")
+        format!("the best fit of {choices} prefill tokens a pass")
+    } else if chunk >= UNCHUNKED {
+        "each prompt prefilled in one pass".to_string()
     } else {
-        chunk.to_string()
+        format!("{chunk} prefill tokens a pass")
     };
     eprintln!(
-        "fitting {} rows{} by simulation: scheduler {}, {chunks} prefill tokens a pass",
+        "fitting {} rows{} by simulation: scheduler {}, {chunks}",
         rows.len(),
         a.deployment.map_or(String::new(), |d| format!(" of {d}")),
         if mixed { "vLLM's" } else { "SGLang's" },
@@ -185,10 +198,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         },
     )
     .map_err(CliError::Other)?;
-    let tmp = a.out.with_extension("toml.tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, a.out))
-        .with_context(|| format!("writing {}", a.out.display()))?;
+    super::paths::write_whole(a.out, &text)?;
     // The report comes after the preset is on disk: a closed stdout (`| head`) loses nothing.
     report(&fit, mixed, &views);
     eprintln!(

@@ -118,10 +118,10 @@ fn per_request<'a>(
 }
 
 fn secs(o: &Obj<'_>, key: &str, i: usize, v: &Value) -> Result<f64, ImportError> {
-    number(v).filter(|x| *x >= 0.0).ok_or_else(|| {
+    json::seconds(v).ok_or_else(|| {
         o.err(
             &format!("{key}[{i}]"),
-            format!("expected seconds, found {v}"),
+            format!("expected seconds (0 to 1e10), found {v}"),
         )
     })
 }

@@ -132,7 +132,11 @@ pub fn records(run: &Run, run_index: usize) -> Vec<Record> {
             if let Some(e) = &r.error {
                 rec.error = Some(RecordError {
                     kind: ErrorKind::Imported,
-                    message: format!("{} reported: {}", run.source.as_str(), e.trim()),
+                    message: crate::net::redact::redact_text(&format!(
+                        "{} reported: {}",
+                        run.source.as_str(),
+                        e.trim()
+                    )),
                 });
             } else if !run.attribution.counts_known() {
                 source_decode(&mut rec, run.tpot);

@@ -25,11 +25,11 @@ struct Timed {
 fn timed(o: &Obj<'_>, status: &str) -> Result<Timed, ImportError> {
     let info = o.obj("info")?;
     let t = info.obj("timings")?;
-    let start = t.num("request_start")?.or(o.num("request_start_time")?);
+    let start = t.secs("request_start")?.or(o.secs("request_start_time")?);
     let start = start.ok_or_else(|| t.err("request_start", "missing"))?;
     let end = t
-        .num("request_end")?
-        .or(o.num("request_end_time")?)
+        .secs("request_end")?
+        .or(o.secs("request_end_time")?)
         .unwrap_or(start);
     let output = o.get("output_tokens").and_then(count).unwrap_or(0);
     let error = match status {
@@ -38,10 +38,10 @@ fn timed(o: &Obj<'_>, status: &str) -> Result<Timed, ImportError> {
         _ => Some("incomplete: still running when the benchmark stopped".to_string()),
     };
     Ok(Timed {
-        scheduled: t.num("targeted_start")?.unwrap_or(start).min(start),
+        scheduled: t.secs("targeted_start")?.unwrap_or(start).min(start),
         start,
-        first: t.num("first_token_iteration")?,
-        last: t.num("last_token_iteration")?,
+        first: t.secs("first_token_iteration")?,
+        last: t.secs("last_token_iteration")?,
         end,
         input: o.get("prompt_tokens").and_then(count),
         output,

@@ -124,6 +124,17 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// An optional time in seconds, a Unix instant or a duration: at least 0 and at most
+    /// [`LATEST_S`].
+    pub fn secs(&self, key: &str) -> Result<Option<f64>, ImportError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => seconds(v)
+                .map(Some)
+                .ok_or_else(|| self.err(key, format!("expected seconds (0 to 1e10), found {v}"))),
+        }
+    }
+
     /// An optional string.
     pub fn str(&self, key: &str) -> Option<&'a str> {
         self.get(key).and_then(Value::as_str)
@@ -167,6 +178,15 @@ impl<'a> Obj<'a> {
 /// A finite number (integers included).
 pub fn number(v: &Value) -> Option<f64> {
     v.as_f64().filter(|x| x.is_finite())
+}
+
+/// The latest a time in seconds may be: a Unix instant in the year 2286, or a duration of 317
+/// years; past it a value is a unit slip (ms or ns) or garbage.
+pub const LATEST_S: f64 = 1e10;
+
+/// A time in seconds (see [`LATEST_S`]).
+pub fn seconds(v: &Value) -> Option<f64> {
+    number(v).filter(|x| (0.0..=LATEST_S).contains(x))
 }
 
 /// A non-negative whole number that fits a `u32` (token counts), from an integer or an integral float.

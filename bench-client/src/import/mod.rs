@@ -324,7 +324,7 @@ pub fn manifest(
         }),
         url: run.url.as_deref().map(crate::net::redact::redact_text),
         dialect: Some(run.dialect),
-        model: run.model.clone(),
+        model: run.model.as_deref().map(crate::net::redact::redact_text),
         server_info: run.server_info.clone().map(scrub),
         start_unix_ms: Some(run.start_unix_ms),
         stamping: Some(StampSource::Other("imported".to_string())),

@@ -98,13 +98,15 @@ fn a_failed_request_is_a_failed_record_and_secrets_stay_out_of_the_manifest() {
     let mut line = bench_serving_line("sglang");
     line["tokenizer_id"] = json!("https://user:hunter2@hub.example/tok");
     line["server_info"]["hf_token"] = json!("hf_abc");
-    let (i, _) = import_one(&line.to_string()).unwrap();
+    line["model_id"] = json!("https://dave:pw9@hf.example/m");
+    line["errors"][2] = json!("500, url=http://alice:pw8@gpu.example:30000/generate");
+    let (i, recs) = import_one(&line.to_string()).unwrap();
     let m = manifest(&i, &i.runs[0], 0, "import").to_value();
-    let text = m.to_string();
-    assert!(
-        !text.contains("hunter2") && !text.contains("hf_abc") && !text.contains("sk-secret"),
-        "{text}"
-    );
+    let text = m.to_string() + &serde_json::to_string(&recs).unwrap();
+    for secret in ["hunter2", "hf_abc", "sk-secret", "pw9", "pw8"] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    assert_eq!(m["model"], "https://<redacted>@hf.example/m");
     assert_eq!(
         m["imported"]["settings"]["tokenizer_id"],
         "https://<redacted>@hub.example/tok"
@@ -180,6 +182,13 @@ fn bad_input_names_the_file_and_the_field() {
     negative["ttfts"][1] = json!("NaN");
     let e = err(&negative.to_string());
     assert!(e.contains("field ttfts[1]: expected seconds"), "{e}");
+    // A finite time past 1e10 s is a unit slip or garbage: refused too, not a 1e300 s run.
+    negative["ttfts"][1] = json!(1e300);
+    let e = err(&negative.to_string());
+    assert!(
+        e.contains("field ttfts[1]: expected seconds (0 to 1e10)"),
+        "{e}"
+    );
 
     let raw = err(
         r#"{"metadata": {"request_start_ns": 1}, "start_perf_ns": 5, "responses": [{"perf_ns": 9, "packets": [{"name": "data", "value": "{\"choices\": [{\"text\": \" a\"}]}"}]}]}"#,

@@ -4,8 +4,10 @@
 //! Rules: in JSON, the value of every key whose name ends with the word `key`, `password`, `secret`,
 //! `token` or the like ([`secret_name`]; any case, any depth) becomes [`REDACTED`] when it holds a non-empty string anywhere
 //! (numbers, booleans and nulls are counts and switches, kept: `max_total_tokens`), and so does
-//! any string equal to the client's own API key; in text, the `user:password@` of a URL becomes
-//! `<redacted>@`.
+//! any string equal to the client's own API key, the value of a header given as a `[name, value]`
+//! pair or a `name: value` string under a secret's name (AIPerf's `headers`, `extra`); in text,
+//! the `user:password@` of a URL becomes `<redacted>@` and the credential after `Bearer ` or
+//! `Basic ` becomes `<redacted>`.
 
 use serde_json::Value;
 
@@ -72,16 +74,38 @@ pub fn redact_json(v: &mut Value, api_key: Option<&str>) {
                 }
             }
         }
-        Value::Array(a) => a.iter_mut().for_each(|x| redact_json(x, api_key)),
+        Value::Array(a) => {
+            let pair_named_secret =
+                a.len() == 2 && a[0].as_str().is_some_and(secret_name) && holds_text(&a[1]);
+            if pair_named_secret {
+                a[1] = Value::String(REDACTED.into());
+            } else {
+                a.iter_mut().for_each(|x| redact_json(x, api_key));
+            }
+        }
         Value::String(s) => {
             if api_key.is_some_and(|k| s == k) {
                 *s = REDACTED.into();
-            } else if s.contains('@') {
+            } else if let Some(name) = header_named_secret(s) {
+                *s = format!("{name}: {REDACTED}");
+            } else {
                 *s = redact_text(s);
             }
         }
         _ => {}
     }
+}
+
+/// The name of a `name: value` header line whose name is a secret's (`Authorization: Bearer x`,
+/// `X-Api-Key:abc`), with a non-empty value.
+fn header_named_secret(s: &str) -> Option<&str> {
+    let (name, value) = s.split_once(':')?;
+    let name = name.trim();
+    let is_name = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    (is_name && secret_name(name) && !value.trim().is_empty()).then_some(name)
 }
 
 /// A value shown as text under `key` (a dotted path), redacted by the same rules: a secret-named
@@ -98,8 +122,48 @@ pub fn redact_shown(key: &str, value: &str) -> String {
     }
 }
 
-/// `s` with the `user:password@` (or `user@`) of every URL in it replaced by `<redacted>@`.
+/// `s` with the `user:password@` (or `user@`) of every URL in it replaced by `<redacted>@`, and
+/// the credential after every `Bearer ` or `Basic ` (any case) by `<redacted>`.
 pub fn redact_text(s: &str) -> String {
+    redact_schemes(&redact_urls(s))
+}
+
+/// The credential after an HTTP authorization scheme's name: up to the next whitespace, quote or
+/// comma.
+fn redact_schemes(s: &str) -> String {
+    let lower = s.to_ascii_lowercase();
+    let mut out = String::with_capacity(s.len());
+    let mut at = 0;
+    let mut from = 0;
+    while let Some((start, len)) = [("bearer ", lower.as_str()), ("Basic ", s)]
+        .iter()
+        .filter_map(|(w, hay)| hay[from..].find(w).map(|p| (from + p, w.len())))
+        .min()
+    {
+        let cred = start + len;
+        let end = s[cred..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ','))
+            .map_or(s.len(), |e| cred + e);
+        let word = &s[cred..end];
+        // `Basic` is a common word: its credential is base64 (`user:password`).
+        let basic = len == "Basic ".len();
+        let base64 = word.len() >= 4
+            && word
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='));
+        if !word.is_empty() && (!basic || base64) {
+            out.push_str(&s[at..cred]);
+            out.push_str(REDACTED);
+            at = end;
+        }
+        from = end.max(cred);
+    }
+    out.push_str(&s[at..]);
+    out
+}
+
+/// `s` with the `user:password@` (or `user@`) of every URL in it replaced by `<redacted>@`.
+fn redact_urls(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(p) = rest.find("://") {
@@ -151,6 +215,24 @@ mod tests {
     }
 
     #[test]
+    fn headers_as_pairs_or_lines_under_a_secret_name_are_replaced() {
+        let mut v = json!({
+            "headers": [["Authorization", "Bearer sk-1"], ["X-Api-Key", "k"], ["Accept", "text/plain"]],
+            "extra": [["api_token", "t"], ["max_tokens", 64]],
+            "header": ["Authorization: Bearer sk-2", "x-api-key:k2", "Accept: */*"]
+        });
+        redact_json(&mut v, None);
+        assert_eq!(v["headers"][0][1], REDACTED);
+        assert_eq!(v["headers"][1][1], REDACTED);
+        assert_eq!(v["headers"][2][1], "text/plain");
+        assert_eq!(v["extra"][0][1], REDACTED);
+        assert_eq!(v["extra"][1][1], 64);
+        assert_eq!(v["header"][0], "Authorization: <redacted>");
+        assert_eq!(v["header"][1], "x-api-key: <redacted>");
+        assert_eq!(v["header"][2], "Accept: */*");
+    }
+
+    #[test]
     fn a_secret_is_named_by_the_last_word_of_its_key() {
         for k in [
             "api_key",
@@ -198,5 +280,13 @@ mod tests {
             "http://<redacted>@h:1/x and https://h2/ and ftp://<redacted>@h"
         );
         assert_eq!(redact_text("no url"), "no url");
+        assert_eq!(
+            redact_text("401 for header Authorization: Bearer sk-abc, Basic dTpw"),
+            "401 for header Authorization: Bearer <redacted>, Basic <redacted>"
+        );
+        assert_eq!(
+            redact_text("the basic plan, Basic auth."),
+            "the basic plan, Basic auth."
+        );
     }
 }

@@ -128,9 +128,10 @@ impl Schedule {
                 kind,
                 burstiness,
             } => {
-                if !rate.is_finite() || *rate <= 0.0 {
+                // Below a request in about 12 days the schedule leaves the ns clock's 584 years.
+                if !rate.is_finite() || *rate < 1e-6 {
                     return Err(format!(
-                        "--request-rate must be a positive number, got {rate}"
+                        "--request-rate must be a number of at least 0.000001 (req/s), got {rate}"
                     ));
                 }
                 if !burstiness.is_finite() || *burstiness <= 0.0 {
@@ -323,6 +324,9 @@ mod tests {
         };
         assert!(s(0.0, ArrivalKind::Poisson, 1.0).is_err());
         assert!(s(f64::NAN, ArrivalKind::Poisson, 1.0).is_err());
+        // Ten requests at 1e-10 req/s would span 3,000 years: past the ns clock, and refused.
+        assert!(s(1e-10, ArrivalKind::Poisson, 1.0).is_err());
+        assert!(s(1e-6, ArrivalKind::Poisson, 1.0).is_ok());
         assert!(s(1.0, ArrivalKind::Poisson, 2.0).is_err());
         assert!(s(1.0, ArrivalKind::Gamma, 0.0).is_err());
         assert!(s(1.0, ArrivalKind::Gamma, 0.5).is_ok());

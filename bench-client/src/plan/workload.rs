@@ -81,6 +81,15 @@ impl LenDist {
         }
     }
 
+    /// The mean length a draw has (the normal's before its clamp).
+    pub fn mean(&self) -> f64 {
+        match *self {
+            Self::Fixed { n } => f64::from(n),
+            Self::Uniform { lo, hi } => (f64::from(lo) + f64::from(hi)) / 2.0,
+            Self::Normal { mean, .. } => mean,
+        }
+    }
+
     /// One draw.
     pub fn sample(&self, rng: &mut ChaCha8Rng) -> u32 {
         match *self {
@@ -120,6 +129,29 @@ pub enum Workload {
     },
     /// A trace (Mooncake, Azure or native), read and checked: its arrivals are the schedule's.
     Trace(Arc<Trace>),
+}
+
+impl Workload {
+    /// The mean tokens a request holds in the KV cache at its end: its prompt and its output.
+    pub fn mean_tokens(&self) -> f64 {
+        match self {
+            Self::Random { input, output } => input.mean() + output.mean(),
+            Self::SharedPrefix {
+                prefix_len,
+                input,
+                output,
+                ..
+            } => f64::from(*prefix_len) + input.mean() + output.mean(),
+            Self::Trace(t) => {
+                let lengths = t.lengths();
+                let sum: f64 = lengths
+                    .iter()
+                    .map(|&(i, o)| f64::from(i) + f64::from(o))
+                    .sum();
+                sum / lengths.len().max(1) as f64
+            }
+        }
+    }
 }
 
 /// One request of a load run.

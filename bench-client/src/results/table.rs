@@ -42,6 +42,9 @@ pub const MAX_CONCURRENCY: u32 = 65_536;
 /// The least time a row may give (ms): a microsecond; less is not a measurement.
 pub const MIN_TIME_MS: f64 = 1e-3;
 
+/// The most time a row may give (ms): a day; more is a unit slip (a time in us or ns).
+pub const MAX_TIME_MS: f64 = 86_400_000.0;
+
 /// Why a row's lengths cannot be run: `None` where they can, else the column at fault and why.
 pub fn shape_error(isl: u32, osl: u32, concurrency: u32) -> Option<(&'static str, String)> {
     if concurrency > MAX_CONCURRENCY {
@@ -94,7 +97,29 @@ pub fn parse_table(
         .headers()
         .map_err(|e| whole(format!("line 1: {e}")))?
         .clone();
+    if text.trim().is_empty() {
+        return Err(whole("the file is empty (a header of isl, osl, concurrency, ttft_ms, tpot_ms, then a row each)".into()));
+    }
     let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
+    // A column named twice would be read from its first place without a word.
+    for name in [
+        "isl",
+        "osl",
+        "concurrency",
+        "ttft_ms",
+        "tpot_ms",
+        "deployment",
+        "backend",
+    ] {
+        if headers
+            .iter()
+            .filter(|h| h.eq_ignore_ascii_case(name))
+            .count()
+            > 1
+        {
+            return Err(whole(format!("line 1: column {name} is named twice")));
+        }
+    }
     let need = |name: &str| {
         col(name).ok_or_else(|| {
             whole(format!(
@@ -141,7 +166,11 @@ pub fn parse_table(
                 return Ok(None);
             }
             match s.parse::<f64>() {
-                Ok(v) if v.is_finite() && v >= MIN_TIME_MS => Ok(Some(v)),
+                Ok(v) if (MIN_TIME_MS..=MAX_TIME_MS).contains(&v) => Ok(Some(v)),
+                Ok(v) if v.is_finite() && v > MAX_TIME_MS => Err(bad(
+                    i,
+                    format!("{s:?}: over a day (86,400,000 ms) is not a measured time; the column is in ms"),
+                )),
                 Ok(v) if v.is_finite() && v > 0.0 => Err(bad(
                     i,
                     format!("{s:?}: under a microsecond (0.001 ms) is not a measured time; the column is in ms"),
@@ -176,6 +205,9 @@ pub fn parse_table(
     Ok(rows)
 }
 
+/// How a blank `deployment` cell is named beside named ones.
+const BLANK: &str = "(blank)";
+
 /// The rows of one deployment: `name`'s, or all of them when the table holds one. A table
 /// that mixes deployments is refused without a name, since one server's fit cannot be another's.
 pub fn select_deployment(
@@ -183,10 +215,14 @@ pub fn select_deployment(
     rows: Vec<TableRow>,
     name: Option<&str>,
 ) -> Result<Vec<TableRow>, TableError> {
-    let names: BTreeSet<&str> = rows
+    let mut names: BTreeSet<&str> = rows
         .iter()
         .filter_map(|r| r.deployment.as_deref())
         .collect();
+    // A blank cell beside named ones is a deployment of its own, never merged into another.
+    if !names.is_empty() && rows.iter().any(|r| r.deployment.is_none()) {
+        names.insert(BLANK);
+    }
     let whole = |message: String| TableError::File {
         file: file.to_string(),
         message,
@@ -221,7 +257,7 @@ pub fn select_deployment(
             }
             Ok(rows
                 .into_iter()
-                .filter(|r| r.deployment.as_deref() == Some(n))
+                .filter(|r| r.deployment.as_deref().unwrap_or(BLANK) == n)
                 .collect())
         }
     }
@@ -312,6 +348,41 @@ mod tests {
             e.starts_with("t.csv: line 3, column tpot_ms:") && e.contains("microsecond"),
             "{e}"
         );
+        // 1e300 ms is finite, and a unit slip: the engine's clock cannot hold it.
+        let e = err(&OK.replace("60,11.5", "1e300,11.5"), Measured::Required);
+        assert!(
+            e.starts_with("t.csv: line 3, column ttft_ms:") && e.contains("over a day"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_blank_deployment_a_column_named_twice_and_an_empty_file_are_refused() {
+        let blank = OK.replace("b,vllm", ",vllm");
+        let rows = parse_table("t.csv", &blank, Measured::Required).unwrap();
+        let e = select_deployment("t.csv", rows.clone(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2 deployments (") && e.contains("(blank)"),
+            "{e}"
+        );
+        assert_eq!(
+            select_deployment("t.csv", rows.clone(), Some("a"))
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            select_deployment("t.csv", rows, Some("(blank)"))
+                .unwrap()
+                .len(),
+            1
+        );
+        let e = err(&OK.replacen("isl,", "isl,ISL,", 1), Measured::Required);
+        assert!(e.contains("column isl is named twice"), "{e}");
+        let e = err("", Measured::Required);
+        assert!(e.contains("the file is empty"), "{e}");
     }
 
     #[test]

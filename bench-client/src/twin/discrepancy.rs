@@ -27,14 +27,15 @@ pub fn of_rows(views: &[RowView]) -> Vec<Discrepancy> {
 }
 
 /// A row's measured (TTFT, TPOT) over the model's, each where both are known and positive (in
-/// the same unit); `None` where neither is.
+/// the same unit) and within the thousandfold a preset holds (a row off by more is one the
+/// model cannot reach, reported beside the fit, not carried); `None` where neither is.
 pub fn of_row(
     (isl, osl, concurrency): (u32, u32, u32),
     measured: (Option<f64>, Option<f64>),
     model: (Option<f64>, Option<f64>),
 ) -> Option<Discrepancy> {
     let ratio = |m: Option<f64>, p: Option<f64>| match (m, p) {
-        (Some(m), Some(p)) if m > 0.0 && p > 0.0 && (m / p).is_finite() => Some(m / p),
+        (Some(m), Some(p)) if m > 0.0 && p > 0.0 && (1e-3..=1e3).contains(&(m / p)) => Some(m / p),
         _ => None,
     };
     let d = Discrepancy {
@@ -45,6 +46,41 @@ pub fn of_row(
         tpot: ratio(measured.1, model.1),
     };
     (d.ttft.is_some() || d.tpot.is_some()).then_some(d)
+}
+
+/// How far past the fitted rows' input lengths, output lengths or concurrencies (a factor) a
+/// row's may lie before its note calls it extrapolated: rows of one input length cannot tell a
+/// cost per prompt from one per token, so their twin's TTFT at another length may miss either
+/// way (docs/twin.md, P2), and past the fitted concurrencies the pool's knee is a guess.
+const INPUT_MARGIN: f64 = 1.1;
+
+/// Where a row lies past the preset's fitted rows (its `[[discrepancy]]` rows) by more than
+/// `INPUT_MARGIN` in input length, output length or concurrency, what was fitted; `None`
+/// within them or with no rows.
+pub fn extrapolated(
+    fitted: &[Discrepancy],
+    (isl, osl, concurrency): (u32, u32, u32),
+) -> Option<String> {
+    let past = |of: fn(&Discrepancy) -> u32, x: u32, what: &str| {
+        let lo = fitted.iter().map(of).min()?;
+        let hi = fitted.iter().map(of).max()?;
+        let x = f64::from(x);
+        (x > f64::from(hi) * INPUT_MARGIN || x * INPUT_MARGIN < f64::from(lo)).then(|| {
+            match lo == hi {
+                true => format!("{lo} {what} alone"),
+                false => format!("{lo} to {hi} {what}"),
+            }
+        })
+    };
+    let parts: Vec<String> = [
+        past(|d| d.isl, isl, "input tokens"),
+        past(|d| d.osl, osl, "output tokens"),
+        past(|d| d.concurrency, concurrency, "in flight"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| format!("extrapolated: fitted at {}", parts.join(", ")))
 }
 
 /// The ratio at `concurrency` among `(log concurrency, log ratio)` points of one shape, sorted

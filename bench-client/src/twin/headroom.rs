@@ -4,7 +4,8 @@
 //!
 //! Two probes on the engine path, each the run's own requests:
 //! - **capacity**: the workload as a closed loop that keeps the scheduler full: a quarter more
-//!   requests in flight than `max_running_requests` admits, so that a request waits while a
+//!   requests in flight than it admits (`max_running_requests`, or fewer where the KV pool holds
+//!   fewer of the workload's mean prompt and output), so that a request waits while a
 //!   finished one's successor is on its way in (at most [`SATURATING_CAP`]; at most the run's
 //!   `--max-concurrency`, the most its client sends; with a trace, at most a twelfth of its
 //!   requests, and then the figure is a lower bound). A loop of `n` requests and one of `3n`
@@ -21,6 +22,7 @@ use std::path::Path;
 
 use mock_server::Config;
 
+use crate::capacity::Level;
 use crate::drive::engine::load::run_load_engine;
 use crate::drive::load::LoadConfig;
 use crate::plan::schedule::Stop;
@@ -81,6 +83,15 @@ impl Headroom {
         }
     }
 
+    /// Whether an open loop offers at least [`NEAR_KNEE_SHARE`] of a capacity known only as a
+    /// lower bound: near the knee or past it, the probe cannot tell.
+    fn past_the_bound(&self) -> bool {
+        match (self.offered_rps, self.capacity_rps) {
+            (Some(o), Some(c)) => self.open && self.capacity_at_least && o >= NEAR_KNEE_SHARE * c,
+            _ => false,
+        }
+    }
+
     /// Whether a p50 moved more than [`FRAGILE_GAIN`] times the slowdown.
     fn amplified(&self) -> bool {
         let far = |m: Option<f64>| m.is_some_and(|m| m.abs() > FRAGILE_GAIN * SLOWER);
@@ -107,6 +118,7 @@ impl Headroom {
             "ttft_p50_move": self.ttft_move,
             "tpot_p50_move": self.tpot_move,
             "near_knee": self.near_knee(),
+            "knee_unknown": self.past_the_bound(),
             "notes": self.notes,
         })
     }
@@ -116,14 +128,17 @@ impl Headroom {
         let mut out = Vec::new();
         match (self.share(), self.capacity_rps, self.offered_rps) {
             (Some(s), Some(c), Some(o)) => out.push(format!(
-                "saturation: {} {o:.2} req/s is {:.0}% of the simulated server's capacity for this workload ({c:.2} req/s with {} in flight)",
+                "saturation: {} {} is {:.0}% of the simulated server's capacity for this workload ({} with {} in flight)",
                 if self.open { "offered" } else { "throughput" },
+                rate(o),
                 100.0 * s,
+                rate(c),
                 self.capacity_in_flight
             )),
             (_, Some(c), _) => out.push(format!(
-                "saturation: the simulated server's capacity for this workload is {}{c:.2} req/s (with {} in flight{})",
+                "saturation: the simulated server's capacity for this workload is {}{} (with {} in flight{})",
                 if self.capacity_at_least { "at least " } else { "" },
+                rate(c),
                 self.capacity_in_flight,
                 if self.capacity_at_least {
                     ": the trace is too short to fill the scheduler"
@@ -164,6 +179,11 @@ impl Headroom {
                 "the scheduler is nearly full: more requests in flight would add waiting, not throughput (the latencies still move with the costs alone)"
                     .into(),
             );
+        } else if self.past_the_bound() {
+            out.push(
+                "knee unknown: the offered rate is above the capacity the trace could show, a lower bound (a longer trace, or a smaller --trace-speedup, measures it)"
+                    .into(),
+            );
         } else if share.is_some() || self.ttft_move.is_some() {
             out.push(
                 "below the knee: the prediction is as good as the simulated server's costs".into(),
@@ -171,6 +191,15 @@ impl Headroom {
         }
         out.extend(self.notes.iter().map(|n| format!("saturation: {n}")));
         out
+    }
+}
+
+/// A rate as the lines show it: two decimals, three significant digits below 0.1 req/s.
+fn rate(v: f64) -> String {
+    if v > 0.0 && v < 0.1 {
+        Level::Rate.show(v)
+    } else {
+        format!("{v:.2} req/s")
     }
 }
 
@@ -251,8 +280,11 @@ pub fn headroom(
         crate::plan::Workload::Trace(t) => t.len() as u64,
         _ => u64::MAX,
     };
-    let full_c = ((mock.max_running_requests as f64 * OVERFILL).ceil() as u64)
-        .clamp(1, u64::from(SATURATING_CAP));
+    // The scheduler admits at most its cap, and at most what its KV pool holds of these
+    // requests: more in flight only wait (and hold their prompts in memory).
+    let held = mock.kv_pool_tokens() as f64 / cfg.workload.mean_tokens().max(1.0);
+    let admitted = (mock.max_running_requests as f64).min(held).max(1.0);
+    let full_c = ((admitted * OVERFILL).ceil() as u64).clamp(1, u64::from(SATURATING_CAP));
     let client_c = cfg
         .max_concurrency
         .map_or(full_c, |m| full_c.min(u64::from(m.max(1))));
@@ -353,6 +385,17 @@ mod tests {
         let lines = h.lines().join("\n");
         assert!(lines.contains("at least 100.00 req/s"), "{lines}");
         assert!(!lines.contains("over capacity"), "{lines}");
+        // At 1.5 times a lower bound the load may be far past the knee: never "below" it.
+        assert!(verdict(&h).starts_with("knee unknown"), "{lines}");
+        let under = Headroom {
+            capacity_at_least: true,
+            ..open_at(0.5, SLOWER)
+        };
+        assert!(
+            verdict(&under).starts_with("below the knee"),
+            "{:?}",
+            under.lines()
+        );
         let j = h.to_json();
         assert_eq!(j["share_of_capacity"], serde_json::Value::Null);
         assert_eq!(j["capacity_is_lower_bound"], true);

@@ -28,6 +28,9 @@ use crate::twin::discrepancy;
 /// Where the model cannot reach a row's measurement, and what the simulation said instead.
 pub const UNREACHED_COST: f64 = 25.0;
 
+/// [`TableFitOptions::chunk`] for a server that prefills each prompt in one pass (`-1`).
+pub const UNCHUNKED: usize = usize::MAX / 4;
+
 /// How a table is fitted.
 #[derive(Clone, Debug)]
 pub struct TableFitOptions {
@@ -82,7 +85,10 @@ pub fn table_base(base: &Config, opts: &TableFitOptions, context: usize) -> Conf
     c.activation_bytes_per_context_token = 0.0;
     c.fragmentation_bytes_per_context_token = 0.0;
     c.mixed_batches = opts.mixed;
-    c.chunked_prefill_size = i64::try_from(opts.chunk).unwrap_or(i64::MAX);
+    c.chunked_prefill_size = match i64::try_from(opts.chunk) {
+        Ok(n) if opts.chunk < UNCHUNKED => n,
+        _ => -1,
+    };
     c.max_running_requests = c.max_running_requests.max(1024);
     c.context_length = context.max(2);
     c.time_scale = 1.0;
@@ -529,27 +535,9 @@ pub fn lone_step_s(cfg: &Config, p: &Point) -> f64 {
         + cfg.decode_batch_cost_s(1)
 }
 
-/// How far past the fitted rows' input lengths (a factor) a row's may lie before its note calls
-/// it extrapolated: rows of one input length cannot tell a cost per prompt from one per token,
-/// so their twin's TTFT at another length may miss either way (docs/twin.md, P2).
-const INPUT_MARGIN: f64 = 1.1;
-
-/// Where `isl` lies past the input lengths of the preset's fitted rows (its `[[discrepancy]]`
-/// rows) by more than `INPUT_MARGIN`, what was fitted; `None` within them or with no rows.
-fn extrapolated(fitted: &[Discrepancy], isl: u32) -> Option<String> {
-    let lo = fitted.iter().map(|d| d.isl).min()?;
-    let hi = fitted.iter().map(|d| d.isl).max()?;
-    let x = f64::from(isl);
-    let out = x > f64::from(hi) * INPUT_MARGIN || x * INPUT_MARGIN < f64::from(lo);
-    out.then(|| match lo == hi {
-        true => format!("extrapolated: fitted at {lo} input tokens alone"),
-        false => format!("extrapolated: fitted at {lo} to {hi} input tokens"),
-    })
-}
-
 /// Every row's closed loop on `cfg` at the full measured count, times the `discrepancy` of its
 /// shape where one is given ([`discrepancy::ratios`]), beside its measurement; a row the model
-/// cannot run or reach, or one whose input lies past the fitted rows' (`extrapolated`), says
+/// cannot run or reach, or one past the fitted rows' ([`discrepancy::extrapolated`]), says
 /// so in its note.
 pub fn predict_rows(cfg: &Config, rows: &[TableRow], discrepancy: &[Discrepancy]) -> Vec<RowView> {
     rows.iter()
@@ -577,7 +565,10 @@ pub fn predict_rows(cfg: &Config, rows: &[TableRow], discrepancy: &[Discrepancy]
                         lone * 1e3
                     ));
                 }
-                notes.extend(extrapolated(&cfg.discrepancy, r.isl));
+                notes.extend(discrepancy::extrapolated(
+                    &cfg.discrepancy,
+                    (r.isl, r.osl, r.concurrency),
+                ));
             }
             let note = (!notes.is_empty()).then(|| notes.join("; "));
             // Line 0: a row from a results file.

@@ -850,6 +850,26 @@ fn a_table_preset_keeps_its_rows_discrepancy_and_predict_can_leave_it_out() {
         // Within a tenth past the longest.
         assert_eq!(note(2), None, "{j}");
     }
+    // Past the fitted outputs (128 alone) and concurrencies (1 to 16): each named.
+    let o = run(&[
+        "predict",
+        "--preset-file",
+        p,
+        "--format",
+        "json",
+        "--isl",
+        "512",
+        "--osl",
+        "1k",
+        "--concurrency",
+        "64",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        j["rows"][0]["note"],
+        "extrapolated: fitted at 1024 to 4096 input tokens, 128 output tokens alone, 1 to 16 in flight",
+        "{j}"
+    );
     // The CSV carries the note in a last column.
     let o = run(&[
         "predict",
