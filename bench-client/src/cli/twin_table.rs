@@ -338,7 +338,17 @@ pub(super) fn run_predict(a: PredictArgs) -> Result<ExitCode, CliError> {
     } else {
         &cfg.discrepancy[..]
     };
-    let mut views = predict_rows(&cfg, &rows, discrepancy);
+    // A row at tens of thousands in flight runs for minutes: a spinner counts the rows done.
+    let bar = crate::drive::fit_spinner(&format!("of {} rows predicted", rows.len()));
+    let mut views: Vec<RowView> = rows
+        .iter()
+        .flat_map(|r| {
+            let v = predict_rows(&cfg, std::slice::from_ref(r), discrepancy);
+            bar.inc(1);
+            v
+        })
+        .collect();
+    bar.finish_and_clear();
     if a.table.is_none() {
         for v in &mut views {
             v.line = None;

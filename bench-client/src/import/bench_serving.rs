@@ -306,10 +306,10 @@ fn run(o: Obj<'_>, source: Source, modified_ms: u64) -> Result<Run, ImportError>
         .map_or(n, |c| c as usize);
     let (start_unix_ms, start_from) = start_of(&o, modified_ms);
     let summary = ToolSummary {
-        mean_ttft_ms: o.num("mean_ttft_ms")?,
-        p99_ttft_ms: o.num("p99_ttft_ms")?,
-        mean_tpot_ms: o.num("mean_tpot_ms")?,
-        output_throughput: o.num("output_throughput")?,
+        mean_ttft_ms: o.figure("mean_ttft_ms")?,
+        p99_ttft_ms: o.figure("p99_ttft_ms")?,
+        mean_tpot_ms: o.figure("mean_tpot_ms")?,
+        output_throughput: o.figure("output_throughput")?,
     };
     let rebuilt = start_times.is_none().then_some(Rebuilt {
         concurrency: max_concurrency.max(1),

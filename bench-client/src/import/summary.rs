@@ -36,7 +36,7 @@ pub fn lineage(o: &Obj<'_>, vllm: bool) -> Result<Figures, ImportError> {
             (format!("p99_{tool}_ms"), "p99"),
         ];
         for (key, stat) in keys {
-            if let Some(v) = o.num(&key)? {
+            if let Some(v) = o.figure(&key)? {
                 f.figures.insert(format!("{ours}_{stat}_ms"), v);
             }
         }
@@ -45,7 +45,7 @@ pub fn lineage(o: &Obj<'_>, vllm: bool) -> Result<Figures, ImportError> {
         ("output_throughput", "output_throughput_tok_s"),
         ("request_throughput", "request_throughput_req_s"),
     ] {
-        if let Some(v) = o.num(key)? {
+        if let Some(v) = o.figure(key)? {
             f.figures.insert(ours.to_string(), v);
         }
     }

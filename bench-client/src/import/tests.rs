@@ -165,6 +165,17 @@ fn bad_input_names_the_file_and_the_field() {
     assert!(recs.is_empty() && i.runs[0].requests.is_empty());
     assert_eq!(figures.figures["ttft_mean_ms"], 15.0);
     assert_eq!(figures.figures["ttft_p99_ms"], 19.9);
+    // A figure of no values (NaN) is left out, the others kept.
+    let mut nan = summary_only.clone();
+    nan["mean_tpot_ms"] = json!("NaN");
+    let (i, _) = import_one(&nan.to_string()).unwrap();
+    let figures = i.runs[0].figures.as_ref().unwrap();
+    assert!(
+        !figures.figures.contains_key("tpot_mean_ms"),
+        "{:?}",
+        figures.figures
+    );
+    assert_eq!(figures.figures["ttft_mean_ms"], 15.0);
     for k in ["p99_ttft_ms", "mean_tpot_ms", "output_throughput"] {
         summary_only.as_object_mut().unwrap().remove(k);
     }
@@ -182,6 +193,13 @@ fn bad_input_names_the_file_and_the_field() {
     negative["ttfts"][1] = json!("NaN");
     let e = err(&negative.to_string());
     assert!(e.contains("field ttfts[1]: expected seconds"), "{e}");
+    // A summary figure of no values (bench_serving writes NaN for a mean of none) is left out;
+    // the requests import.
+    let mut nan_figure = bench_serving_line("sglang");
+    nan_figure["mean_tpot_ms"] = json!("NaN");
+    nan_figure["p99_itl_ms"] = json!(null);
+    let (_, recs) = import_one(&nan_figure.to_string()).unwrap();
+    assert_eq!(recs.len(), 3);
     // A finite time past 1e10 s is a unit slip or garbage: refused too, not a 1e300 s run.
     negative["ttfts"][1] = json!(1e300);
     let e = err(&negative.to_string());
