@@ -252,6 +252,18 @@ fn a_bad_file_among_good_ones_exits_65_naming_it_and_writes_nothing() {
             .collect();
         assert!(left.is_empty(), "wrote {left:?}");
     }
+    // One file named twice (another spelling too) would import its requests twice.
+    let again = good.parent().unwrap().join(".").join("guidellm.json");
+    let o = run(&[
+        "import",
+        good.to_str().unwrap(),
+        again.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is given twice"), "{}", stderr(&o));
+    assert!(!out.exists());
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::report::{CapacityReport, Level};
+use super::report::{rate_digits, CapacityReport, Level};
 use crate::report::export::cell;
 use crate::report::export::svg::{self, Curve, CurvePoint};
 use crate::report::grid::{Align, Grid};
@@ -37,10 +37,10 @@ pub fn table(r: &CapacityReport) -> String {
         .iter()
         .map(|s| {
             vec![
-                format!("{:.3}", s.rate),
+                rate_digits(s.rate),
                 s.step.to_string(),
                 format!("{}/{}", s.succeeded, s.requests),
-                cell(s.request_throughput, 2),
+                s.request_throughput.map_or("-".into(), rate_digits),
                 cell(s.output_throughput, 1),
                 cell(s.ttft_p50_ms, 1),
                 cell(s.ttft_p99_ms, 1),

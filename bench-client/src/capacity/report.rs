@@ -38,16 +38,21 @@ impl Level {
     /// A level with its unit, as the answer prints it.
     pub fn show(self, v: f64) -> String {
         match self {
-            // Three decimals, or three significant digits below 0.1 req/s (0.000625, 0.00125).
-            Level::Rate if v > 0.0 && v < 0.1 => {
-                let decimals = (2 - v.log10().floor() as i32).clamp(3, 12) as usize;
-                format!("{v:.decimals$} req/s")
-            }
-            Level::Rate => format!("{v:.3} req/s"),
+            Level::Rate => format!("{} req/s", rate_digits(v)),
             Level::Concurrency if v == 1.0 => "1 request in flight".to_string(),
             Level::Concurrency => format!("{v:.0} requests in flight"),
         }
     }
+}
+
+/// A rate in req/s: three decimals, or three significant digits below 0.1 (0.000625, 0.00125).
+pub fn rate_digits(v: f64) -> String {
+    let decimals = if v > 0.0 && v < 0.1 {
+        (2 - v.log10().floor() as i32).clamp(3, 12) as usize
+    } else {
+        3
+    };
+    format!("{v:.decimals$}")
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::report::{CapacityReport, CapacityRow, Level};
+use super::report::{rate_digits, CapacityReport, CapacityRow, Level};
 use crate::measure::capacity::{CapacityPlan, Next, RequestSpan, StepTiming, STEADY_SPANS};
 use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
 use crate::plan::Planner;
@@ -236,7 +236,8 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
                 Stop::Duration(d) => format!("{:.1} s", d.as_secs_f64()),
             };
             eprintln!(
-                "capacity step {n}: {rate:.3} {}, {length}, into {}",
+                "capacity step {n}: {} {}, {length}, into {}",
+                rate_digits(rate),
                 cfg.level().unit(),
                 step.out.display()
             );
@@ -272,11 +273,16 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         row.passed = cfg.plan.passes(&row.result());
         row.too_short = cfg.plan.too_short(&row.result());
         let achieved = match (row.request_throughput, row.offered_rate) {
-            (Some(a), Some(o)) => format!(", {a:.3} req/s achieved of {o:.3} arrived"),
+            (Some(a), Some(o)) => format!(
+                ", {} req/s achieved of {} arrived",
+                rate_digits(a),
+                rate_digits(o)
+            ),
             _ => String::new(),
         };
         eprintln!(
-            "capacity step {n}: {rate:.3} {}, {}/{} requests met the SLO ({:.1}%){achieved}: {}",
+            "capacity step {n}: {} {}, {}/{} requests met the SLO ({:.1}%){achieved}: {}",
+            rate_digits(rate),
             cfg.level().unit(),
             row.good,
             row.requests,

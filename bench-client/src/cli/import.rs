@@ -97,6 +97,17 @@ pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
             )));
         }
     }
+    // A file named twice would import its requests twice.
+    let mut seen = std::collections::HashSet::new();
+    for f in &a.files {
+        let key = f.canonicalize().unwrap_or_else(|_| f.clone());
+        if !seen.insert(key) {
+            return Err(CliError::Usage(anyhow::anyhow!(
+                "{} is given twice: its requests would be imported twice",
+                f.display()
+            )));
+        }
+    }
     // Every file is read and checked before anything is written: a bad one leaves no output.
     let files: Vec<Imported> = a
         .files

@@ -93,6 +93,18 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         );
     }
     let points: Vec<Point> = rows.iter().map(point_of).collect();
+    // Rows measured twice at one shape and concurrency both count: said, since far apart they
+    // pull the fit between them (and slow it).
+    let mut shapes: Vec<(u32, u32, u32)> =
+        rows.iter().map(|r| (r.isl, r.osl, r.concurrency)).collect();
+    shapes.sort_unstable();
+    let twice = shapes.windows(2).filter(|w| w[0] == w[1]).count();
+    if twice > 0 {
+        eprintln!(
+            "note: {twice} {} an (isl, osl, concurrency) measured before: each counts in the fit, and predict takes their geometric mean",
+            if twice == 1 { "row repeats" } else { "rows repeat" }
+        );
+    }
     let (mixed, scheduler_from) = scheduler(&rows, a.backend);
     let (chunk, chunk_choices) = match a.chunked_prefill_size {
         Some(c) if c > 0 => (c as usize, Vec::new()),
