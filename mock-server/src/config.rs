@@ -348,8 +348,7 @@ impl Config {
             return inv("stream_interval must be at least 1");
         }
         for d in &self.discrepancy {
-            // A measured time a thousand times the model's, or a thousandth, is no fit's.
-            let ratio = |r: Option<f64>| r.is_none_or(|r| (1e-3..=1e3).contains(&r));
+            let ratio = |r: Option<f64>| r.is_none_or(discrepancy_ratio_ok);
             if d.isl == 0 || d.osl == 0 || d.concurrency == 0 || !ratio(d.ttft) || !ratio(d.tpot) {
                 let show = |r: Option<f64>| r.map_or("none".to_string(), |r| r.to_string());
                 return Err(ConfigError::Invalid(format!(
@@ -496,6 +495,15 @@ impl Config {
         let a = self.speculative_algorithm.as_str();
         !(a.is_empty() || a.eq_ignore_ascii_case("none"))
     }
+}
+
+/// The farthest a fitted row's measured time may lie from its model's (a factor either way): a
+/// row a thousand times off is one the model cannot reach, not a correction to carry.
+pub const DISCREPANCY_MOST: f64 = 1e3;
+
+/// Whether a discrepancy ratio is one a preset holds (within [`DISCREPANCY_MOST`] either way).
+pub fn discrepancy_ratio_ok(r: f64) -> bool {
+    (1.0 / DISCREPANCY_MOST..=DISCREPANCY_MOST).contains(&r)
 }
 
 /// SGLang's length checks against the context length `ctx`: a prompt of `prompt` tokens, and

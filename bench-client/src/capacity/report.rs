@@ -223,6 +223,20 @@ pub struct CapacityReport {
 }
 
 impl CapacityReport {
+    /// The steps' durations added up, seconds: each step's completed requests over its
+    /// throughput (first scheduled start to last end).
+    pub fn steps_duration_s(&self) -> f64 {
+        self.steps
+            .iter()
+            .filter_map(|r| {
+                r.request_throughput
+                    .filter(|t| *t > 0.0)
+                    .map(|t| r.succeeded as f64 / t)
+            })
+            .sum::<f64>()
+            .min(1e12)
+    }
+
     /// The report of `steps` ending in `answer`.
     pub fn new(
         slo: String,

@@ -56,11 +56,7 @@ pub(super) fn run_calibrate(a: CalibrateArgs) -> Result<ExitCode, CliError> {
     super::paths::refuse_overwrites(&kept, &super::paths::written(&[("--out", Some(&a.out))]))
         .map_err(CliError::Usage)?;
     super::paths::check_writable("--out", &a.out).map_err(CliError::Usage)?;
-    if a.chunked_prefill_size.is_some_and(|c| c == 0 || c < -1) {
-        return Err(usage(
-            "--chunked-prefill-size must be positive or -1 (each prompt in one pass)".into(),
-        ));
-    }
+    crate::twin::check_chunked_prefill_size(a.chunked_prefill_size).map_err(CliError::Usage)?;
     if let Some(table) = &a.table {
         return super::twin_table::run_calibrate_table(super::twin_table::TableCalibration {
             table,

@@ -304,18 +304,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
         // The engine path's steps each run on a virtual clock of their own, from instant 0:
         // their durations (completed requests over their throughput) add up.
         let model = match (&outcome, a.server.simulate) {
-            (Ok(o), true) => std::time::Duration::from_secs_f64(
-                o.report
-                    .steps
-                    .iter()
-                    .filter_map(|r| {
-                        r.request_throughput
-                            .filter(|t| *t > 0.0)
-                            .map(|t| r.succeeded as f64 / t)
-                    })
-                    .sum::<f64>()
-                    .min(1e12),
-            ),
+            (Ok(o), true) => std::time::Duration::from_secs_f64(o.report.steps_duration_s()),
             _ => model0.elapsed(),
         };
         super::common::simulated_note(wall0, model, a.server.simulate);

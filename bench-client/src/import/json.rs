@@ -124,11 +124,10 @@ impl<'a> Obj<'a> {
         }
     }
 
-    /// An optional summary figure: absent where the tool wrote none, null, or a NaN or infinity
-    /// (bench_serving's mean of no values, Python's `NaN`): the requests still import.
+    /// An optional summary figure: absent where the tool wrote none (or null), or a NaN or
+    /// infinity (bench_serving's mean of no values, Python's `NaN`): the requests still import.
     pub fn figure(&self, key: &str) -> Result<Option<f64>, ImportError> {
         match self.get(key) {
-            Some(Value::Null) => Ok(None),
             Some(Value::String(t)) if matches!(t.as_str(), "NaN" | "Infinity" | "-Infinity") => {
                 Ok(None)
             }

@@ -8,7 +8,7 @@
 //! shape, half of it corrected it (docs/twin.md). TTFT and TPOT go each on its own: a measure a
 //! shape's rows lack comes from the nearest shape that has it.
 
-use mock_server::config::Discrepancy;
+use mock_server::config::{discrepancy_ratio_ok, Discrepancy};
 
 use crate::report::twin_table::RowView;
 
@@ -35,7 +35,7 @@ pub fn of_row(
     model: (Option<f64>, Option<f64>),
 ) -> Option<Discrepancy> {
     let ratio = |m: Option<f64>, p: Option<f64>| match (m, p) {
-        (Some(m), Some(p)) if m > 0.0 && p > 0.0 && (1e-3..=1e3).contains(&(m / p)) => Some(m / p),
+        (Some(m), Some(p)) if m > 0.0 && p > 0.0 && discrepancy_ratio_ok(m / p) => Some(m / p),
         _ => None,
     };
     let d = Discrepancy {
@@ -52,10 +52,10 @@ pub fn of_row(
 /// row's may lie before its note calls it extrapolated: rows of one input length cannot tell a
 /// cost per prompt from one per token, so their twin's TTFT at another length may miss either
 /// way (docs/twin.md, P2), and past the fitted concurrencies the pool's knee is a guess.
-const INPUT_MARGIN: f64 = 1.1;
+const FITTED_MARGIN: f64 = 1.1;
 
 /// Where a row lies past the preset's fitted rows (its `[[discrepancy]]` rows) by more than
-/// `INPUT_MARGIN` in input length, output length or concurrency, what was fitted; `None`
+/// `FITTED_MARGIN` in input length, output length or concurrency, what was fitted; `None`
 /// within them or with no rows.
 pub fn extrapolated(
     fitted: &[Discrepancy],
@@ -65,7 +65,7 @@ pub fn extrapolated(
         let lo = fitted.iter().map(of).min()?;
         let hi = fitted.iter().map(of).max()?;
         let x = f64::from(x);
-        (x > f64::from(hi) * INPUT_MARGIN || x * INPUT_MARGIN < f64::from(lo)).then(|| {
+        (x > f64::from(hi) * FITTED_MARGIN || x * FITTED_MARGIN < f64::from(lo)).then(|| {
             match lo == hi {
                 true => format!("{lo} {what} alone"),
                 false => format!("{lo} to {hi} {what}"),

@@ -137,14 +137,18 @@ fn facts_of(infos: &[Value]) -> ServerFacts {
     }
 }
 
+/// `--chunked-prefill-size` as `calibrate` takes it: positive, or -1 (each prompt in one pass).
+pub fn check_chunked_prefill_size(c: Option<i64>) -> anyhow::Result<()> {
+    if c.is_some_and(|c| c == 0 || c < -1) {
+        anyhow::bail!("--chunked-prefill-size must be positive or -1 (each prompt in one pass)");
+    }
+    Ok(())
+}
+
 /// Reads the files, fits, and makes the twin preset. Nothing is written.
 pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
     let data = |e: anyhow::Error| CalibrateError::Data(e);
-    if o.chunked_prefill_size == Some(0) || o.chunked_prefill_size.is_some_and(|c| c < -1) {
-        return Err(CalibrateError::Usage(anyhow::anyhow!(
-            "--chunked-prefill-size must be positive or -1 (none)"
-        )));
-    }
+    check_chunked_prefill_size(o.chunked_prefill_size).map_err(CalibrateError::Usage)?;
     let base = base_preset(&o.base).map_err(CalibrateError::Usage)?;
     let (mut sweep, mut loads) = (Vec::<Observed>::new(), Vec::<Vec<Observed>>::new());
     let (mut infos, mut servers) = (Vec::new(), Vec::<(String, String)>::new());
