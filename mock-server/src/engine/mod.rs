@@ -288,6 +288,10 @@ impl Engine {
         self.waiting.is_empty() && self.prefilling.is_empty() && self.running.is_empty()
     }
 
+    fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
     /// The engine's present: the virtual clock on the engine path, else tokio's.
     fn now(&self) -> Instant {
         self.vnow.unwrap_or_else(Instant::now)

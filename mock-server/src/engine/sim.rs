@@ -152,8 +152,11 @@ impl Simulator {
         u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Submits a request received at `at_ns` (never before an instant the engine has reached);
-    /// returns the key its stream's events carry (distinct for every request of a run).
+    /// Submits a request received at `at_ns`: never before an instant the engine has reached,
+    /// unless requests received before it still wait in the queue, behind which it is admitted
+    /// as if it had come at `at_ns` (the scheduler admits in order of arrival, at most
+    /// `max_running_requests` a pass). Returns the key its stream's events carry (distinct for
+    /// every request of a run).
     pub fn submit(&mut self, at_ns: u64, req: SimRequest) -> Result<u64, Refusal> {
         if self.down {
             return Err(Refusal::Down);
@@ -382,6 +385,11 @@ impl Simulator {
     /// Whether `/health` answers 200 at `at_ns`.
     pub fn healthy(&self, at_ns: u64) -> bool {
         !self.down && self.starting_until.is_none_or(|u| at_ns >= u)
+    }
+
+    /// Requests in the scheduler's waiting queue (not yet admitted to a batch).
+    pub fn queued(&self) -> usize {
+        self.engine.waiting_len()
     }
 
     /// Requests submitted and not yet ended.

@@ -13,6 +13,7 @@ use mock_server::{SimEvent, SimRequest, Simulator};
 use rustc_hash::FxHashMap;
 
 use super::agenda::{Agenda, Due};
+use super::held::HeldQueue;
 use super::Streams;
 use crate::drive::load::{LoadConfig, LoadOutcome};
 use crate::plan::schedule::Stop;
@@ -42,11 +43,13 @@ pub(super) struct InFlight {
 /// The run: the engine, the client's agenda, and what it has written.
 pub(super) struct Run<'a> {
     pub(super) cfg: &'a LoadConfig,
-    planner: Planner,
+    pub(super) planner: Planner,
     pub(super) sim: Simulator,
     pub(super) agenda: Agenda,
-    streams: Streams,
-    flight: FxHashMap<u64, InFlight>,
+    pub(super) streams: Streams,
+    pub(super) flight: FxHashMap<u64, InFlight>,
+    /// Sends held while the server's queue is deep ([`HeldQueue`]).
+    pub(super) held: HeldQueue,
     pub(super) start_unix_ms: u64,
     /// The run's start on the virtual clock (after the warm-up).
     pub(super) base_ns: u64,
@@ -74,7 +77,7 @@ pub(super) struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn rid(&self, index: u64) -> String {
+    pub(super) fn rid(&self, index: u64) -> String {
         if index >= WARMUP_INDEX_BASE {
             format!(
                 "ld-{:x}-{}-w{}",
@@ -87,8 +90,18 @@ impl Run<'_> {
         }
     }
 
-    /// Sends request `index` at `now_ns` (scheduled at `scheduled_ns`).
+    /// Sends request `index` at `now_ns` (scheduled at `scheduled_ns`), or holds it while the
+    /// server's queue is deep ([`HeldQueue`]; the warm-up never waits there).
     fn send(&mut self, index: u64, scheduled_ns: u64, now_ns: u64) {
+        if index < WARMUP_INDEX_BASE && self.holds() {
+            self.hold(index, scheduled_ns, now_ns);
+        } else {
+            self.send_now(index, scheduled_ns, now_ns);
+        }
+    }
+
+    /// Builds request `index` and hands it to the engine as sent at `now_ns`.
+    pub(super) fn send_now(&mut self, index: u64, scheduled_ns: u64, now_ns: u64) {
         let warm = index >= WARMUP_INDEX_BASE;
         let plan = if warm {
             self.planner.warmup(index - WARMUP_INDEX_BASE)
@@ -225,7 +238,10 @@ impl Run<'_> {
     }
 
     fn arrival(&mut self, index: u64, scheduled_ns: u64, now_ns: u64) {
-        if self.limit.is_some_and(|l| self.flight.len() >= l) {
+        if self
+            .limit
+            .is_some_and(|l| self.flight.len() + self.held.len() >= l)
+        {
             self.waiting.push_back((index, scheduled_ns));
         } else {
             self.send(index, scheduled_ns, now_ns);
@@ -242,6 +258,7 @@ impl Run<'_> {
             Due::Turn { slot } => self.send_turn(slot, now_ns),
             Due::Stream { id, event } => self.stream_event(now_ns, id, &event),
             Due::Died => {
+                self.open_held_for_death();
                 for (id, trace) in self.streams.cut_all(now_ns) {
                     if let Some(f) = self.flight.remove(&id) {
                         self.ended(trace, f, now_ns);
@@ -267,6 +284,9 @@ impl Run<'_> {
     /// they are due before the client's next event.
     pub(super) fn run_until_quiet(&mut self) {
         loop {
+            if self.held.len() > 0 {
+                self.release_held();
+            }
             let engine = match self.next_step {
                 Some(n) => n,
                 None => *self.next_step.insert(self.sim.next_step_ns()),
@@ -315,6 +335,19 @@ pub fn run_load_engine(
     planner: Planner,
     sessions: Option<(&crate::drive::SessionsConfig, SessionPlan)>,
 ) -> anyhow::Result<(LoadOutcome, Duration)> {
+    let held = HeldQueue::new(mock.max_running_requests);
+    let (outcome, model, _) = run_load_engine_holding(cfg, mock, planner, sessions, held)?;
+    Ok((outcome, model))
+}
+
+/// [`run_load_engine`] holding sends as `held` says; also returns how many sends it held.
+pub(super) fn run_load_engine_holding(
+    cfg: &LoadConfig,
+    mock: mock_server::Config,
+    planner: Planner,
+    sessions: Option<(&crate::drive::SessionsConfig, SessionPlan)>,
+    held: HeldQueue,
+) -> anyhow::Result<(LoadOutcome, Duration, u64)> {
     if sessions.is_some() && cfg.resume {
         anyhow::bail!("--resume of a multi-turn run goes over HTTP: use --simulate-http");
     }
@@ -349,6 +382,7 @@ pub fn run_load_engine(
         agenda: Agenda::default(),
         streams,
         flight: FxHashMap::default(),
+        held,
         start_unix_ms,
         base_ns: 0,
         next_indices: Box::new(std::iter::empty()),
@@ -494,5 +528,5 @@ pub fn run_load_engine(
         model_time: Some(Duration::from_nanos(end_ns)),
         server_gone: None,
     };
-    Ok((outcome, Duration::from_nanos(end_ns)))
+    Ok((outcome, Duration::from_nanos(end_ns), run.held.total()))
 }

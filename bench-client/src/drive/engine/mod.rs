@@ -5,10 +5,12 @@
 //! `--simulate-http` keeps every byte on the HTTP path, which is what tests the client.
 //!
 //! Layout: this file (one server on the virtual clock, streams into traces, sequential sends for
-//! sweeps); [`load`] (the load driver: open and closed loops as a discrete-event simulation).
+//! sweeps); [`load`] (the load driver: open and closed loops as a discrete-event simulation);
+//! `held` (sends the client holds while the server's queue is deep).
 
 mod agenda;
 pub mod closed;
+mod held;
 pub mod load;
 mod sessions;
 

@@ -1,0 +1,199 @@
+//! Requests the client holds on the engine path while the server's queue is deep: an open loop
+//! past the server's pace queues without bound, and a queued prompt is its token ids (a 100k-token
+//! trace request holds 400 KB). The scheduler admits the head of its queue, in order of
+//! arrival, at most `max_running_requests` a pass; so while more than that wait, a request sent
+//! behind them is kept as its index and instants, and built and submitted at its own send instant
+//! once the queue is shorter ([`mock_server::Simulator::submit`]). Every instant and record is
+//! the one the engine would give holding them all (`held_requests_change_nothing` below).
+
+use std::collections::VecDeque;
+
+use super::load::{InFlight, Run};
+
+/// A request sent (on the client's clock) and not yet handed to the engine.
+pub(super) struct Held {
+    index: u64,
+    scheduled_ns: u64,
+    sent_ns: u64,
+}
+
+/// The requests held, and the queue depth from which a send is held.
+pub(super) struct HeldQueue {
+    held: VecDeque<Held>,
+    /// A send is held while the engine's queue holds this many or any request is held.
+    depth: usize,
+    /// The server's deaths handed on to the client: none is submitted between a death and its
+    /// handling (the held ones die with the server).
+    deaths: u32,
+    /// Sends held over the run.
+    total: u64,
+}
+
+impl HeldQueue {
+    /// Holds sends past a queue of `max_running_requests` + 1: one pass admits at most
+    /// `max_running_requests` of them.
+    pub(super) fn new(max_running_requests: usize) -> Self {
+        Self::with_depth(max_running_requests.saturating_add(1))
+    }
+
+    pub(super) fn with_depth(depth: usize) -> Self {
+        HeldQueue {
+            held: VecDeque::new(),
+            depth: depth.max(1),
+            deaths: 0,
+            total: 0,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub(super) fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+impl Run<'_> {
+    /// Whether a send now is held ([`HeldQueue`]).
+    pub(super) fn holds(&self) -> bool {
+        !self.held.held.is_empty() || self.sim.queued() >= self.held.depth
+    }
+
+    pub(super) fn hold(&mut self, index: u64, scheduled_ns: u64, sent_ns: u64) {
+        self.held.total += 1;
+        self.held.held.push_back(Held {
+            index,
+            scheduled_ns,
+            sent_ns,
+        });
+    }
+
+    /// Hands held requests to the engine, oldest first, while its queue is short; before each
+    /// pass, so that no pass misses one it would admit.
+    pub(super) fn release_held(&mut self) {
+        if self.sim.crashes() != self.held.deaths {
+            return;
+        }
+        while self.sim.queued() < self.held.depth {
+            let Some(h) = self.held.held.pop_front() else {
+                break;
+            };
+            self.send_now(h.index, h.scheduled_ns, h.sent_ns);
+        }
+    }
+
+    /// The server died: the held requests were in its queue, so their streams open where they
+    /// were sent and are cut with the rest (keys past any the engine gives).
+    pub(super) fn open_held_for_death(&mut self) {
+        self.held.deaths = self.sim.crashes();
+        let mut key = u64::MAX;
+        while let Some(h) = self.held.held.pop_front() {
+            let Some(plan) = self.planner.request(h.index) else {
+                continue;
+            };
+            let prompt_tokens = u32::try_from(plan.prompt.len()).unwrap_or(u32::MAX);
+            let rid = self.rid(h.index);
+            self.streams
+                .opened(key, &rid, prompt_tokens, plan.output_len, h.sent_ns, false);
+            self.flight.insert(
+                key,
+                InFlight {
+                    index: h.index,
+                    scheduled_ns: h.scheduled_ns,
+                    sent_ns: h.sent_ns,
+                    prompt_tokens,
+                    prefix_group: plan.prefix_group,
+                    warm: false,
+                    slot: None,
+                },
+            );
+            key -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::HeldQueue;
+    use crate::drive::engine::load::run_load_engine_holding;
+    use crate::drive::LoadConfig;
+    use crate::net::Target;
+    use crate::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
+    use crate::trace::Dialect;
+
+    /// The record lines of an open loop at `rate` on `mock`, sends held past a queue of
+    /// `depth`; and how many were held.
+    fn run(mock: &mock_server::Config, rate: f64, input: LenDist, depth: usize) -> (String, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run.jsonl");
+        let schedule = Schedule::new(
+            Arrivals::Open {
+                rate,
+                kind: ArrivalKind::Poisson,
+                burstiness: 1.0,
+            },
+            Stop::Requests(160),
+            7,
+        )
+        .unwrap();
+        let workload = Workload::Random {
+            input,
+            output: LenDist::Uniform { lo: 8, hi: 64 },
+        };
+        let target = Target {
+            base_url: crate::drive::ENGINE_URL.into(),
+            dialect: Dialect::Sglang,
+            model: None,
+            api_key: None,
+        };
+        let cfg = LoadConfig {
+            prompt_salt: Some(1),
+            start_at_unix_ms: Some(1_700_000_000_000),
+            scrape_metrics: false,
+            engine: Some(mock.clone()),
+            ..LoadConfig::new(target, schedule, workload, out.clone())
+        };
+        let planner = cfg.validate().unwrap();
+        let held = HeldQueue::with_depth(depth);
+        let (_, _, total) =
+            run_load_engine_holding(&cfg, mock.clone(), planner, None, held).unwrap();
+        let text = std::fs::read_to_string(&out).unwrap();
+        let records: Vec<&str> = text.lines().filter(|l| l.contains("\"load\":{")).collect();
+        assert_eq!(records.len(), 160);
+        (records.join("\n"), total)
+    }
+
+    #[test]
+    fn held_requests_change_nothing() {
+        // Far past the server's pace, so the queue runs deep, and a server that dies of a
+        // long prefill and restarts with requests held.
+        let mut calm = mock_server::Config::preset("small-cpu-demo").unwrap();
+        calm.set("max_running_requests", "3").unwrap();
+        let mut dying = mock_server::Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
+        dying.set("max_running_requests", "3").unwrap();
+        dying.set("restart_on_oom", "true").unwrap();
+        let cases = [
+            (&calm, 200.0, LenDist::Uniform { lo: 64, hi: 512 }, false),
+            (
+                &dying,
+                20.0,
+                LenDist::Uniform {
+                    lo: 2000,
+                    hi: 40000,
+                },
+                true,
+            ),
+        ];
+        for (mock, rate, input, dies) in cases {
+            let (all, none_held) = run(mock, rate, input.clone(), usize::MAX);
+            let depth = HeldQueue::new(3).depth;
+            let (held, total) = run(mock, rate, input, depth);
+            assert_eq!(none_held, 0);
+            assert_eq!(all.contains("the simulated server died"), dies);
+            assert!(total > 20, "the queue ran past {depth}: {total} sends held");
+            assert!(held == all, "the same records, in the same order");
+        }
+    }
+}
