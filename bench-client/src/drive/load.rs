@@ -23,7 +23,7 @@ use crate::trace::Dialect;
 
 use super::pacer::{clock_is_paused, wait_until, Pacer, OPEN_LOOP_LEAD};
 use super::piece::{manifest, piece_run_id, resumed};
-use super::run::{collect, metrics_after, run_start, Collected};
+use super::run::{collect, outcome_after, run_start};
 use crate::net::scrape;
 use crate::plan::schedule::{Schedule, Shard, Stop};
 use crate::plan::workload::{Planner, Workload};
@@ -478,20 +478,14 @@ pub async fn run_load_with(cfg: &LoadConfig, planner: Planner) -> anyhow::Result
         }
     };
 
-    let Collected {
-        summary,
-        written,
-        interrupted,
-    } = collect(rx, driver, writer, &bar, cfg.slo).await?;
-    let metrics = metrics_after(cfg, &http, before, start_unix_ms, interrupted).await?;
-    Ok(LoadOutcome {
-        summary,
-        written,
-        skipped,
-        interrupted,
-        metrics,
-        out: cfg.out.clone(),
-        model_time: None,
-        server_gone: gate.verdict(),
-    })
+    let collected = collect(rx, driver, writer, &bar, cfg.slo).await?;
+    outcome_after(
+        cfg,
+        &http,
+        before,
+        start_unix_ms,
+        (collected, skipped),
+        gate.verdict(),
+    )
+    .await
 }

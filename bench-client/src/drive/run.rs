@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::load::{scrape_samples, LoadConfig};
+use super::load::{scrape_samples, LoadConfig, LoadOutcome};
 use crate::net::scrape;
 use crate::report::load::{LoadSummary, Slo};
 use crate::report::server_metrics::{self as metrics, MetricsDelta, ShardMetrics};
@@ -92,22 +92,40 @@ pub(super) async fn collect(
     })
 }
 
-/// Scrape `/metrics` after the run and keep the pair beside the results for `merge`; `None`
-/// without both scrapes (or after Ctrl-C).
-pub(super) async fn metrics_after(
+/// A run over HTTP once its driver is done: what [`collect`] gathered, the `skipped` requests a
+/// resumed file already held, and the server's verdict (`server_gone`); `/metrics` is scraped
+/// after the run and the pair kept beside the results for `merge` (none without both scrapes,
+/// or after Ctrl-C).
+pub(super) async fn outcome_after(
     cfg: &LoadConfig,
     http: &reqwest::Client,
     before: Option<(std::collections::BTreeMap<String, f64>, u64)>,
     start_unix_ms: u64,
-    interrupted: bool,
-) -> anyhow::Result<Option<MetricsDelta>> {
-    if !cfg.scrape_metrics || interrupted {
-        return Ok(None);
-    }
-    match (before, scrape_samples(http, &cfg.target).await) {
-        (Some(before), Some(after)) => keep_metrics(cfg, before, after, start_unix_ms).map(Some),
-        _ => Ok(None),
-    }
+    (collected, skipped): (Collected, u64),
+    server_gone: Option<String>,
+) -> anyhow::Result<LoadOutcome> {
+    let Collected {
+        summary,
+        written,
+        interrupted,
+    } = collected;
+    let metrics = match (cfg.scrape_metrics && !interrupted, before) {
+        (true, Some(before)) => match scrape_samples(http, &cfg.target).await {
+            Some(after) => Some(keep_metrics(cfg, before, after, start_unix_ms)?),
+            None => None,
+        },
+        _ => None,
+    };
+    Ok(LoadOutcome {
+        summary,
+        written,
+        skipped,
+        interrupted,
+        metrics,
+        out: cfg.out.clone(),
+        model_time: None,
+        server_gone,
+    })
 }
 
 /// The `/metrics` samples before and after a run (each with the unix ms it was read at), kept

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::load::{fire, scrape_samples, LoadConfig, LoadOutcome, LoadRun, Prepared};
 use super::pacer::{clock_is_paused, wait_until};
-use super::run::{collect, metrics_after, run_start, Collected};
+use super::run::{collect, outcome_after, run_start};
 use crate::net;
 use crate::plan::prompt::Prompt;
 use crate::plan::schedule::Arrivals;
@@ -416,22 +416,16 @@ pub async fn run_sessions_with(
         }
         while set.join_next().await.is_some() {}
     };
-    let Collected {
-        summary,
-        written,
-        interrupted,
-    } = collect(rx, driver, writer, &bar, run.slo).await?;
-    let metrics = metrics_after(run, &http, before, start_unix_ms, interrupted).await?;
-    Ok(LoadOutcome {
-        summary,
-        written,
-        skipped,
-        interrupted,
-        metrics,
-        out: run.out.clone(),
-        model_time: None,
-        server_gone: gate.verdict(),
-    })
+    let collected = collect(rx, driver, writer, &bar, run.slo).await?;
+    outcome_after(
+        run,
+        &http,
+        before,
+        start_unix_ms,
+        (collected, skipped),
+        gate.verdict(),
+    )
+    .await
 }
 
 /// A load manifest made a multi-turn run's: what the sessions send, `in_flight` of them in this

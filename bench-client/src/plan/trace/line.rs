@@ -1,7 +1,10 @@
 //! A trace's errors, each naming the file, the line and the field, and what the JSON readers share:
 //! when a line does not deserialize, the field at fault is found by looking at the line as a value.
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use super::RawRequest;
 
 /// A trace that cannot be replayed, and where.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,4 +212,41 @@ pub(super) fn arrival_ms(
         ));
     }
     Ok(ms)
+}
+
+/// A JSONL trace's line: its keys (`FIELDS`; `KNOWN_ONLY`: no other key) and its arrival, in ms
+/// (the key `ARRIVAL`).
+pub(super) trait TraceLine: DeserializeOwned {
+    const FIELDS: &'static [(&'static str, Expect, bool)];
+    const KNOWN_ONLY: bool;
+    const ARRIVAL: &'static str;
+    fn arrival(&self) -> f64;
+}
+
+/// The first `limit` requests of a JSONL trace: each line that is not blank read as a `T`, its
+/// arrival checked against the line before's ([`arrival_ms`]), then made a request by `request`
+/// (its line number, its arrival in ms, the line).
+pub(super) fn jsonl<T: TraceLine>(
+    text: &str,
+    source: &str,
+    limit: u64,
+    mut request: impl FnMut(u64, f64, T) -> Result<RawRequest, TraceError>,
+) -> Result<Vec<RawRequest>, TraceError> {
+    let mut out: Vec<RawRequest> = Vec::new();
+    let mut prev_ms = None;
+    for (i, text) in text.lines().enumerate() {
+        if out.len() as u64 >= limit {
+            break;
+        }
+        if text.trim().is_empty() {
+            continue;
+        }
+        let line = i as u64 + 1;
+        let l: T = serde_json::from_str(text)
+            .map_err(|e| diagnose(source, line, text, T::FIELDS, T::KNOWN_ONLY, &e))?;
+        let ms = arrival_ms(source, line, T::ARRIVAL, l.arrival(), prev_ms)?;
+        prev_ms = Some(ms);
+        out.push(request(line, ms, l)?);
+    }
+    Ok(out)
 }

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::line::{arrival_ms, diagnose, tokens, Expect, TraceError};
+use super::line::{jsonl, tokens, Expect, TraceError, TraceLine};
 use super::RawRequest;
 
 #[derive(Deserialize)]
@@ -15,40 +15,33 @@ struct Line {
     hash_ids: Vec<u64>,
 }
 
-const FIELDS: &[(&str, Expect, bool)] = &[
-    ("timestamp", Expect::Number, true),
-    ("input_length", Expect::Integer, true),
-    ("output_length", Expect::Integer, true),
-    ("hash_ids", Expect::Ids, true),
-];
+impl TraceLine for Line {
+    const FIELDS: &'static [(&'static str, Expect, bool)] = &[
+        ("timestamp", Expect::Number, true),
+        ("input_length", Expect::Integer, true),
+        ("output_length", Expect::Integer, true),
+        ("hash_ids", Expect::Ids, true),
+    ];
+    const KNOWN_ONLY: bool = false;
+    const ARRIVAL: &'static str = "timestamp";
+    fn arrival(&self) -> f64 {
+        self.timestamp
+    }
+}
 
 /// The first `limit` requests; arrivals count from the first request's, so a slice cut from the
 /// middle of a trace starts at once.
 pub(super) fn parse(text: &str, source: &str, limit: u64) -> Result<Vec<RawRequest>, TraceError> {
-    let mut out: Vec<RawRequest> = Vec::new();
     let mut first_ms = None;
-    let mut prev_ms = None;
-    for (i, text) in text.lines().enumerate() {
-        if out.len() as u64 >= limit {
-            break;
-        }
-        if text.trim().is_empty() {
-            continue;
-        }
-        let line = i as u64 + 1;
-        let l: Line = serde_json::from_str(text)
-            .map_err(|e| diagnose(source, line, text, FIELDS, false, &e))?;
-        let ms = arrival_ms(source, line, "timestamp", l.timestamp, prev_ms)?;
-        prev_ms = Some(ms);
+    jsonl(text, source, limit, |line, ms, l: Line| {
         let first = *first_ms.get_or_insert(ms);
-        out.push(RawRequest {
+        Ok(RawRequest {
             line,
             offset_ns: ((ms - first) * 1e6).round() as u64,
             input_len: tokens(source, line, "input_length", l.input_length)?,
             output_len: tokens(source, line, "output_length", l.output_length)?,
             prefix_group: None,
             hash_ids: l.hash_ids,
-        });
-    }
-    Ok(out)
+        })
+    })
 }

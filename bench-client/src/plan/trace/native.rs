@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::line::{arrival_ms, diagnose, tokens, Expect, TraceError};
+use super::line::{jsonl, tokens, Expect, TraceError, TraceLine};
 use super::RawRequest;
 
 /// One line of a native trace.
@@ -21,37 +21,30 @@ pub struct TraceEntry {
     pub prefix_group: Option<u32>,
 }
 
-const FIELDS: &[(&str, Expect, bool)] = &[
-    ("offset_ms", Expect::Number, true),
-    ("input_len", Expect::Integer, true),
-    ("output_len", Expect::Integer, true),
-    ("prefix_group", Expect::Group, false),
-];
+impl TraceLine for TraceEntry {
+    const FIELDS: &'static [(&'static str, Expect, bool)] = &[
+        ("offset_ms", Expect::Number, true),
+        ("input_len", Expect::Integer, true),
+        ("output_len", Expect::Integer, true),
+        ("prefix_group", Expect::Group, false),
+    ];
+    const KNOWN_ONLY: bool = true;
+    const ARRIVAL: &'static str = "offset_ms";
+    fn arrival(&self) -> f64 {
+        self.offset_ms
+    }
+}
 
 /// The first `limit` requests; offsets count from the start of the run.
 pub(super) fn parse(text: &str, source: &str, limit: u64) -> Result<Vec<RawRequest>, TraceError> {
-    let mut out: Vec<RawRequest> = Vec::new();
-    let mut prev_ms = None;
-    for (i, text) in text.lines().enumerate() {
-        if out.len() as u64 >= limit {
-            break;
-        }
-        if text.trim().is_empty() {
-            continue;
-        }
-        let line = i as u64 + 1;
-        let e: TraceEntry = serde_json::from_str(text)
-            .map_err(|e| diagnose(source, line, text, FIELDS, true, &e))?;
-        let ms = arrival_ms(source, line, "offset_ms", e.offset_ms, prev_ms)?;
-        prev_ms = Some(ms);
-        out.push(RawRequest {
+    jsonl(text, source, limit, |line, ms, e: TraceEntry| {
+        Ok(RawRequest {
             line,
             offset_ns: (ms * 1e6).round() as u64,
             input_len: tokens(source, line, "input_len", e.input_len)?,
             output_len: tokens(source, line, "output_len", e.output_len)?,
             prefix_group: e.prefix_group,
             hash_ids: Vec::new(),
-        });
-    }
-    Ok(out)
+        })
+    })
 }
