@@ -123,9 +123,14 @@ mod tests {
     use crate::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
     use crate::trace::Dialect;
 
-    /// The record lines of an open loop at `rate` on `mock`, sends held past a queue of
-    /// `depth`; and how many were held.
-    fn run(mock: &mock_server::Config, rate: f64, input: LenDist, depth: usize) -> (String, u64) {
+    /// The record lines of an open loop at `rate` on `mock` (at most `limit` in flight), sends
+    /// held past a queue of `depth`; and how many were held.
+    fn run(
+        mock: &mock_server::Config,
+        (rate, limit): (f64, Option<u32>),
+        input: LenDist,
+        depth: usize,
+    ) -> (String, u64) {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("run.jsonl");
         let schedule = Schedule::new(
@@ -152,6 +157,7 @@ mod tests {
             prompt_salt: Some(1),
             start_at_unix_ms: Some(1_700_000_000_000),
             scrape_metrics: false,
+            max_concurrency: limit,
             engine: Some(mock.clone()),
             ..LoadConfig::new(target, schedule, workload, out.clone())
         };
@@ -174,11 +180,13 @@ mod tests {
         let mut dying = mock_server::Config::preset("kimi-k2.6-dflash-8xrtx-pro-6000").unwrap();
         dying.set("max_running_requests", "3").unwrap();
         dying.set("restart_on_oom", "true").unwrap();
+        let short = LenDist::Uniform { lo: 64, hi: 512 };
         let cases = [
-            (&calm, 200.0, LenDist::Uniform { lo: 64, hi: 512 }, false),
+            (&calm, (200.0, None), short.clone(), false),
+            (&calm, (200.0, Some(40)), short, false),
             (
                 &dying,
-                20.0,
+                (20.0, None),
                 LenDist::Uniform {
                     lo: 2000,
                     hi: 40000,
@@ -186,10 +194,10 @@ mod tests {
                 true,
             ),
         ];
-        for (mock, rate, input, dies) in cases {
-            let (all, none_held) = run(mock, rate, input.clone(), usize::MAX);
+        for (mock, load, input, dies) in cases {
+            let (all, none_held) = run(mock, load, input.clone(), usize::MAX);
             let depth = HeldQueue::new(3).depth;
-            let (held, total) = run(mock, rate, input, depth);
+            let (held, total) = run(mock, load, input, depth);
             assert_eq!(none_held, 0);
             assert_eq!(all.contains("the simulated server died"), dies);
             assert!(total > 20, "the queue ran past {depth}: {total} sends held");
