@@ -1,6 +1,6 @@
 //! Requests the client holds on the engine path while the server's queue is deep: an open loop
-//! past the server's pace queues without bound, and a queued prompt is its token ids (a 100k-token
-//! trace request holds 400 KB). The scheduler admits the head of its queue, in order of
+//! past the server's pace queues without bound, and a queued prompt is its token ids (four bytes
+//! a token; BENCHMARKS.md, section 11). The scheduler admits the head of its queue, in order of
 //! arrival, at most `max_running_requests` a pass; so while more than that wait, a request sent
 //! behind them is kept as its index and instants, and built and submitted at its own send instant
 //! once the queue is shorter ([`mock_server::Simulator::submit`]). Every instant and record is
