@@ -237,13 +237,8 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         config.served_model_name,
         server.url()
     );
-    if !config.discrepancy.is_empty() {
-        tracing::info!(
-            target: "mock_server",
-            "the preset's {} fitted rows measured TTFT and TPOT apart from its model (its discrepancy): \
-             served is the model alone; `bench-client predict` applies them",
-            config.discrepancy.len()
-        );
+    if let Some(note) = config.fitted_rows_note() {
+        tracing::info!(target: "mock_server", "{note}");
     }
     tokio::select! {
         _ = signal() => {

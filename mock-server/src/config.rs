@@ -472,6 +472,23 @@ impl Config {
         })
     }
 
+    /// What a run on a preset fitted to a table should know (`None` for another preset): the
+    /// mock serves its model alone, without the rows' discrepancy that `bench-client predict`
+    /// applies, and past the rows' reach (in flight, input and output tokens) the model
+    /// extrapolates: there the knee rests on a KV pool and a running cap that rows which never
+    /// queued cannot show.
+    pub fn fitted_rows_note(&self) -> Option<String> {
+        let rows = &self.discrepancy;
+        let most = |of: fn(&Discrepancy) -> u32| rows.iter().map(of).max();
+        let (c, i, o) = (most(|d| d.concurrency)?, most(|d| d.isl)?, most(|d| d.osl)?);
+        Some(format!(
+            "this preset's {} fitted rows (up to {c} in flight, {i} tokens in, {o} out) measured \
+             TTFT and TPOT apart from its model (its discrepancy): the mock serves the model alone, \
+             `bench-client predict` applies them; past those rows the model extrapolates (docs/twin.md)",
+            rows.len()
+        ))
+    }
+
     /// The way in and out (`stream_latency_s`) on the engine's clock, in ns, as every event
     /// takes it: outside the server's own timing, as SGLang's `first_token_latency` is taken in
     /// its tokenizer manager, before the HTTP response.

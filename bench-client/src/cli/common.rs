@@ -271,7 +271,7 @@ fn without_credentials(url: &str) -> String {
 #[cfg(feature = "embedded-mock")]
 pub(super) async fn start_mock(s: &ServerArgs) -> anyhow::Result<(String, Option<Mock>)> {
     let config = s.mock_config()?;
-    let fitted_rows = config.discrepancy.len();
+    let fitted_rows = config.fitted_rows_note();
     let m = crate::drive::embedded::EmbeddedMock::start_config(config).await?;
     let url = m.url();
     eprintln!(
@@ -282,15 +282,12 @@ pub(super) async fn start_mock(s: &ServerArgs) -> anyhow::Result<(String, Option
     Ok((url, Some(m)))
 }
 
-/// A preset fitted to a table keeps its rows' measured times over its model's (the discrepancy);
-/// the mock serves the model alone, so a run says so where they differ from what `predict` gives.
+/// A preset fitted to a table: what a run on it gives apart from `predict`, and where its rows
+/// end ([`mock_server::Config::fitted_rows_note`]).
 #[cfg(feature = "embedded-mock")]
-fn note_model_alone(n: usize) {
-    if n > 0 {
-        eprintln!(
-            "note: this preset's {n} fitted rows measured TTFT and TPOT apart from its model (its discrepancy); \
-             the mock serves the model alone, `predict` applies them (docs/twin.md)"
-        );
+fn note_model_alone(note: Option<String>) {
+    if let Some(note) = note {
+        eprintln!("note: {note}");
     }
 }
 
@@ -321,7 +318,7 @@ fn engine_path(s: &ServerArgs) -> anyhow::Result<Destination> {
         "simulating the embedded mock's engine (preset {}) on its exact virtual clock",
         s.mock_name()
     );
-    note_model_alone(config.discrepancy.len());
+    note_model_alone(config.fitted_rows_note());
     let d = Destination {
         target: s.engine_target(),
         engine: Some(config),

@@ -127,3 +127,26 @@ fn costs_past_any_server_are_refused_and_a_long_event_ends_the_clock() {
     );
     assert_eq!(c.scaled(f64::NAN), std::time::Duration::ZERO);
 }
+
+#[test]
+fn a_table_preset_names_where_its_rows_end() {
+    assert_eq!(
+        Config::preset("small-cpu-demo").unwrap().fitted_rows_note(),
+        None
+    );
+    // The preset's 24 rows: inputs 1,024 to 4,096, outputs 128 to 512, 16 to 128 in flight.
+    let note = Config::preset("qwen3-32b-h100-tp2-sglang")
+        .unwrap()
+        .fitted_rows_note()
+        .unwrap();
+    assert!(
+        note.starts_with(
+            "this preset's 24 fitted rows (up to 128 in flight, 4096 tokens in, 512 out)"
+        ),
+        "{note}"
+    );
+    assert!(
+        note.contains("past those rows the model extrapolates"),
+        "{note}"
+    );
+}
