@@ -123,7 +123,7 @@ pub fn redact_shown(key: &str, value: &str) -> String {
 }
 
 /// `s` with the `user:password@` (or `user@`) of every URL in it replaced by `<redacted>@`, and
-/// the credential after every `Bearer ` or `Basic ` (any case) by `<redacted>`.
+/// the credential after every `Bearer ` (any case) or `Basic ` (a base64 word) by `<redacted>`.
 pub fn redact_text(s: &str) -> String {
     redact_schemes(&redact_urls(s))
 }

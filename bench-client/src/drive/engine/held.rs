@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use super::load::{InFlight, Run};
 
 /// A request sent (on the client's clock) and not yet handed to the engine.
-pub(super) struct Held {
+struct Held {
     index: u64,
     scheduled_ns: u64,
     sent_ns: u64,
