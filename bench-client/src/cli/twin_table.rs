@@ -13,6 +13,7 @@ use crate::report::twin_table::{self, mapes, RowView};
 use crate::results::table::{read_table, select_deployment, shape_error, Measured, TableRow};
 use crate::twin::base_preset;
 use crate::twin::discrepancy;
+use crate::twin::scheduler::rows_scheduler;
 use crate::twin::table::{
     chooses_chunk, fit_table, point_of, predict_rows, TableFit, TableFitOptions, CHUNK_CHOICES,
     UNCHUNKED, UNREACHED_COST,
@@ -27,6 +28,8 @@ pub(super) enum Backend {
     Sglang,
     /// Prefill and decode in one pass under the token budget.
     Vllm,
+    /// TensorRT-LLM's in-flight batching: prefill and decode in one pass, as vLLM's.
+    Trtllm,
 }
 
 /// What `calibrate --table` is asked.
@@ -40,39 +43,6 @@ pub(super) struct TableCalibration<'a> {
     pub chunked_prefill_size: Option<i64>,
     pub base: &'a str,
     pub out: &'a Path,
-}
-
-/// The scheduler: the flag, else the rows' `backend` column when they agree, else SGLang's.
-fn scheduler(rows: &[TableRow], flag: Option<Backend>) -> (bool, &'static str) {
-    if let Some(b) = flag {
-        return (b == Backend::Vllm, "--backend");
-    }
-    let mut named: Vec<String> = rows
-        .iter()
-        .map(|r| r.backend.as_deref().unwrap_or("").to_ascii_lowercase())
-        .collect();
-    named.sort();
-    named.dedup();
-    match named.as_slice() {
-        [b] if b == "vllm" => (true, "the table's backend column (vllm)"),
-        [b] if b == "sglang" => (false, "the table's backend column (sglang)"),
-        _ => {
-            if named != [""] {
-                let shown: Vec<&str> = named
-                    .iter()
-                    .map(|b| if b.is_empty() { "(blank)" } else { b.as_str() })
-                    .collect();
-                eprintln!(
-                    "note: the backend column holds {}, not one of sglang or vllm: SGLang's scheduler is assumed (--backend picks one)",
-                    shown.join(", ")
-                );
-            }
-            (
-                false,
-                "SGLang (no --backend, no single backend in the table)",
-            )
-        }
-    }
 }
 
 /// `calibrate --table`: fit, print every row beside the model, write the preset.
@@ -105,7 +75,7 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             if twice == 1 { "row repeats" } else { "rows repeat" }
         );
     }
-    let (mixed, scheduler_from) = scheduler(&rows, a.backend);
+    let (mixed, scheduler_from) = rows_scheduler(&rows, a.backend.map(|b| b != Backend::Sglang));
     let (chunk, chunk_choices) = match a.chunked_prefill_size {
         Some(c) if c > 0 => (c as usize, Vec::new()),
         Some(_) => (UNCHUNKED, Vec::new()),

@@ -5,6 +5,7 @@ pub mod discrepancy;
 #[cfg(feature = "embedded-mock")]
 pub mod headroom;
 mod preset;
+pub mod scheduler;
 pub mod table;
 pub mod table_preset;
 pub mod table_results;

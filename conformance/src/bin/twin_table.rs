@@ -20,6 +20,7 @@ use bench_client::report::grid::{Col, Grid};
 use bench_client::report::twin_table::mape_text;
 use bench_client::results::table::{read_table, Measured, TableRow};
 use bench_client::twin::discrepancy::{of_row, ratios};
+use bench_client::twin::scheduler::rows_scheduler;
 use bench_client::twin::table::{fit_table, predict_point, TableFitOptions, CHUNK_CHOICES};
 use clap::Parser;
 use mock_server::config::Discrepancy;
@@ -221,7 +222,7 @@ fn main() -> anyhow::Result<()> {
     for (name, rows) in &deps {
         let pts: Vec<Point> = rows.iter().map(point).collect();
         let mut opts = TableFitOptions {
-            mixed: rows[0].backend.as_deref() == Some("vllm"),
+            mixed: rows_scheduler(rows, None).0,
             ..TableFitOptions::default()
         };
         if let Some(m) = max_evals {
