@@ -565,3 +565,45 @@ fn the_page_holds_the_mocks_ground_truth_beside_the_imported_and_own_figures() {
         .unwrap()
         .contains("truth-table"));
 }
+
+#[test]
+fn a_run_whose_every_request_failed_is_imported_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v = read_json("vllm-bench-serve.json");
+    let n = v["errors"].as_array().unwrap().len();
+    v["errors"] = Value::from(vec!["Server disconnected without sending a response."; n]);
+    let failed = dir.path().join("failed.json");
+    std::fs::write(&failed, v.to_string()).unwrap();
+    let out = dir.path().join("out.jsonl");
+    let o = run(&[
+        "import",
+        failed.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "note: every request failed in {} run 0 ({n} requests)",
+            failed.display()
+        )),
+        "{err}"
+    );
+    let recs = records_of(&out);
+    assert_eq!(recs.len(), n);
+    assert!(recs.iter().all(|r| !r["error"].is_null()));
+    // A run with successes says nothing of the kind.
+    let o = run(&[
+        "import",
+        fixture("vllm-bench-serve.json").to_str().unwrap(),
+        "--out",
+        dir.path().join("ok.jsonl").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("every request failed"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -33,7 +33,7 @@ where it has no start times (bench_serving), the schedule is rebuilt as a closed
 --max-concurrency, and the manifest says so. The tool's own summary, where the file has one, is
 printed beside the same figures from the records, with the reason for each difference.
 
-Exit codes: 0 imported; 64 bad usage (an --out that exists); 65 a file that cannot be imported
+Exit codes: 0 imported (a run whose every request failed too, with a note that says so); 64 bad usage (an --out that exists); 65 a file that cannot be imported
 (unknown format, truncated JSON, neither per-request data nor a summary, arrays of different lengths); nothing is
 written then.";
 
@@ -119,6 +119,8 @@ pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
     let mut records: Vec<Record> = Vec::new();
     let mut manifests = Vec::new();
     let mut report = String::new();
+    // Runs whose every request failed: imported (their records keep the errors), and said.
+    let mut all_failed = Vec::new();
     for f in &files {
         for (i, run) in f.runs.iter().enumerate() {
             if let Some(figures) = &run.figures {
@@ -142,6 +144,9 @@ pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
                     r.concurrency
                 )),
             ));
+            if failed > 0 && failed == recs.len() {
+                all_failed.push(format!("{} run {i} ({failed} requests)", f.file));
+            }
             let rows = check::compare(run, &recs);
             if rows.is_empty() {
                 report.push_str("  the file has no summary of the tool's own to check against\n");
@@ -162,5 +167,11 @@ pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
     }
     print!("{report}");
     eprintln!("{} records written to {}", records.len(), a.out.display());
+    if !all_failed.is_empty() {
+        eprintln!(
+            "note: every request failed in {}: their records hold only the errors (`report` counts them); no latency figure comes from them",
+            all_failed.join(", ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
