@@ -344,6 +344,60 @@ fn the_shards_of_one_load_run_are_one_run_and_repeats_are_several() {
         .all(|r| r["verdict"] == "same" || r["verdict"] == "unclear"));
 }
 
+/// A simulated closed loop (virtual time): `requests` of 64 tokens in and 8 out, two in flight,
+/// starting at `start_ms`; `extra` flags after.
+fn small_closed_loop(out: &Path, requests: &str, start_ms: u64, extra: &[&str]) {
+    let start = start_ms.to_string();
+    let mut args = vec![
+        "load",
+        "--simulate",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        requests,
+        "--input-len",
+        "64",
+        "--output-len",
+        "8",
+        "--seed",
+        "9",
+        "--start-at",
+        &start,
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn a_resumed_run_is_one_run_whose_span_leaves_out_the_time_it_was_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = support::unix_ms();
+    let whole = dir.path().join("whole.jsonl");
+    small_closed_loop(&whole, "60", now, &[]);
+    // The same run stopped after 30 requests and resumed a minute later: two pieces, two starts.
+    let pieces = dir.path().join("pieces.jsonl");
+    small_closed_loop(&pieces, "30", now, &[]);
+    small_closed_loop(&pieces, "60", now + 60_000, &["--resume"]);
+    let v = compare_sides(&[&whole], &[&pieces]);
+    let rows = v["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["runs_base"] == 1 && r["runs_new"] == 1),
+        "{v:#}"
+    );
+    // Its throughput counts the pieces' time, not the minute it was down.
+    let row = rows
+        .iter()
+        .find(|r| r["metric"] == "request_throughput_req_s")
+        .unwrap();
+    let ratio = row["ratio"].as_f64().unwrap();
+    assert!((0.9..1.1).contains(&ratio), "{row:#}");
+}
+
 /// A simulated closed loop of 16 requests one at a time, in two prefix groups whose prompts are
 /// `prefix` shared tokens and `suffix` of their own; `extra` flags after.
 fn prefix_load(

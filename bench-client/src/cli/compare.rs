@@ -15,7 +15,7 @@ use crate::report::compare::summary::{compare_summary, summary_of};
 use crate::report::compare::truth::{truth, ImportedSide};
 use crate::report::compare::{
     compare_records_with, manifest_differences, manifest_slo, read_side, workload_differences,
-    CompareReport, Kind,
+    CompareReport, Kind, Side,
 };
 use crate::report::Report;
 use crate::report::{export, Slo};
@@ -207,7 +207,7 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     }
     let read = |side: &str, files: &[PathBuf], summary: bool| {
         if summary {
-            Ok(Vec::new())
+            Ok(Side::default())
         } else {
             read_side(side, files)
         }
@@ -219,7 +219,7 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         .unwrap_or_default();
     let long = [&base, &new]
         .iter()
-        .any(|side| side.iter().map(Vec::len).sum::<usize>() > PROGRESS_FROM);
+        .any(|side| side.files.iter().map(Vec::len).sum::<usize>() > PROGRESS_FROM);
     let bar = progress_bar(long && !a.no_progress);
     let tick = |done: u64, total: u64| {
         bar.set_length(total);
@@ -235,8 +235,8 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     report.workload = workload;
     report.notes.extend(workload_notes);
     let (base, new): (Vec<_>, Vec<_>) = (
-        base.into_iter().flatten().collect(),
-        new.into_iter().flatten().collect(),
+        base.files.into_iter().flatten().collect(),
+        new.files.into_iter().flatten().collect(),
     );
     let (differences, notes) =
         manifest_differences(&base_files, &new_files).map_err(CliError::Data)?;

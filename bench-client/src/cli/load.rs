@@ -6,6 +6,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::exit::{self, CliError};
+use crate::report::export::csv::LoadRequests;
 
 use super::common::{default_out, parse_duration, redact_args, Format, ServerArgs};
 use super::flags::{ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, LOAD_WARMUP};
@@ -68,16 +69,13 @@ impl LoadArgs {
 /// Prints a load summary as a table or JSON; CSV is one row per request, of `records`.
 pub(super) fn print_load(
     summary: &crate::report::LoadSummary,
-    records: &[crate::results::Record],
     format: Format,
+    csv_rows: impl FnOnce() -> anyhow::Result<String>,
 ) -> anyhow::Result<()> {
     match format {
         Format::Table => print!("{}", crate::report::export::table::load(summary)),
         Format::Json => println!("{}", crate::report::export::json::load(summary)),
-        Format::Csv => print!(
-            "{}",
-            crate::report::export::csv::load_requests(records, summary.slo)?
-        ),
+        Format::Csv => print!("{}", csv_rows()?),
     }
     Ok(())
 }
@@ -332,11 +330,6 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         m.shutdown().await;
     }
     let outcome = outcome?;
-    // CSV is one row per request: the records of this run, read back from its file.
-    let records = match a.format {
-        Format::Csv => crate::results::read_records(&out)?,
-        _ => Vec::new(),
-    };
     // The saturation probes' lines, and their figures for the JSON.
     #[cfg(not(feature = "embedded-mock"))]
     let saturate = || -> Option<(Vec<String>, serde_json::Value)> { None };
@@ -373,7 +366,10 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
             }
             println!("{v}");
         }
-        _ => print_load(&outcome.summary, &records, a.format)?,
+        // CSV is one row per request: the records of this run, read back from its file.
+        _ => print_load(&outcome.summary, a.format, || {
+            LoadRequests::of_files(std::slice::from_ref(&out), outcome.summary.slo)
+        })?,
     }
     let saturation = if json { saturation } else { saturate() };
     for l in saturation.iter().flat_map(|(lines, _)| lines) {

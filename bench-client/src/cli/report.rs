@@ -10,8 +10,9 @@ use super::exit::CliError;
 
 use super::common::{Format, Output};
 use super::load::print_load;
+use crate::report::export::csv::LoadRequests;
 use crate::report::{export, LoadSummary, Report, Slo};
-use crate::results::{read_manifest, read_records, Record};
+use crate::results::{each_record, read_manifest, Record};
 
 #[derive(Args, Debug)]
 pub(super) struct ReportArgs {
@@ -69,13 +70,46 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         ]),
     )
     .map_err(CliError::Usage)?;
-    let mut records = Vec::new();
+    let slo = match &a.slo {
+        Some(text) => {
+            Slo::parse(text).map_err(|e| CliError::Usage(anyhow::anyhow!("--slo: {e}")))?
+        }
+        None => crate::report::compare::manifest_slo(&a.files).unwrap_or_default(),
+    };
+    // Read one record at a time: a load record goes into the summary and is kept only where
+    // the output needs it (CSV's per-request rows, the HTML page's slowest), so that a file of
+    // millions of requests is never held whole.
+    let mut sweep_recs: Vec<Record> = Vec::new();
+    let mut summary = LoadSummary::new(slo);
+    let mut load_count = 0u64;
+    let mut csv_rows = match a.output.format {
+        Format::Csv => Some(LoadRequests::new(slo).map_err(CliError::Data)?),
+        _ => None,
+    };
+    let mut load_recs: Vec<Record> = Vec::new();
+    let keep_slowest = if a.html.is_some() { a.slowest } else { 0 };
     let mut manifests = Vec::new();
     for f in &a.files {
-        let recs = read_records(f)
-            .with_context(|| format!("reading {}", f.display()))
-            .map_err(CliError::Data)?;
-        records.extend(recs);
+        each_record(f, |r| {
+            if r.load.is_none() {
+                sweep_recs.push(r);
+                return Ok(());
+            }
+            summary.add(&r);
+            load_count += 1;
+            if let Some(rows) = csv_rows.as_mut() {
+                rows.add(&r)?;
+            }
+            if keep_slowest > 0 && is_timed(&r) {
+                load_recs.push(r);
+                if load_recs.len() >= 2 * keep_slowest.max(64) {
+                    slowest_first(&mut load_recs, keep_slowest);
+                }
+            }
+            Ok(())
+        })
+        .with_context(|| format!("reading {}", f.display()))
+        .map_err(CliError::Data)?;
         if let Some(m) = read_manifest(f).map_err(CliError::Data)? {
             // A manifest written before redaction may still hold secrets: none is shown.
             let mut v = m.to_value();
@@ -86,16 +120,8 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             manifests.push((f.display().to_string(), m));
         }
     }
-    let (load_recs, sweep_recs): (Vec<Record>, Vec<Record>) =
-        records.into_iter().partition(|r| r.load.is_some());
     let sweep = (!sweep_recs.is_empty()).then(|| Report::from_records(&sweep_recs));
-    let slo = match &a.slo {
-        Some(text) => {
-            Slo::parse(text).map_err(|e| CliError::Usage(anyhow::anyhow!("--slo: {e}")))?
-        }
-        None => crate::report::compare::manifest_slo(&a.files).unwrap_or_default(),
-    };
-    let load = (!load_recs.is_empty()).then(|| LoadSummary::from_records(&load_recs, slo));
+    let load = (load_count > 0).then_some(summary);
     if sweep.is_none() && load.is_none() {
         return Err(CliError::Data(anyhow::anyhow!(
             "no sweep records and no load records in the given files"
@@ -110,20 +136,18 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
             eprintln!("plot written to {}", p.display());
         }
-        print_load(s, &load_recs, a.output.format)?;
+        print_load(s, a.output.format, || match csv_rows {
+            Some(rows) => rows.finish(),
+            None => Ok(String::new()),
+        })?;
     }
     if let Some(path) = &a.html {
         let mut slowest: Vec<&Record> = sweep_recs
             .iter()
             .chain(&load_recs)
-            .filter(|r| r.trace.is_some() && r.e2e_ms.is_some())
+            .filter(|r| is_timed(r))
             .collect();
-        slowest.sort_by(|x, y| {
-            y.e2e_ms
-                .partial_cmp(&x.e2e_ms)
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        slowest.truncate(a.slowest);
+        slowest_first(&mut slowest, a.slowest);
         // The server's own prefix-cache counters, from the load runs' /metrics scrapes.
         let server_cache = match &load {
             Some(_) => crate::report::server_metrics::merge_files(&a.files)
@@ -143,6 +167,22 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         eprintln!("HTML report written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the HTML page can show a record among the slowest: it has a trace and an end.
+fn is_timed(r: &Record) -> bool {
+    r.trace.is_some() && r.e2e_ms.is_some()
+}
+
+/// The `n` slowest by end-to-end time, slowest first; a tie keeps the earlier record.
+fn slowest_first<R: std::borrow::Borrow<Record>>(recs: &mut Vec<R>, n: usize) {
+    recs.sort_by(|x, y| {
+        let (x, y) = (x.borrow(), y.borrow());
+        y.e2e_ms
+            .partial_cmp(&x.e2e_ms)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    recs.truncate(n);
 }
 
 pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
@@ -190,14 +230,10 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
             println!("{v}");
         }
         Format::Csv => {
-            let mut records = Vec::new();
-            for f in &files {
-                records.extend(read_records(f).map_err(CliError::Data)?);
-            }
-            print_load(&summary, &records, a.format)?;
+            print_load(&summary, a.format, || LoadRequests::of_files(&files, slo))?;
         }
         Format::Table => {
-            print_load(&summary, &[], a.format)?;
+            print_load(&summary, a.format, || Ok(String::new()))?;
             if server.is_empty() {
                 eprintln!(
                     "no /metrics scrapes found beside the results files (FILE.manifest.jsonl)"

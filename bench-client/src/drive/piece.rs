@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use super::load::LoadConfig;
 use crate::results::manifest::{self, Manifest, StampSource};
 use crate::results::settings::{Recorded, ScheduleRecord, StopRecord, WorkloadRecord};
-use crate::results::{read_records, ForeignRun};
+use crate::results::{each_record, ForeignRun};
 
 /// The manifest line of a load run piece (`run_id`: see [`run_identity`]).
 pub(crate) fn manifest(
@@ -90,8 +90,9 @@ pub(crate) fn piece_run_id(
 pub(crate) fn resumed(cfg: &LoadConfig) -> anyhow::Result<Resumed> {
     let mut found = Resumed::default();
     if crate::results::existing_results(&cfg.out, cfg.resume, " (with the same --seed)")? {
-        for r in read_records(&cfg.out)? {
-            let Some(l) = &r.load else { continue };
+        // One record at a time: a file of millions holds only their indices here.
+        each_record(&cfg.out, |r| {
+            let Some(l) = &r.load else { return Ok(()) };
             let foreign = |why: String| ForeignRun {
                 file: cfg.out.clone(),
                 why,
@@ -120,7 +121,8 @@ pub(crate) fn resumed(cfg: &LoadConfig) -> anyhow::Result<Resumed> {
                     .div_ceil(1_000_000);
                 found.last_end_unix_ms = Some(found.last_end_unix_ms.map_or(end, |e| e.max(end)));
             }
-        }
+            Ok(())
+        })?;
     }
     Ok(found)
 }

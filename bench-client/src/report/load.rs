@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 use super::cache::CacheSplit;
 pub use crate::measure::Slo;
 use crate::measure::{load_numbers, measure, MeasureError, Measurement};
-use crate::results::{LoadInfo, Record};
-use crate::trace::RequestTrace;
+use crate::results::Record;
+
+mod span;
+use span::union_ns;
+pub use span::{Instants, Piece};
 
 /// A histogram with its exact maximum.
 #[derive(Clone, Debug, PartialEq)]
@@ -217,95 +220,6 @@ pub struct LoadSummary {
     pub shards: BTreeSet<String>,
     /// Multi-turn runs: TTFT and cache hits by turn number.
     pub turns: super::turns::Turns,
-}
-
-/// The instants of one run piece (the requests sent by one process from one start), unix ns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Piece {
-    /// Earliest scheduled start.
-    pub first_scheduled: u64,
-    /// Earliest send.
-    pub first_sent: u64,
-    /// Latest send.
-    pub last_sent: u64,
-    /// Latest end.
-    pub last_end: u64,
-}
-
-impl Piece {
-    fn of(i: Instants) -> Self {
-        Self {
-            first_scheduled: i.scheduled,
-            first_sent: i.sent,
-            last_sent: i.sent,
-            last_end: i.end,
-        }
-    }
-
-    fn join(self, o: Self) -> Self {
-        Self {
-            first_scheduled: self.first_scheduled.min(o.first_scheduled),
-            first_sent: self.first_sent.min(o.first_sent),
-            last_sent: self.last_sent.max(o.last_sent),
-            last_end: self.last_end.max(o.last_end),
-        }
-    }
-}
-
-/// Total length of the union of the intervals `[a, b]`, ns: pieces that overlap (the shards of
-/// one run) count once, the gaps between pieces (a resumed run's down time) not at all.
-fn union_ns(mut spans: Vec<(u64, u64)>) -> u64 {
-    spans.sort_unstable();
-    let mut total = 0;
-    let mut cur: Option<(u64, u64)> = None;
-    for (a, b) in spans {
-        cur = match cur {
-            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
-            Some((ca, cb)) => {
-                total += cb - ca;
-                Some((a, b))
-            }
-            None => Some((a, b)),
-        };
-    }
-    total + cur.map_or(0, |(a, b)| b - a)
-}
-
-/// A load request's scheduled start, send and stream end, unix ns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Instants {
-    /// Scheduled start.
-    pub scheduled: u64,
-    /// Send.
-    pub sent: u64,
-    /// End of the stream.
-    pub end: u64,
-}
-
-impl Instants {
-    /// The instants of one request from its load fields and trace.
-    pub fn of(load: &LoadInfo, trace: &RequestTrace) -> Self {
-        let base = load.start_unix_ms.saturating_mul(1_000_000);
-        let sent = base.saturating_add(load.sent_ns);
-        Self {
-            scheduled: base.saturating_add(load.scheduled_ns),
-            sent,
-            end: sent.saturating_add(trace.end_ns),
-        }
-    }
-
-    /// Seconds from the earliest scheduled start to the latest end of `requests` (`None` when
-    /// there are none or the span is zero), the span [`LoadSummary::duration_s`] divides by.
-    pub fn span_s(requests: impl IntoIterator<Item = Self>) -> Option<f64> {
-        let (a, b) = requests
-            .into_iter()
-            .fold(None, |acc: Option<(u64, u64)>, i| {
-                Some(acc.map_or((i.scheduled, i.end), |(a, b)| {
-                    (a.min(i.scheduled), b.max(i.end))
-                }))
-            })?;
-        (b > a).then(|| (b - a) as f64 / 1e9)
-    }
 }
 
 impl LoadSummary {
@@ -551,30 +465,37 @@ pub struct Derived {
 }
 
 /// Read load records from several results files and summarise them as one run: the files must
-/// be pieces of one run, each request once ([`crate::results::check_one_run`]).
+/// be pieces of one run, each request once ([`crate::results::OneRun`]). One record at a time: a
+/// run of millions of requests is never held whole.
 pub fn merge_files(files: &[std::path::PathBuf], slo: Slo) -> anyhow::Result<(LoadSummary, usize)> {
-    let mut read = Vec::with_capacity(files.len());
+    let mut run_ids = Vec::with_capacity(files.len());
     for f in files {
-        let recs = crate::results::read_records(f)?;
-        let run_id = crate::results::read_manifests(f)?
-            .into_iter()
-            .find_map(|m| m.run_id);
-        read.push((f, run_id, recs));
+        run_ids.push(
+            crate::results::read_manifests(f)?
+                .into_iter()
+                .find_map(|m| m.run_id),
+        );
     }
-    let pieces: Vec<crate::results::Piece<'_>> = read
-        .iter()
-        .map(|(f, id, recs)| crate::results::Piece {
-            file: f.as_path(),
-            run_id: id.as_deref(),
-            records: recs,
-        })
-        .collect();
-    crate::results::check_one_run(&pieces)?;
+    let mut one_run = crate::results::OneRun::new(
+        files
+            .iter()
+            .zip(&run_ids)
+            .map(|(f, id)| (f.as_path(), id.as_deref()))
+            .collect(),
+    )?;
     let mut summary = LoadSummary::new(slo);
     let mut ignored = 0usize;
-    for (_, _, recs) in &read {
-        ignored += recs.iter().filter(|r| r.load.is_none()).count();
-        summary = summary.merge(&LoadSummary::from_records(recs, slo));
+    for (i, f) in files.iter().enumerate() {
+        let mut piece = LoadSummary::new(slo);
+        crate::results::each_record(f, |r| {
+            match &r.load {
+                Some(load) => one_run.request(i, load)?,
+                None => ignored += 1,
+            }
+            piece.add(&r);
+            Ok(())
+        })?;
+        summary = summary.merge(&piece);
     }
     Ok((summary, ignored))
 }

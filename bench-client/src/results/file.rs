@@ -3,7 +3,7 @@
 //! to mix a new run into an old file, and the manifest beside it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -31,39 +31,62 @@ pub fn existing_results(path: &Path, resume: bool, hint: &str) -> anyhow::Result
 /// Read every record; a torn (unparseable) last line from a killed process is skipped; an
 /// unparseable line elsewhere is an error naming the line.
 pub fn read_records(path: impl AsRef<Path>) -> anyhow::Result<Vec<Record>> {
+    let mut out = Vec::new();
+    each_record(path, |r| {
+        out.push(r);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Hand `f` each record of the file in order, one line in memory at a time (a file of millions
+/// of records is never held whole); lines as [`read_records`] reads them. An error of `f` stops
+/// the reading and is returned.
+pub fn each_record(
+    path: impl AsRef<Path>,
+    mut f: impl FnMut(Record) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let path = path.as_ref();
     let file =
         File::open(path).with_context(|| format!("opening results file {}", path.display()))?;
-    let lines: Vec<String> = BufReader::new(file)
-        .lines()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", path.display()))?;
-    let last = lines.iter().rposition(|l| !l.trim().is_empty());
-    let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    // A line that is not a record, held until a later line shows that it is not the last.
+    let mut torn: Option<(usize, serde_json::Error)> = None;
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if read == 0 {
+            break;
+        }
+        number += 1;
+        if line.trim_ascii().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Record>(line) {
+        if let Some((i, e)) = torn.take() {
+            anyhow::bail!("{}: line {i} is not a record: {e}", path.display());
+        }
+        match serde_json::from_slice::<Record>(&line) {
             Ok(r) if r.schema > super::SCHEMA => anyhow::bail!(
-                "{}: line {} is in results schema {}, written by a newer bench-client (this one reads schemas 1 to {})",
+                "{}: line {number} is in results schema {}, written by a newer bench-client (this one reads schemas 1 to {})",
                 path.display(),
-                i + 1,
                 r.schema,
                 super::SCHEMA
             ),
-            Ok(r) => out.push(r),
-            Err(_) if Some(i) == last => {
-                tracing::warn!(
-                    "{}: skipping a torn last line (line {}); the process writing it was probably killed",
-                    path.display(),
-                    i + 1
-                );
-            }
-            Err(e) => anyhow::bail!("{}: line {} is not a record: {e}", path.display(), i + 1),
+            Ok(r) => f(r)?,
+            Err(e) => torn = Some((number, e)),
         }
     }
-    Ok(out)
+    if let Some((i, _)) = torn {
+        tracing::warn!(
+            "{}: skipping a torn last line (line {i}); the process writing it was probably killed",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Read every record of a file whose every line must be one: a torn or foreign line anywhere
@@ -130,6 +153,26 @@ pub fn append_manifest(out: &Path, line: &impl Serialize) -> anyhow::Result<()> 
         .with_context(|| format!("syncing {}", path.display()))
 }
 
+/// The length of `file` (`len` bytes) up to and including its last newline, 0 where it has none:
+/// what stays of a file whose last line is torn. Read backwards a block at a time, so a results
+/// file of gigabytes costs one block, not its size in memory.
+fn whole_lines_len(file: &mut File, len: u64) -> std::io::Result<u64> {
+    const BLOCK: u64 = 64 * 1024;
+    let mut buf = vec![0u8; BLOCK as usize];
+    let mut end = len;
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        let block = &mut buf[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(block)?;
+        if let Some(p) = block.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + p as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
 /// The longest a record written by [`write_records`] waits for its sync to disk. A killed process
 /// loses no written record (the kernel holds it); the sync is for a crash of the machine.
 pub const SYNC_INTERVAL: Duration = Duration::from_millis(100);
@@ -157,13 +200,19 @@ impl RecordWriter {
             .append(true)
             .open(&path)
             .with_context(|| format!("opening {} for appending", path.display()))?;
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        if !bytes.is_empty() && bytes.last() != Some(&b'\n') {
-            let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-            file.set_len(keep as u64)
-                .with_context(|| format!("cutting the torn last line of {}", path.display()))?;
+        // Only a regular file has a last line to mend (a device such as /dev/zero reads forever).
+        let meta = file
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?;
+        if meta.is_file() && meta.len() > 0 {
+            let keep = whole_lines_len(&mut file, meta.len())
+                .with_context(|| format!("reading {}", path.display()))?;
+            if keep < meta.len() {
+                file.set_len(keep)
+                    .with_context(|| format!("cutting the torn last line of {}", path.display()))?;
+                tracing::warn!("{}: removed a torn last line", path.display());
+            }
             file.seek(SeekFrom::End(0))?;
-            tracing::warn!("{}: removed a torn last line", path.display());
         }
         Ok(Self {
             file,

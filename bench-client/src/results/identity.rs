@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{LoadInfo, Record};
+use super::LoadInfo;
 
 /// A results file of another run than the one resuming it.
 #[derive(Debug, thiserror::Error)]
@@ -103,66 +103,87 @@ impl RequestKey {
     }
 }
 
-/// The files to merge, each with the run id of its manifest and its records.
-pub struct Piece<'a> {
-    /// The results file.
-    pub file: &'a Path,
-    /// Its manifest's run id.
-    pub run_id: Option<&'a str>,
-    /// Its records.
-    pub records: &'a [Record],
+/// A request's key held by [`OneRun`]: its run's number, its index and a multi-turn request's
+/// session and turn.
+type SeenKey = (u32, u64, Option<(u64, u32)>);
+
+/// Checks that files are the pieces of one run with each request once, a record at a time:
+/// [`OneRun::new`] refuses a file given twice and files of two runs before any record is read,
+/// [`OneRun::request`] a request seen before. It holds one key per request (a run's name once,
+/// however many requests name it), never the records.
+pub struct OneRun<'a> {
+    /// Each file with its manifest's run id.
+    files: Vec<(&'a Path, Option<&'a str>)>,
+    /// Each run's name, numbered.
+    runs: HashMap<String, u32>,
+    /// Every request so far, with the file it was in.
+    seen: HashMap<SeenKey, usize>,
 }
 
-/// Whether `pieces` are pieces of one run with each request once: refused when a file is given
-/// twice, when two manifests name different runs, or when a request is in the files twice.
-pub fn check_one_run(pieces: &[Piece<'_>]) -> Result<(), NotOneRun> {
-    let mut seen_files: Vec<(PathBuf, &Path)> = Vec::new();
-    for p in pieces {
-        let canon = std::fs::canonicalize(p.file).unwrap_or_else(|_| p.file.to_path_buf());
-        if let Some((_, first)) = seen_files.iter().find(|(c, _)| *c == canon) {
-            return Err(NotOneRun::SameFile {
-                first: first.to_path_buf(),
-                second: p.file.to_path_buf(),
-            });
-        }
-        seen_files.push((canon, p.file));
-    }
-    let mut first_run: Option<(&Path, &str)> = None;
-    for p in pieces {
-        let Some(id) = p.run_id else { continue };
-        match first_run {
-            Some((a, a_run)) if a_run != id => {
-                return Err(NotOneRun::DifferentRuns {
-                    a: a.to_path_buf(),
-                    a_run: a_run.to_string(),
-                    b: p.file.to_path_buf(),
-                    b_run: id.to_string(),
-                })
+impl<'a> OneRun<'a> {
+    /// The files to merge, each with the run id of its manifest.
+    pub fn new(files: Vec<(&'a Path, Option<&'a str>)>) -> Result<Self, NotOneRun> {
+        let mut seen_files: Vec<(PathBuf, &Path)> = Vec::new();
+        for &(file, _) in &files {
+            let canon = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+            if let Some((_, first)) = seen_files.iter().find(|(c, _)| *c == canon) {
+                return Err(NotOneRun::SameFile {
+                    first: first.to_path_buf(),
+                    second: file.to_path_buf(),
+                });
             }
-            Some(_) => {}
-            None => first_run = Some((p.file, id)),
+            seen_files.push((canon, file));
         }
+        let mut first_run: Option<(&Path, &str)> = None;
+        for &(file, run_id) in &files {
+            let Some(id) = run_id else { continue };
+            match first_run {
+                Some((a, a_run)) if a_run != id => {
+                    return Err(NotOneRun::DifferentRuns {
+                        a: a.to_path_buf(),
+                        a_run: a_run.to_string(),
+                        b: file.to_path_buf(),
+                        b_run: id.to_string(),
+                    })
+                }
+                Some(_) => {}
+                None => first_run = Some((file, id)),
+            }
+        }
+        Ok(Self {
+            files,
+            runs: HashMap::new(),
+            seen: HashMap::new(),
+        })
     }
-    let mut seen: HashMap<RequestKey, &Path> = HashMap::new();
-    for p in pieces {
-        for load in p.records.iter().filter_map(|r| r.load.as_ref()) {
-            for key in RequestKey::of(p.run_id, load) {
-                if let Some(first) = seen.insert(key.clone(), p.file) {
-                    if first == p.file {
-                        return Err(NotOneRun::Twice {
-                            file: p.file.to_path_buf(),
-                            index: key.index,
-                        });
-                    }
-                    return Err(NotOneRun::Repeated {
-                        run: key.run,
+
+    /// A load record of the `file`th file given to [`OneRun::new`].
+    pub fn request(&mut self, file: usize, load: &LoadInfo) -> Result<(), NotOneRun> {
+        let (path, run_id) = self.files[file];
+        for key in RequestKey::of(run_id, load) {
+            let run = match self.runs.get(&key.run) {
+                Some(&n) => n,
+                None => {
+                    let n = u32::try_from(self.runs.len()).unwrap_or(u32::MAX);
+                    self.runs.insert(key.run.clone(), n);
+                    n
+                }
+            };
+            if let Some(first) = self.seen.insert((run, key.index, key.turn), file) {
+                if first == file {
+                    return Err(NotOneRun::Twice {
+                        file: path.to_path_buf(),
                         index: key.index,
-                        first: first.to_path_buf(),
-                        second: p.file.to_path_buf(),
                     });
                 }
+                return Err(NotOneRun::Repeated {
+                    run: key.run,
+                    index: key.index,
+                    first: self.files[first].0.to_path_buf(),
+                    second: path.to_path_buf(),
+                });
             }
         }
+        Ok(())
     }
-    Ok(())
 }

@@ -16,10 +16,10 @@ mod tests;
 
 pub use figures::Figures;
 pub use file::{
-    append_manifest, existing_results, manifest_path, read_manifest, read_manifests, read_records,
-    read_records_strict, write_records, RecordWriter, SYNC_INTERVAL,
+    append_manifest, each_record, existing_results, manifest_path, read_manifest, read_manifests,
+    read_records, read_records_strict, write_records, RecordWriter, SYNC_INTERVAL,
 };
-pub use identity::{check_one_run, ForeignRun, NotOneRun, Piece, RequestKey};
+pub use identity::{ForeignRun, NotOneRun, OneRun, RequestKey};
 pub use lock::{lock_results, ResultsBusy, ResultsLock};
 pub use manifest::Manifest;
 pub use record::{

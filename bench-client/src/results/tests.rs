@@ -71,6 +71,38 @@ fn torn_last_line_is_tolerated_and_cut_before_append() {
 }
 
 #[test]
+fn a_torn_line_longer_than_a_read_block_is_cut_and_a_device_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.jsonl");
+    let mut w = RecordWriter::open(&path).unwrap();
+    w.append(&Record::streaming(sample_trace("a"), 16, 0))
+        .unwrap();
+    drop(w);
+    let whole = std::fs::metadata(&path).unwrap().len();
+    // A torn line of 200 KB: three blocks back to the last newline.
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&vec![b'x'; 200_000]).unwrap();
+    drop(f);
+    let mut w = RecordWriter::open(&path).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+    w.append(&Record::streaming(sample_trace("b"), 16, 1))
+        .unwrap();
+    let recs = read_records(&path).unwrap();
+    assert_eq!(
+        recs.iter().map(|r| r.rid.as_str()).collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
+    // A file that is all one torn line keeps nothing of it.
+    let torn = dir.path().join("torn.jsonl");
+    std::fs::write(&torn, vec![b'{'; 70_000]).unwrap();
+    drop(RecordWriter::open(&torn).unwrap());
+    assert_eq!(std::fs::metadata(&torn).unwrap().len(), 0);
+    // A device opens without being read: /dev/zero never ends.
+    #[cfg(unix)]
+    drop(RecordWriter::open("/dev/zero").unwrap());
+}
+
+#[test]
 fn a_group_commit_appends_every_record_in_order_one_per_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.jsonl");

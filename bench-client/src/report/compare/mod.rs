@@ -9,21 +9,20 @@
 //!
 //! A side's runs: each file of a sweep is one run; load records are grouped by the run's start
 //! (`start_unix_ms`), so the shards of one run (which share it) are one run and repeats are
-//! several, whichever files hold them. Several runs a side are resampled by run
-//! ([`crate::measure::compare`]).
+//! several, whichever files hold them; a resumed piece (its manifest line says `resume`) joins
+//! the run it continues, and a run's span is its pieces' ([`Side`]). Several runs a side are
+//! resampled by run ([`crate::measure::compare`]).
 
 mod cache;
 mod debug_text;
 pub mod html;
 mod manifest;
+mod side;
 pub mod summary;
 pub mod truth;
 pub mod workload;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-
-use anyhow::Context;
 
 use super::load::{Instants, Slo};
 use crate::measure::compare::{
@@ -31,9 +30,11 @@ use crate::measure::compare::{
     Verdict,
 };
 use crate::measure::{load_numbers, measure};
-use crate::results::{read_records, Method, Record};
+use crate::results::{Method, Record};
 
 pub use manifest::{manifest_differences, manifest_slo, workload_differences};
+use side::runs_of;
+pub use side::{kind_of, read_side, Side};
 
 /// What kind of run a side holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,62 +130,6 @@ impl CompareReport {
         }
         m
     }
-}
-
-/// Read one side's records from its files, a list per file.
-pub fn read_side(side: &str, files: &[PathBuf]) -> anyhow::Result<Vec<Vec<Record>>> {
-    files
-        .iter()
-        .map(|f| read_records(f).with_context(|| format!("{side}: reading {}", f.display())))
-        .collect()
-}
-
-/// A side's records split into runs: a sweep's files are its runs; load records are grouped by
-/// their run's start, across files (shards of one run share it).
-fn runs_of(files: &[Vec<Record>], kind: Kind) -> Vec<Vec<&Record>> {
-    match kind {
-        Kind::Sweep => files
-            .iter()
-            .map(|f| f.iter().collect::<Vec<_>>())
-            .filter(|r| !r.is_empty())
-            .collect(),
-        Kind::Load => {
-            let mut runs: BTreeMap<u64, Vec<&Record>> = BTreeMap::new();
-            for r in files.iter().flatten() {
-                if let Some(info) = &r.load {
-                    runs.entry(info.start_unix_ms).or_default().push(r);
-                }
-            }
-            runs.into_values().collect()
-        }
-    }
-}
-
-/// The kind of a side's records (over all its files); an empty, failed-only or mixed side is
-/// refused.
-pub fn kind_of(side: &str, files: &[Vec<Record>]) -> anyhow::Result<Kind> {
-    let records = || files.iter().flatten();
-    let total = records().count();
-    if total == 0 {
-        anyhow::bail!("{side} has no records");
-    }
-    let load = records().filter(|r| r.load.is_some()).count();
-    let kind = match load {
-        0 => Kind::Sweep,
-        n if n == total => Kind::Load,
-        _ => anyhow::bail!(
-            "{side} mixes sweep and load records ({load} of {total} are load records); compare one kind at a time"
-        ),
-    };
-    let ok = records()
-        .filter(|r| r.error.is_none() && r.method == Method::Streaming)
-        .count();
-    if ok == 0 {
-        anyhow::bail!(
-            "{side} has no successful streaming requests ({total} records, all failed or two-point)"
-        );
-    }
-    Ok(kind)
 }
 
 /// A row before its comparison: the samples of both sides, or why a side has none.
@@ -403,11 +348,10 @@ fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
         v.succeeded.push(1.0);
         v.good.push(if slo.met(&n, output) { 1.0 } else { 0.0 });
     }
-    v.duration_s = Instants::span_s(
-        records
-            .iter()
-            .filter_map(|r| Some(Instants::of(r.load.as_ref()?, r.trace.as_ref()?))),
-    );
+    v.duration_s = Instants::pieces_span_s(records.iter().filter_map(|r| {
+        let load = r.load.as_ref()?;
+        Some((load.start_unix_ms, Instants::of(load, r.trace.as_ref()?)))
+    }));
     v
 }
 
@@ -486,8 +430,8 @@ fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo) -> Vec<Spec>
 /// Compare NEW's records with BASE's: refuses sides that are empty, failed-only, of different
 /// kinds or (sweeps) with no context length in common.
 pub fn compare_records(
-    base: &[Vec<Record>],
-    new: &[Vec<Record>],
+    base: &Side,
+    new: &Side,
     slo: Slo,
     b: &Bootstrap,
 ) -> anyhow::Result<CompareReport> {
@@ -496,8 +440,8 @@ pub fn compare_records(
 
 /// [`compare_records`], telling `progress` the bootstrap rounds done and in all.
 pub fn compare_records_with(
-    base: &[Vec<Record>],
-    new: &[Vec<Record>],
+    base: &Side,
+    new: &Side,
     slo: Slo,
     b: &Bootstrap,
     progress: &(dyn Fn(u64, u64) + Sync),
@@ -512,7 +456,7 @@ pub fn compare_records_with(
         );
     }
     let mut notes = Vec::new();
-    for (side, files) in [("BASE", base), ("NEW", new)] {
+    for (side, files) in [("BASE", &base.files), ("NEW", &new.files)] {
         let total: usize = files.iter().map(Vec::len).sum();
         let failed = files.iter().flatten().filter(|r| r.error.is_some()).count();
         if failed > 0 {
@@ -569,6 +513,7 @@ mod tests {
 
     #[test]
     fn empty_sides_are_refused() {
-        assert!(compare_records(&[], &[], Slo::default(), &Bootstrap::default()).is_err());
+        let none = Side::default();
+        assert!(compare_records(&none, &none, Slo::default(), &Bootstrap::default()).is_err());
     }
 }

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use super::{compare_rows, kind_of, load_values, row, runs_of, sample, CompareReport, Kind, Spec};
 use super::{LoadValues, Slo};
 use crate::measure::compare::{Bootstrap, Direction, Run, Statistic};
+use crate::results::read_manifests;
 use crate::results::Figures;
-use crate::results::{read_manifests, Record};
 
 /// An imported summary: the tool, the file it came from and its figures.
 #[derive(Clone, Debug, PartialEq)]
@@ -140,7 +140,7 @@ fn fixed(
 pub fn compare_summary(
     summary: &SummarySide,
     summary_is_base: bool,
-    own: &[Vec<Record>],
+    own: &super::Side,
     b: &Bootstrap,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> anyhow::Result<CompareReport> {
@@ -240,7 +240,12 @@ pub fn compare_summary(
     notes.push(format!(
         "{own_side}'s figures are this client's: TTFT from each request's scheduled start (its send in a closed loop), TPOT per request after the first chunk, inter-chunk gaps pooled by request, end-to-end from the scheduled start; means pooled as the tool's are"
     ));
-    let failed = own.iter().flatten().filter(|r| r.error.is_some()).count();
+    let failed = own
+        .files
+        .iter()
+        .flatten()
+        .filter(|r| r.error.is_some())
+        .count();
     if failed > 0 {
         notes.push(format!(
             "{own_side}: {failed} records failed and are left out of the latencies"

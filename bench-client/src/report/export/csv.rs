@@ -115,34 +115,47 @@ pub fn compare(r: &CompareReport) -> anyhow::Result<String> {
 
 /// CSV of a load run: one row per request, in the order of the records; times in ms (TTFT from
 /// the scheduled start, as the summary's `ttft`), `met_slo` empty without an SLO, `error` the
-/// failure kind of a failed request.
-pub fn load_requests(records: &[crate::results::Record], slo: Slo) -> anyhow::Result<String> {
-    use crate::measure::{load_numbers, measure};
-    let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record([
-        "index",
-        "shard",
-        "rid",
-        "scheduled_ms",
-        "sent_ms",
-        "client_queue_ms",
-        "ttft_ms",
-        "ttft_server_ms",
-        "tpot_ms",
-        "e2e_ms",
-        "prompt_tokens",
-        "cached_tokens",
-        "output_tokens",
-        "error",
-        "met_slo",
-    ])?;
-    let ms = |ns: u64| (ns as f64 / 1e6).to_string();
-    let o = |x: Option<u64>| x.map_or(String::new(), ms);
-    let n = |x: Option<u32>| x.map_or(String::new(), |v| v.to_string());
-    for r in records {
+/// failure kind of a failed request. Rows are written as records come ([`LoadRequests::add`]), so
+/// no record is held.
+pub struct LoadRequests {
+    w: csv::Writer<Vec<u8>>,
+    slo: Slo,
+}
+
+impl LoadRequests {
+    /// The header row.
+    pub fn new(slo: Slo) -> anyhow::Result<Self> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record([
+            "index",
+            "shard",
+            "rid",
+            "scheduled_ms",
+            "sent_ms",
+            "client_queue_ms",
+            "ttft_ms",
+            "ttft_server_ms",
+            "tpot_ms",
+            "e2e_ms",
+            "prompt_tokens",
+            "cached_tokens",
+            "output_tokens",
+            "error",
+            "met_slo",
+        ])?;
+        Ok(Self { w, slo })
+    }
+
+    /// A record's row (none for a record of no load run).
+    pub fn add(&mut self, r: &crate::results::Record) -> anyhow::Result<()> {
+        use crate::measure::{load_numbers, measure};
+        let ms = |ns: u64| (ns as f64 / 1e6).to_string();
+        let o = |x: Option<u64>| x.map_or(String::new(), ms);
+        let n = |x: Option<u32>| x.map_or(String::new(), |v| v.to_string());
         let (Some(load), Some(trace)) = (&r.load, &r.trace) else {
-            continue;
+            return Ok(());
         };
+        let slo = self.slo;
         let m = measure(trace).ok().filter(|_| r.error.is_none());
         let nums = m
             .as_ref()
@@ -162,7 +175,7 @@ pub fn load_requests(records: &[crate::results::Record], slo: Slo) -> anyhow::Re
             (None, None) => "no-output".to_string(),
             (None, Some(_)) => String::new(),
         };
-        w.write_record([
+        self.w.write_record([
             load.index.to_string(),
             load.shard.to_string(),
             r.rid.clone(),
@@ -179,8 +192,22 @@ pub fn load_requests(records: &[crate::results::Record], slo: Slo) -> anyhow::Re
             error,
             met,
         ])?;
+        Ok(())
     }
-    Ok(String::from_utf8(
-        w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
-    )?)
+
+    /// The CSV text.
+    pub fn finish(self) -> anyhow::Result<String> {
+        Ok(String::from_utf8(
+            self.w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+        )?)
+    }
+
+    /// The rows of every record of `files`, read one at a time.
+    pub fn of_files(files: &[std::path::PathBuf], slo: Slo) -> anyhow::Result<String> {
+        let mut rows = Self::new(slo)?;
+        for f in files {
+            crate::results::each_record(f, |r| rows.add(&r))?;
+        }
+        rows.finish()
+    }
 }
