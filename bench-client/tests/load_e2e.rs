@@ -1,7 +1,8 @@
 //! Load runs against the in-process mock on tokio's paused clock: a closed loop at concurrency 64 and
 //! an open Poisson loop write JSONL and a summary; two shards of one schedule merged give the same
 //! counts (and the same latency histograms) as one unsharded run; `--resume` skips done indices; and
-//! the summary merges exactly: merge(summary(a), summary(b)) == summary(a ++ b).
+//! the summary merges exactly: merge(summary(a), summary(b)) == summary(a ++ b); `report --html`
+//! shows a file's slowest requests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -517,4 +518,44 @@ fn cli_load_against_the_embedded_mock_reports_client_cpu() {
         "{cpu}"
     );
     assert_eq!(read_records(&out).unwrap().len(), 12);
+}
+
+/// `report` reads a record at a time and keeps only the slowest for the HTML page: the page's
+/// timelines are still the N slowest of the whole file, slowest first (a tie keeps the earlier).
+#[test]
+fn the_report_page_shows_the_slowest_requests_of_a_file_read_a_record_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("open.jsonl");
+    let bin = env!("CARGO_BIN_EXE_bench-client");
+    let o = std::process::Command::new(bin)
+        .args(["load", "--simulate", "--request-rate", "300"])
+        .args(["--num-requests", "600", "--input-len", "64", "--output-len"])
+        .args(["32", "--seed", "4", "--no-progress", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut recs: Vec<Record> = read_records(&out)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.trace.is_some() && r.e2e_ms.is_some())
+        .collect();
+    recs.sort_by(|a, b| b.e2e_ms.partial_cmp(&a.e2e_ms).unwrap());
+    let page = dir.path().join("page.html");
+    let o = std::process::Command::new(bin)
+        .args(["report", "--slowest", "5", "--html"])
+        .arg(&page)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    // A timeline's caption: "RID (N prompt tokens): end to end ...".
+    let shown: Vec<&str> = html
+        .split("<figcaption>")
+        .filter(|c| c.contains(" prompt tokens): end to end "))
+        .filter_map(|c| c.split(" (").next())
+        .collect();
+    let want: Vec<&str> = recs.iter().take(5).map(|r| r.rid.as_str()).collect();
+    assert_eq!(shown, want);
 }

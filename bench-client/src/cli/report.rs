@@ -102,7 +102,7 @@ pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             }
             if keep_slowest > 0 && is_timed(&r) {
                 load_recs.push(r);
-                if load_recs.len() >= 2 * keep_slowest.max(64) {
+                if load_recs.len() >= keep_slowest.max(64).saturating_mul(2) {
                     slowest_first(&mut load_recs, keep_slowest);
                 }
             }
