@@ -397,3 +397,42 @@ fn report_draws_the_slo_of_the_load_run_or_of_its_flag() {
         &bad,
     );
 }
+
+#[test]
+fn a_glob_of_a_results_folder_reads_each_manifest_with_its_results_file() {
+    // `results/*.jsonl` matches `RUN.jsonl.manifest.jsonl` too: report, merge and compare read
+    // the manifest with its results file, not as results.
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("load.jsonl");
+    let r = results.to_str().unwrap();
+    let o = run(&[
+        "load",
+        "--simulate",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "10",
+        "--input-len",
+        "64",
+        "--output-len",
+        "8",
+        "--out",
+        r,
+        "--no-progress",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let manifest = format!("{r}.manifest.jsonl");
+    for args in [
+        vec!["report", r, &manifest],
+        vec!["merge", r, &manifest],
+        vec!["compare", "--base", r, &manifest, "--new", r, &manifest],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("skipped 1 manifest files given beside their results files"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}

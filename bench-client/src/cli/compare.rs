@@ -138,7 +138,10 @@ struct Checked {
 /// Every flag checked before any file is read.
 fn check(a: &CompareArgs) -> anyhow::Result<Checked> {
     let (base, new) = if !a.base.is_empty() {
-        (a.base.clone(), a.new.clone())
+        (
+            super::report::results_files(&a.base),
+            super::report::results_files(&a.new),
+        )
     } else if let [b, n] = a.files.as_slice() {
         (vec![b.clone()], vec![n.clone()])
     } else {

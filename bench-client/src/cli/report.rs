@@ -61,7 +61,8 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(super) fn run_report(a: ReportArgs) -> Result<ExitCode, CliError> {
+pub(super) fn run_report(mut a: ReportArgs) -> Result<ExitCode, CliError> {
+    a.files = results_files(&a.files);
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests("the results file", &a.files),
         &super::paths::written(&[
@@ -191,18 +192,7 @@ pub(super) fn run_merge(a: MergeArgs) -> Result<ExitCode, CliError> {
     let target = a.slo.target().map_err(CliError::Usage)?;
     // `merge shard-*.jsonl` also matches each shard's manifest (`shard-0.jsonl.manifest.jsonl`):
     // a manifest given beside its own results file is read from there, not as results.
-    let files: Vec<std::path::PathBuf> = a
-        .files
-        .iter()
-        .filter(|f| !is_manifest_of_a_given_file(f, &a.files))
-        .cloned()
-        .collect();
-    if files.len() < a.files.len() {
-        eprintln!(
-            "skipped {} manifest files given beside their results files (read with them)",
-            a.files.len() - files.len()
-        );
-    }
+    let files = results_files(&a.files);
     let slo = match given {
         Some(s) => s,
         None => manifest_slo(&files).map_err(CliError::Data)?,
@@ -289,4 +279,22 @@ fn manifest_slo(files: &[PathBuf]) -> anyhow::Result<Slo> {
 fn is_manifest_of_a_given_file(f: &std::path::Path, all: &[std::path::PathBuf]) -> bool {
     all.iter()
         .any(|r| r.as_path() != f && crate::results::manifest_path(r) == f)
+}
+
+/// The results files among `files`: `results/*.jsonl` also matches each file's manifest
+/// (`RUN.jsonl.manifest.jsonl`), which is read with its results file, not as results; skipped,
+/// and said so.
+pub(super) fn results_files(files: &[PathBuf]) -> Vec<PathBuf> {
+    let kept: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| !is_manifest_of_a_given_file(f, files))
+        .cloned()
+        .collect();
+    if kept.len() < files.len() {
+        eprintln!(
+            "skipped {} manifest files given beside their results files (read with them)",
+            files.len() - kept.len()
+        );
+    }
+    kept
 }
