@@ -436,3 +436,59 @@ fn a_glob_of_a_results_folder_reads_each_manifest_with_its_results_file() {
         );
     }
 }
+
+#[test]
+fn a_folder_or_a_device_as_out_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("results");
+    std::fs::create_dir(&folder).unwrap();
+    let f = folder.to_str().unwrap();
+    let sim = ["--simulate", "--no-progress"];
+    for (args, says) in [
+        (
+            vec![
+                "load",
+                "--concurrency",
+                "2",
+                "--num-requests",
+                "4",
+                "--out",
+                f,
+            ],
+            "a folder",
+        ),
+        (
+            vec!["sweep", "--contexts", "1k", "--runs", "1", "--out", f],
+            "a folder",
+        ),
+        (
+            vec!["capacity", "--slo", "ttft=100", "--out", f],
+            "a folder",
+        ),
+        (
+            vec![
+                "load",
+                "--concurrency",
+                "2",
+                "--num-requests",
+                "4",
+                "--out",
+                "/dev/null",
+            ],
+            "a device",
+        ),
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(sim).collect();
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: --out ") && err.contains(says),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    // Nothing was written, in the folder or beside it.
+    assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

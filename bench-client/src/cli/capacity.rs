@@ -221,6 +221,13 @@ fn capacity_run(
     };
     let schedule = Schedule::new(arrivals, stop, a.run.seed).map_err(anyhow::Error::msg)?;
     let out = a.run.out.clone().unwrap_or_else(|| default_out("capacity"));
+    // The steps' files go beside the base path: a folder is no base.
+    if let Some(what) = crate::results::not_a_file(&out) {
+        anyhow::bail!(
+            "--out {}: {what}, not a base path for the steps' files (NAME.step-N.jsonl); name a file",
+            out.display()
+        );
+    }
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests("the results file", [&out]),
         &super::paths::written(&[("--plot", a.plot.as_ref())]),

@@ -93,18 +93,8 @@ pub(super) fn written<'a>(outs: &[(&'static str, Option<&'a PathBuf>)]) -> Vec<W
 /// Refuses an output path no file can be written to, before any work: an existing folder, device
 /// or other file that is not a regular one (a link is followed), or a folder that cannot be made.
 pub(super) fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
-    if let Ok(m) = std::fs::metadata(path) {
-        if !m.is_file() {
-            anyhow::bail!(
-                "{flag} {}: {}, not a file to write",
-                path.display(),
-                if m.is_dir() {
-                    "a folder"
-                } else {
-                    "a device, socket or pipe"
-                }
-            );
-        }
+    if let Some(what) = crate::results::not_a_file(path) {
+        anyhow::bail!("{flag} {}: {what}, not a file to write", path.display());
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {

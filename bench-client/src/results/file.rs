@@ -13,9 +13,33 @@ use serde::Serialize;
 
 use super::{Manifest, Record};
 
+/// What `path` is where it exists and is not a regular file (or a link to one): a folder, or a
+/// device, socket or pipe, none of which is a file to write results to.
+pub fn not_a_file(path: &Path) -> Option<&'static str> {
+    let m = std::fs::metadata(path).ok()?;
+    if m.is_file() {
+        None
+    } else if m.is_dir() {
+        Some("a folder")
+    } else {
+        Some("a device, socket or pipe")
+    }
+}
+
 /// Whether `path` already holds results. With records there and no `resume`, an error that says how to
-/// go on (`hint` names what must match, e.g. the seed): a new run never mixes into an old file.
+/// go on (`hint` names what must match, e.g. the seed): a new run never mixes into an old file. A
+/// folder or a device is refused: results are a file of their own (and are synced to disk).
 pub fn existing_results(path: &Path, resume: bool, hint: &str) -> anyhow::Result<bool> {
+    if let Some(what) = not_a_file(path) {
+        let example = match path.is_dir() {
+            true => format!(" (e.g. {})", path.join("run.jsonl").display()),
+            false => String::new(),
+        };
+        anyhow::bail!(
+            "--out {}: {what}, not a results file; name a file{example}",
+            path.display()
+        );
+    }
     let exists = std::fs::metadata(path)
         .map(|m| m.len() > 0)
         .unwrap_or(false);
