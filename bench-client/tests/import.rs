@@ -267,6 +267,28 @@ fn a_bad_file_among_good_ones_exits_65_naming_it_and_writes_nothing() {
 }
 
 #[test]
+fn records_that_cannot_be_written_leave_neither_them_nor_their_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    // The records go to a temporary file beside --out first; a folder in its place fails them.
+    std::fs::create_dir(dir.path().join("out.jsonl.tmp")).unwrap();
+    let f = fixture("bench_serving-sglang.jsonl");
+    let o = run(&[
+        "import",
+        f.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("out.jsonl.tmp"), "{}", stderr(&o));
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, vec!["out.jsonl.tmp".to_string()]);
+}
+
+#[test]
 fn an_existing_output_is_refused_as_usage() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");

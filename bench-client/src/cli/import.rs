@@ -10,7 +10,7 @@ use clap::Args;
 use super::common::redact_args;
 use super::exit::CliError;
 use crate::import::{self, check, Imported, Source};
-use crate::results::{manifest_path, Record};
+use crate::results::manifest_path;
 
 const ABOUT: &str = "\
 Import other tools' results: each request becomes a load record of this project, each run a
@@ -116,57 +116,73 @@ pub(super) fn run_import(a: ImportArgs) -> Result<ExitCode, CliError> {
         .collect::<Result<_, _>>()
         .map_err(|e| CliError::Data(e.into()))?;
     let command = redact_args(std::env::args());
-    let mut records: Vec<Record> = Vec::new();
-    let mut manifests = Vec::new();
-    let mut report = String::new();
-    // Runs whose every request failed: imported (their records keep the errors), and said.
-    let mut all_failed = Vec::new();
-    for f in &files {
-        for (i, run) in f.runs.iter().enumerate() {
-            if let Some(figures) = &run.figures {
-                report.push_str(&summary_lines(&f.file, i, run, figures));
-                manifests.push(import::manifest(f, run, i, &command));
-                continue;
-            }
-            let recs = import::records(run, i);
-            let failed = recs.iter().filter(|r| r.failed()).count();
-            report.push_str(&format!(
-                "{} run {i}: {} {}, {} requests ({failed} failed), token attribution {}{}\n",
-                f.file,
-                run.source.as_str(),
-                run.version
-                    .as_deref()
-                    .unwrap_or("(version not in the file)"),
-                recs.len(),
-                run.attribution.as_str(),
-                run.rebuilt_schedule.map_or(String::new(), |r| format!(
-                    ", no start times: schedule rebuilt as a closed loop of {}",
-                    r.concurrency
-                )),
-            ));
-            if failed > 0 && failed == recs.len() {
-                all_failed.push(format!("{} run {i} ({failed} requests)", f.file));
-            }
-            let rows = check::compare(run, &recs);
-            if rows.is_empty() {
-                report.push_str("  the file has no summary of the tool's own to check against\n");
-            } else {
-                report.push_str(&check::render(&rows));
-            }
-            manifests.push(import::manifest(f, run, i, &command));
-            records.extend(recs);
-        }
-    }
+    let manifests: Vec<_> = files
+        .iter()
+        .flat_map(|f| {
+            f.runs
+                .iter()
+                .enumerate()
+                .map(|(i, run)| import::manifest(f, run, i, &command))
+        })
+        .collect();
     // The manifest first: results without their manifest would compare as another tool's run. A
     // manifest whose results could not be written is removed again.
     let manifest = manifest_path(&a.out);
     super::paths::write_whole(&manifest, &jsonl(&manifests)?)?;
-    if let Err(e) = jsonl(&records).and_then(|text| super::paths::write_whole(&a.out, &text)) {
+    let mut report = String::new();
+    let mut written = 0;
+    // Runs whose every request failed: imported (their records keep the errors), and said.
+    let mut all_failed = Vec::new();
+    // Each record is written as it is built: a run of millions of chunks is never held.
+    let wrote = super::paths::write_whole_with(&a.out, |w| {
+        for f in &files {
+            for (i, run) in f.runs.iter().enumerate() {
+                if let Some(figures) = &run.figures {
+                    report.push_str(&summary_lines(&f.file, i, run, figures));
+                    continue;
+                }
+                let mut tally = check::Tally::new(run);
+                for rec in import::records(run, i) {
+                    tally.add(&rec);
+                    serde_json::to_writer(&mut *w, &rec).context("serialising a record")?;
+                    w.write_all(b"\n")?;
+                }
+                written += tally.records;
+                let failed = tally.failed;
+                report.push_str(&format!(
+                    "{} run {i}: {} {}, {} requests ({failed} failed), token attribution {}{}\n",
+                    f.file,
+                    run.source.as_str(),
+                    run.version
+                        .as_deref()
+                        .unwrap_or("(version not in the file)"),
+                    tally.records,
+                    run.attribution.as_str(),
+                    run.rebuilt_schedule.map_or(String::new(), |r| format!(
+                        ", no start times: schedule rebuilt as a closed loop of {}",
+                        r.concurrency
+                    )),
+                ));
+                if failed > 0 && failed == tally.records {
+                    all_failed.push(format!("{} run {i} ({failed} requests)", f.file));
+                }
+                let rows = tally.rows(run);
+                if rows.is_empty() {
+                    report
+                        .push_str("  the file has no summary of the tool's own to check against\n");
+                } else {
+                    report.push_str(&check::render(&rows));
+                }
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = wrote {
         let _ = std::fs::remove_file(&manifest);
         return Err(e.into());
     }
     print!("{report}");
-    eprintln!("{} records written to {}", records.len(), a.out.display());
+    eprintln!("{written} records written to {}", a.out.display());
     if !all_failed.is_empty() {
         eprintln!(
             "note: every request failed in {}: their records hold only the errors (`report` counts them); no latency figure comes from them",

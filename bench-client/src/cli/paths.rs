@@ -2,6 +2,7 @@
 //! compared, by canonical path, with every file it reads or keeps (results files and the manifests
 //! beside them) and with the other outputs, before anything runs.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -108,7 +109,15 @@ pub(super) fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
 /// temporary file is removed when that fails. A link is written through (the file it names is
 /// replaced), and a path that is not a regular file is refused ([`check_writable`]).
 pub(super) fn write_whole(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
+    write_whole_with(path, |w| Ok(w.write_all(text.as_bytes())?))
+}
+
+/// [`write_whole`] of what `fill` writes, through a buffer: an output larger than memory is never
+/// held whole; `fill`'s error leaves `path` as it was.
+pub(super) fn write_whole_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     check_writable("writing", path)?;
     let target = if path.is_symlink() {
         path.canonicalize()
@@ -118,9 +127,14 @@ pub(super) fn write_whole(path: &Path, text: &str) -> anyhow::Result<()> {
     };
     let tmp = PathBuf::from(format!("{}.tmp", target.display()));
     let written = std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
+        .map_err(anyhow::Error::from)
+        .and_then(|f| {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            fill(&mut w)?;
+            let f = w
+                .into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?;
+            Ok(f.sync_all()?)
         })
         .with_context(|| format!("writing {}", tmp.display()))
         .and_then(|()| {
@@ -165,6 +179,26 @@ mod tests {
             !names.iter().any(|n| n.to_string_lossy().ends_with(".tmp")),
             "{names:?}"
         );
+    }
+
+    #[test]
+    fn an_output_written_in_pieces_that_fails_midway_leaves_the_old_file_and_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.jsonl");
+        std::fs::write(&out, "old\n").unwrap();
+        let e = write_whole_with(&out, |w| {
+            // More than the buffer holds, so that some of it reached the temporary file.
+            for _ in 0..3000 {
+                w.write_all(&[b'x'; 1000])?;
+            }
+            anyhow::bail!("the source ran dry")
+        })
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("the source ran dry"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "old\n");
+        assert!(!dir.path().join("out.jsonl.tmp").exists());
+        write_whole_with(&out, |w| Ok(w.write_all(b"new\n")?)).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "new\n");
     }
 
     #[test]

@@ -40,33 +40,31 @@ pub fn runs(
     source: Source,
     modified_ms: u64,
 ) -> Result<Vec<Run>, ImportError> {
-    // A vLLM document may be pretty-printed; bench_serving appends one compact line per run.
-    let docs: Vec<(Option<usize>, Value)> = match json::parse(file, None, text) {
-        Ok(v) => vec![(None, v)],
-        Err(whole) => {
-            let lines: Vec<(usize, &str)> = text
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim().is_empty())
-                .map(|(i, l)| (i + 1, l))
-                .collect();
-            if lines.len() < 2 {
-                return Err(whole);
-            }
-            lines
-                .into_iter()
-                .map(|(n, l)| json::parse(file, Some(n), l).map(|v| (Some(n), v)))
-                .collect::<Result<_, _>>()?
-        }
-    };
-    docs.iter()
+    // A vLLM document may be pretty-printed; bench_serving appends one compact line per run. Each
+    // line is read, made a run and let go before the next: a file of many runs never holds more
+    // than one run's JSON.
+    let lines: Vec<(usize, &str)> = text
+        .lines()
         .enumerate()
-        .map(|(k, (line, v))| {
-            if !v.is_object() {
-                return Err(ImportError::new(file, "expected a JSON object per run"));
-            }
-            run(Obj::top(file, *line, v), source, modified_ms + k as u64)
-        })
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| (i + 1, l))
+        .collect();
+    let one = |line: Option<usize>, v: Value, k: usize| {
+        if !v.is_object() {
+            return Err(ImportError::new(file, "expected a JSON object per run"));
+        }
+        run(Obj::top(file, line, &v), source, modified_ms + k as u64)
+    };
+    let jsonl = lines.len() >= 2
+        && lines[0].1.trim_start().starts_with('{')
+        && lines[0].1.trim_end().ends_with('}');
+    if !jsonl {
+        return Ok(vec![one(None, json::parse(file, None, text)?, 0)?]);
+    }
+    lines
+        .into_iter()
+        .enumerate()
+        .map(|(k, (n, l))| one(Some(n), json::parse(file, Some(n), l)?, k))
         .collect()
 }
 

@@ -107,14 +107,15 @@ fn trace_of(run: &Run, run_index: usize, i: usize, r: &Request) -> RequestTrace 
     }
 }
 
-/// The records of one run (`run_index`: its place in the file, for the request ids).
-pub fn records(run: &Run, run_index: usize) -> Vec<Record> {
+/// The records of one run (`run_index`: its place in the file, for the request ids), built one at
+/// a time: a run of millions of chunks is written without holding its records.
+pub fn records(run: &Run, run_index: usize) -> impl Iterator<Item = Record> + '_ {
     let placed = place(run);
     run.requests
         .iter()
         .zip(placed)
         .enumerate()
-        .map(|(i, (r, (scheduled_ns, sent_ns)))| {
+        .map(move |(i, (r, (scheduled_ns, sent_ns)))| {
             let info = LoadInfo {
                 index: i as u64,
                 shard: Shard::default(),
@@ -143,7 +144,6 @@ pub fn records(run: &Run, run_index: usize) -> Vec<Record> {
             }
             rec
         })
-        .collect()
 }
 
 /// Per-chunk counts unknown: the decode rate and TPOT of the source's definition, over all output

@@ -120,51 +120,103 @@ fn row(figure: String, tool: Option<f64>, imported: Option<f64>, why: Option<Str
 
 /// The rows of one run whose records are `recs`; empty when the file has no summary.
 pub fn compare(run: &Run, recs: &[Record]) -> Vec<Row> {
-    let Some(s) = &run.summary else {
-        return Vec::new();
-    };
-    let ok: Vec<&Record> = recs.iter().filter(|r| r.error.is_none()).collect();
-    let ttfts: Vec<f64> = ok.iter().filter_map(|r| r.ttft_ms).collect();
-    let tpots: Vec<f64> = ok.iter().filter_map(|r| tpot_ms(r, run.tpot)).collect();
-    let summary = LoadSummary::from_records(recs, Slo::default());
-    let n = &run.notes;
-    // The two spans, so that a throughput's difference can be checked against them: the tool's is
-    // the one its figure implies for the records' output tokens.
-    let tokens = summary.output_tokens as f64;
-    let spans = match (s.output_throughput.filter(|t| *t > 0.0), summary.duration_s()) {
-        (Some(tool), Some(ours)) => format!(
-            " (the records' span {ours:.4} s; the tool's figure is {:.0} output tokens over {:.4} s)",
-            tokens,
-            tokens / tool
-        ),
-        _ => String::new(),
-    };
-    vec![
-        row(
-            "mean TTFT ms".into(),
-            s.mean_ttft_ms,
-            mean(&ttfts),
-            n.mean_ttft.clone(),
-        ),
-        row(
-            "p99 TTFT ms".into(),
-            s.p99_ttft_ms,
-            percentile(&ttfts, 99.0),
-            n.p99_ttft.clone(),
-        ),
-        row(
-            format!("mean TPOT ms, {}", run.tpot.describe()),
-            s.mean_tpot_ms,
-            mean(&tpots),
-            n.mean_tpot.clone(),
-        ),
-        row(
-            "output tok/s".into(),
-            s.output_throughput,
-            summary.derived().output_throughput,
-            Some(n.output_throughput.clone().unwrap_or_else(|| SPAN.into()) + &spans),
-        ),
-    ]
+    let mut tally = Tally::new(run);
+    for r in recs {
+        tally.add(r);
+    }
+    tally.rows(run)
+}
+
+/// One run's records counted a record at a time, and what the check needs of them (their TTFTs
+/// and TPOTs, and their summary where the file has one of its own to hold them against).
+#[derive(Debug)]
+pub struct Tally {
+    tpot: TpotDef,
+    /// Records added.
+    pub records: usize,
+    /// Failed records among them.
+    pub failed: usize,
+    ttfts: Vec<f64>,
+    tpots: Vec<f64>,
+    summary: Option<LoadSummary>,
+}
+
+impl Tally {
+    /// An empty tally for `run`'s records.
+    pub fn new(run: &Run) -> Self {
+        Self {
+            tpot: run.tpot,
+            records: 0,
+            failed: 0,
+            ttfts: Vec::new(),
+            tpots: Vec::new(),
+            summary: run
+                .summary
+                .is_some()
+                .then(|| LoadSummary::new(Slo::default())),
+        }
+    }
+
+    /// Count one record.
+    pub fn add(&mut self, rec: &Record) {
+        self.records += 1;
+        if rec.failed() {
+            self.failed += 1;
+        }
+        let Some(summary) = &mut self.summary else {
+            return;
+        };
+        summary.add(rec);
+        if rec.error.is_none() {
+            self.ttfts.extend(rec.ttft_ms);
+            self.tpots.extend(tpot_ms(rec, self.tpot));
+        }
+    }
+
+    /// The rows of the records added; empty when the file has no summary.
+    pub fn rows(&self, run: &Run) -> Vec<Row> {
+        let (Some(s), Some(summary)) = (&run.summary, &self.summary) else {
+            return Vec::new();
+        };
+        let n = &run.notes;
+        // The two spans, so that a throughput's difference can be checked against them: the
+        // tool's is the one its figure implies for the records' output tokens.
+        let tokens = summary.output_tokens as f64;
+        let spans = match (s.output_throughput.filter(|t| *t > 0.0), summary.duration_s()) {
+            (Some(tool), Some(ours)) => format!(
+                " (the records' span {ours:.4} s; the tool's figure is {:.0} output tokens over {:.4} s)",
+                tokens,
+                tokens / tool
+            ),
+            _ => String::new(),
+        };
+        vec![
+            row(
+                "mean TTFT ms".into(),
+                s.mean_ttft_ms,
+                mean(&self.ttfts),
+                n.mean_ttft.clone(),
+            ),
+            row(
+                "p99 TTFT ms".into(),
+                s.p99_ttft_ms,
+                percentile(&self.ttfts, 99.0),
+                n.p99_ttft.clone(),
+            ),
+            row(
+                format!("mean TPOT ms, {}", run.tpot.describe()),
+                s.mean_tpot_ms,
+                mean(&self.tpots),
+                n.mean_tpot.clone(),
+            ),
+            row(
+                "output tok/s".into(),
+                s.output_throughput,
+                summary.derived().output_throughput,
+                Some(n.output_throughput.clone().unwrap_or_else(|| SPAN.into()) + &spans),
+            ),
+        ]
+    }
 }
 
 fn num(v: Option<f64>) -> String {

@@ -232,6 +232,12 @@ fn a_bench_serving_file_of_several_runs_gives_a_run_each_on_its_line() {
     bad["ttfts"] = json!("x");
     let e = err(&format!("{line}\n{bad}\n"));
     assert!(e.contains("line 2: field ttfts"), "{e}");
+    // A pretty-printed document cut short is one document that ends early, not a bad first line.
+    let pretty = serde_json::to_string_pretty(&bench_serving_line("sglang")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "cut.json", &pretty[..pretty.len() / 2]);
+    let e = read(&p, Some(Source::Vllm)).unwrap_err().to_string();
+    assert!(e.contains("ends early") && !e.contains("line 1,"), "{e}");
 }
 
 #[test]
