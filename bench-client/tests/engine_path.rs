@@ -347,3 +347,56 @@ fn ten_thousand_sweep_points_share_no_cached_token() {
         contaminated.first()
     );
 }
+
+/// A `load --simulate` run's records by index: TTFT, end, cached tokens and tokens per chunk.
+fn simulated(dir: &Path, name: &str, flags: &[&str]) -> BTreeMap<u64, String> {
+    let out = dir.join(name);
+    let mut args = vec!["load", "--simulate", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let o = support::run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", support::stderr(&o));
+    read_records(&out)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let key = format!(
+                "{:?} {:?} {:?} {:?}",
+                r.ttft_ms, r.e2e_ms, r.cached_tokens, r.tokens_per_chunk
+            );
+            (r.load.unwrap().index, key)
+        })
+        .collect()
+}
+
+#[test]
+fn a_simulated_run_repeats_exactly_with_the_same_flags() {
+    // Three token ids: prompts share long prefixes by chance, so each request's cached tokens, and
+    // with them every timing, depend on the prompts' contents.
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = ["--token-id-min", "1", "--token-id-max", "3"];
+    let open = [
+        &["--request-rate", "50", "--num-requests", "60"][..],
+        &["--input-len", "200", "--output-len", "20"],
+        &tokens,
+    ]
+    .concat();
+    let sessions = [
+        &["--sessions", "6", "--turns", "3", "--concurrency", "3"][..],
+        &["--input-len", "200", "--output-len", "20"],
+        &tokens,
+    ]
+    .concat();
+    for (what, flags) in [("open loop", open), ("sessions", sessions)] {
+        let a = simulated(dir.path(), &format!("{what}-a.jsonl"), &flags);
+        let b = simulated(dir.path(), &format!("{what}-b.jsonl"), &flags);
+        assert!(a.len() >= 18, "{what}: {} records", a.len());
+        assert_eq!(a, b, "{what}");
+        // A run at another salt differs: the contents matter to this workload.
+        let salted = [&flags[..], &["--start-at", "1700000000000"]].concat();
+        let c = simulated(dir.path(), &format!("{what}-c.jsonl"), &salted);
+        assert_ne!(
+            a, c,
+            "{what}: another salt changed nothing, so the check could not fail"
+        );
+    }
+}

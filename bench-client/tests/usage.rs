@@ -116,6 +116,13 @@ fn bad_flags_are_refused_before_anything_starts() {
         "--slo",
         &out,
     );
+    for cmd in ["load", "capacity"] {
+        refused(
+            &[cmd, "--simulate", "--slo", "ttft_p99=500", "--out", o],
+            "--slo",
+            &out,
+        );
+    }
     refused(
         &[
             "load",

@@ -20,8 +20,8 @@ use super::report::{rate_digits, CapacityReport, CapacityRow, Level};
 use crate::measure::capacity::{CapacityPlan, Next, RequestSpan, StepTiming, STEADY_SPANS};
 use crate::plan::schedule::{ArrivalKind, Arrivals, Schedule, Stop};
 use crate::plan::Planner;
-use crate::report::load::LoadSummary;
-use crate::results::read_records;
+use crate::report::load::{LoadSummary, Slo};
+use crate::results::each_record;
 use crate::results::settings::{Recorded, ScheduleRecord};
 
 use crate::drive::load::{run_load_with, LoadConfig};
@@ -157,36 +157,42 @@ impl CapacityConfig {
     }
 }
 
-/// How many load records a step file holds.
-fn records_in(path: &Path) -> anyhow::Result<Vec<crate::results::Record>> {
-    if std::fs::metadata(path)
-        .map(|m| m.len() > 0)
-        .unwrap_or(false)
-    {
-        Ok(read_records(path)?
-            .into_iter()
-            .filter(|r| r.load.is_some())
-            .collect())
-    } else {
-        Ok(Vec::new())
-    }
+/// What the search needs of a step's load records, read from its file a record at a time: a
+/// step of thousands of long requests is never held.
+struct StepRecords {
+    /// Load records in the file.
+    count: u64,
+    summary: LoadSummary,
+    spans: Vec<RequestSpan>,
 }
 
-/// The timing of a step's records ([`StepTiming`]); `None` when it has none.
-fn timing(records: &[crate::results::Record]) -> Option<StepTiming> {
-    let spans: Vec<RequestSpan> = records
-        .iter()
-        .filter_map(|r| {
-            let (load, trace) = (r.load.as_ref()?, r.trace.as_ref()?);
-            Some(RequestSpan {
-                scheduled_ns: load.scheduled_ns,
-                sent_ns: load.sent_ns,
-                end_ns: load.sent_ns.saturating_add(trace.end_ns),
-                ok: r.error.is_none(),
-            })
-        })
-        .collect();
-    StepTiming::of(&spans)
+impl StepRecords {
+    /// The load records of `path` (none where it is missing or empty).
+    fn read(path: &Path, slo: Slo) -> anyhow::Result<Self> {
+        let mut out = Self {
+            count: 0,
+            summary: LoadSummary::new(slo),
+            spans: Vec::new(),
+        };
+        if !std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+            return Ok(out);
+        }
+        each_record(path, |r| {
+            let Some(load) = &r.load else { return Ok(()) };
+            out.count += 1;
+            if let Some(trace) = &r.trace {
+                out.spans.push(RequestSpan {
+                    scheduled_ns: load.scheduled_ns,
+                    sent_ns: load.sent_ns,
+                    end_ns: load.sent_ns.saturating_add(trace.end_ns),
+                    ok: r.error.is_none(),
+                });
+            }
+            out.summary.add(&r);
+            Ok(())
+        })?;
+        Ok(out)
+    }
 }
 
 /// A step file being resumed must be of the step's schedule: the same rate and arrivals (a search
@@ -220,14 +226,15 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
         let stop = cfg.step_stop(rate, &rows);
         let step = cfg.step_config(n, rate, stop)?;
         let existing = if cfg.resume {
-            records_in(&step.out)?
+            Some(StepRecords::read(&step.out, cfg.load.slo)?)
         } else {
-            Vec::new()
+            None
         };
-        if !existing.is_empty() {
+        let had = existing.as_ref().map_or(0, |e| e.count);
+        if had > 0 {
             check_step_file(&step)?;
         }
-        let complete = matches!(stop, Stop::Requests(k) if existing.len() as u64 >= k);
+        let complete = matches!(stop, Stop::Requests(k) if had >= k);
         if complete {
             resumed_steps += 1;
         } else {
@@ -253,13 +260,12 @@ pub async fn run_capacity(cfg: &CapacityConfig) -> anyhow::Result<CapacityOutcom
             }
         }
         // A complete resumed step's records are those just read; a run step's, its file now.
-        let records = if complete {
-            existing
-        } else {
-            records_in(&step.out)?
+        let records = match existing {
+            Some(e) if complete => e,
+            _ => StepRecords::read(&step.out, cfg.load.slo)?,
         };
-        let summary = LoadSummary::from_records(&records, cfg.load.slo);
-        let t = timing(&records);
+        let summary = records.summary;
+        let t = StepTiming::of(&records.spans);
         let open = cfg.level() == Level::Rate;
         let mut row = CapacityRow::new(
             n,

@@ -150,7 +150,7 @@ impl SloArgs {
     pub(super) fn slo(&self) -> anyhow::Result<Option<Slo>> {
         self.slo
             .as_deref()
-            .map(|s| Slo::parse(s).map_err(|e| anyhow::anyhow!("--slo: {e}")))
+            .map(|s| Slo::parse(s).map_err(anyhow::Error::msg))
             .transpose()
     }
 

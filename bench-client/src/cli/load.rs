@@ -286,14 +286,6 @@ pub(super) async fn run_load(a: LoadArgs) -> Result<ExitCode, CliError> {
         .clone()
         .filter(|_| !a.no_saturation && sessions.is_none() && cfg.shard.count == 1 && !cfg.resume)
         .map(|mock| (mock, planner.clone()));
-    #[cfg(feature = "embedded-mock")]
-    let cfg = {
-        let mut cfg = cfg;
-        if probe.is_some() && cfg.prompt_salt.is_none() && cfg.start_at_unix_ms.is_none() {
-            cfg.prompt_salt = Some(rand::random());
-        }
-        cfg
-    };
     let out = cfg.out.clone();
     eprintln!(
         "load run against {} ({}), shard {}, results in {}",

@@ -72,9 +72,7 @@ pub(super) fn run_report(mut a: ReportArgs) -> Result<ExitCode, CliError> {
     )
     .map_err(CliError::Usage)?;
     let slo = match &a.slo {
-        Some(text) => {
-            Slo::parse(text).map_err(|e| CliError::Usage(anyhow::anyhow!("--slo: {e}")))?
-        }
+        Some(text) => Slo::parse(text).map_err(|e| CliError::Usage(anyhow::Error::msg(e)))?,
         None => crate::report::compare::manifest_slo(&a.files).unwrap_or_default(),
     };
     // Read one record at a time: a load record goes into the summary and is kept only where

@@ -52,7 +52,9 @@ pub struct LoadConfig {
     pub shard: Shard,
     /// Shared run start, unix ms (all shards of one run pass the same value).
     pub start_at_unix_ms: Option<u64>,
-    /// Salt of the prompt contents; `None`: `start_at_unix_ms` when given (shards share it), else random.
+    /// Salt of the prompt contents; `None`: `start_at_unix_ms` when given (shards share it), else
+    /// random over HTTP (a real server's cache may be warm from an earlier run) and
+    /// [`crate::drive::engine::load::ENGINE_SALT`] on the engine path (a fresh server each run).
     /// Lengths, groups and the schedule depend on the seed alone.
     pub prompt_salt: Option<u64>,
     /// Results file (JSONL).

@@ -67,6 +67,10 @@ pub fn refused_usage(args: &[&str], flag: &str, out: &Path) {
     let err = stderr(&o);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "{args:?}: one line expected, got {err:?}");
+    assert!(
+        !err.contains(&format!("{flag}: {flag}")),
+        "{args:?}: the flag is named twice: {err}"
+    );
     assert!(o.stdout.is_empty(), "{args:?} printed {:?}", o.stdout);
 }
 

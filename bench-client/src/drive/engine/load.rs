@@ -28,6 +28,11 @@ use crate::trace::RequestTrace;
 /// again), and a run of short requests makes a system call every few ms of CPU, not every one.
 const WRITE_BATCH: usize = 16;
 
+/// The prompt salt of a run on the engine path that names none (no `--start-at` either): each run
+/// starts a fresh simulated server, whose prefix cache no earlier run warmed, so the prompts are
+/// the seed's alone and the same flags give the same records.
+pub const ENGINE_SALT: u64 = 0;
+
 /// A request in flight, as the client knows it.
 pub(super) struct InFlight {
     pub(super) index: u64,
@@ -355,11 +360,11 @@ pub(super) fn run_load_engine_holding(
         Some((sc, plan)) => (Some(sc), Some(plan)),
         None => (None, None),
     };
-    let planner = planner.salted(
-        cfg.prompt_salt
-            .or(cfg.start_at_unix_ms)
-            .unwrap_or_else(rand::random),
-    );
+    let salt = cfg
+        .prompt_salt
+        .or(cfg.start_at_unix_ms)
+        .unwrap_or(ENGINE_SALT);
+    let planner = planner.salted(salt);
     let resumed = crate::drive::piece::resumed(cfg)?;
     let run_id = crate::drive::piece::piece_run_id(cfg, sessions.map(|s| &s.sessions))?;
     let done = resumed.done;
@@ -402,10 +407,6 @@ pub(super) fn run_load_engine_holding(
         next_step: None,
     };
     if let (Some(sc), Some(plan)) = (sessions, session_plan) {
-        let salt = cfg
-            .prompt_salt
-            .or(cfg.start_at_unix_ms)
-            .unwrap_or(start_unix_ms);
         let in_flight = match cfg.schedule.arrivals {
             crate::plan::Arrivals::Closed { concurrency } => cfg.shard.concurrency(concurrency),
             _ => 1,
