@@ -348,10 +348,10 @@ fn ten_thousand_sweep_points_share_no_cached_token() {
     );
 }
 
-/// A `load --simulate` run's records by index: TTFT, end, cached tokens and tokens per chunk.
+/// A simulated load run's records by index: TTFT, end, cached tokens and tokens per chunk.
 fn simulated(dir: &Path, name: &str, flags: &[&str]) -> BTreeMap<u64, String> {
     let out = dir.join(name);
-    let mut args = vec!["load", "--simulate", "--out", out.to_str().unwrap()];
+    let mut args = vec!["load", "--out", out.to_str().unwrap()];
     args.extend_from_slice(flags);
     let o = support::run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", support::stderr(&o));
@@ -369,7 +369,7 @@ fn simulated(dir: &Path, name: &str, flags: &[&str]) -> BTreeMap<u64, String> {
 }
 
 #[test]
-fn a_simulated_run_repeats_exactly_with_the_same_flags() {
+fn a_simulated_run_repeats_exactly_with_the_same_flags_on_either_path() {
     // Three token ids: prompts share long prefixes by chance, so each request's cached tokens, and
     // with them every timing, depend on the prompts' contents.
     let dir = tempfile::tempdir().unwrap();
@@ -386,7 +386,19 @@ fn a_simulated_run_repeats_exactly_with_the_same_flags() {
         &tokens,
     ]
     .concat();
-    for (what, flags) in [("open loop", open), ("sessions", sessions)] {
+    let runs = [
+        ("open loop", [&["--simulate"][..], &open].concat()),
+        ("sessions", [&["--simulate"][..], &sessions].concat()),
+        (
+            "open loop over HTTP",
+            [&["--simulate-http"][..], &open].concat(),
+        ),
+        (
+            "sessions over HTTP",
+            [&["--simulate-http"][..], &sessions].concat(),
+        ),
+    ];
+    for (what, flags) in runs {
         let a = simulated(dir.path(), &format!("{what}-a.jsonl"), &flags);
         let b = simulated(dir.path(), &format!("{what}-b.jsonl"), &flags);
         assert!(a.len() >= 18, "{what}: {} records", a.len());

@@ -52,10 +52,9 @@ pub struct LoadConfig {
     pub shard: Shard,
     /// Shared run start, unix ms (all shards of one run pass the same value).
     pub start_at_unix_ms: Option<u64>,
-    /// Salt of the prompt contents; `None`: `start_at_unix_ms` when given (shards share it), else
-    /// random over HTTP (a real server's cache may be warm from an earlier run) and
-    /// [`crate::drive::engine::load::ENGINE_SALT`] on the engine path (a fresh server each run).
-    /// Lengths, groups and the schedule depend on the seed alone.
+    /// Salt of the prompt contents; `None`: [`LoadConfig::fixed_salt`], else random (a real
+    /// server's prefix cache may be warm from an earlier run with the same seed). Lengths, groups
+    /// and the schedule depend on the seed alone.
     pub prompt_salt: Option<u64>,
     /// Results file (JSONL).
     pub out: PathBuf,
@@ -112,7 +111,20 @@ impl LoadConfig {
     }
 }
 
+/// The prompt salt of a simulated run that names none: each run starts a fresh embedded mock,
+/// whose prefix cache no earlier run warmed, so its prompts are the seed's alone and the same
+/// flags give the same records.
+pub const SIMULATED_SALT: u64 = 0;
+
 impl LoadConfig {
+    /// The prompt salt that does not change from one invocation to the next: `prompt_salt`, else
+    /// `--start-at` (which all shards of a run share), else [`SIMULATED_SALT`] for a simulated run.
+    pub fn fixed_salt(&self) -> Option<u64> {
+        self.prompt_salt
+            .or(self.start_at_unix_ms)
+            .or(self.simulated.then_some(SIMULATED_SALT))
+    }
+
     /// Checks everything a load run needs before anything is sent or started ([`check_run`] of
     /// its dialect). Returns the planner of the run's requests.
     pub fn validate(&self) -> anyhow::Result<Planner> {
@@ -292,11 +304,7 @@ pub async fn run_load_with(cfg: &LoadConfig, planner: Planner) -> anyhow::Result
         outcome.model_time = Some(model);
         return Ok(outcome);
     }
-    let planner = planner.salted(
-        cfg.prompt_salt
-            .or(cfg.start_at_unix_ms)
-            .unwrap_or_else(rand::random),
-    );
+    let planner = planner.salted(cfg.fixed_salt().unwrap_or_else(rand::random));
     let done = resumed(cfg)?.done;
     let run_id = piece_run_id(cfg, None)?;
     let http =

@@ -64,14 +64,11 @@ impl SessionsConfig {
         }
     }
 
-    /// The salt of sessions this invocation begins: the fixed salt, else `--start-at`, else this
-    /// run's start. A session's prompts keep the salt of the run that began it (its turn records'
+    /// The salt of sessions this invocation begins: [`LoadConfig::fixed_salt`], else this run's
+    /// start. A session's prompts keep the salt of the run that began it (its turn records'
     /// `start_unix_ms` without a fixed salt), so that a resumed run rebuilds them.
     fn salt(&self, start_unix_ms: u64) -> u64 {
-        self.run
-            .prompt_salt
-            .or(self.run.start_at_unix_ms)
-            .unwrap_or(start_unix_ms)
+        self.run.fixed_salt().unwrap_or(start_unix_ms)
     }
 }
 
@@ -152,12 +149,8 @@ fn restore(
             anyhow::bail!("{out}: session {session} has turn records but not its first turn");
         };
         let plan = Arc::new(
-            plan.clone().salted(
-                cfg.run
-                    .prompt_salt
-                    .or(cfg.run.start_at_unix_ms)
-                    .unwrap_or(first.start_unix_ms),
-            ),
+            plan.clone()
+                .salted(cfg.run.fixed_salt().unwrap_or(first.start_unix_ms)),
         );
         let mut conv = Conversation::new();
         let mut ended = false;
@@ -348,7 +341,7 @@ pub async fn run_sessions_with(
         let now_ms = net::scrape::unix_ms_now();
         let ctx = ctx_at(now_ms, Instant::now());
         // The sessions' salt where it is known now, so that no session begins like a warm-up.
-        let salt = run.prompt_salt.or(run.start_at_unix_ms).unwrap_or(now_ms);
+        let salt = run.fixed_salt().unwrap_or(now_ms);
         let warm = Arc::new(plan.clone().salted(salt));
         let mut set = JoinSet::new();
         for k in 0..u64::from(run.warmup) {

@@ -230,9 +230,8 @@ fn probe(
     c.progress = false;
     c.scrape_metrics = false;
     c.prompt_salt = Some(
-        cfg.prompt_salt
-            .or(cfg.start_at_unix_ms)
-            .unwrap_or(crate::drive::engine::load::ENGINE_SALT),
+        cfg.fixed_salt()
+            .unwrap_or(crate::drive::load::SIMULATED_SALT),
     );
     let (outcome, _) = run_load_engine(&c, mock.clone(), planner.clone(), None)?;
     Ok(outcome.summary)

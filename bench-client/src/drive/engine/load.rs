@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use super::agenda::{Agenda, Due};
 use super::held::HeldQueue;
 use super::Streams;
-use crate::drive::load::{LoadConfig, LoadOutcome};
+use crate::drive::load::{LoadConfig, LoadOutcome, SIMULATED_SALT};
 use crate::plan::schedule::Stop;
 use crate::plan::session::SessionPlan;
 use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
@@ -27,11 +27,6 @@ use crate::trace::RequestTrace;
 /// Records written with one `write`: a killed run loses at most these (a resumed run sends them
 /// again), and a run of short requests makes a system call every few ms of CPU, not every one.
 const WRITE_BATCH: usize = 16;
-
-/// The prompt salt of a run on the engine path that names none (no `--start-at` either): each run
-/// starts a fresh simulated server, whose prefix cache no earlier run warmed, so the prompts are
-/// the seed's alone and the same flags give the same records.
-pub const ENGINE_SALT: u64 = 0;
 
 /// A request in flight, as the client knows it.
 pub(super) struct InFlight {
@@ -360,10 +355,8 @@ pub(super) fn run_load_engine_holding(
         Some((sc, plan)) => (Some(sc), Some(plan)),
         None => (None, None),
     };
-    let salt = cfg
-        .prompt_salt
-        .or(cfg.start_at_unix_ms)
-        .unwrap_or(ENGINE_SALT);
+    // A fresh simulated server each run: no earlier run warmed its cache.
+    let salt = cfg.fixed_salt().unwrap_or(SIMULATED_SALT);
     let planner = planner.salted(salt);
     let resumed = crate::drive::piece::resumed(cfg)?;
     let run_id = crate::drive::piece::piece_run_id(cfg, sessions.map(|s| &s.sessions))?;
