@@ -218,17 +218,17 @@ impl RequestTrace {
         let queue_s = self
             .chunks
             .iter()
-            .find_map(|c| c.server_timing.and_then(|t| t.queue_s));
+            .find_map(|c| c.server_timing.as_deref().and_then(|t| t.queue_s));
         let first_token_s = self
             .chunks
             .iter()
             .rev()
-            .find_map(|c| c.server_timing.and_then(|t| t.first_token_s));
+            .find_map(|c| c.server_timing.as_deref().and_then(|t| t.first_token_s));
         let prefill_s = self
             .chunks
             .iter()
             .rev()
-            .find_map(|c| c.server_timing.and_then(|t| t.prefill_s));
+            .find_map(|c| c.server_timing.as_deref().and_then(|t| t.prefill_s));
         ServerTiming::reported(queue_s, first_token_s)
             .map(|t| ServerTiming { prefill_s, ..t })
             .or_else(|| ServerTiming::prefill_ms(prefill_s.map(|s| s * 1e3)))

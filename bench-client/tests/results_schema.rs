@@ -119,7 +119,7 @@ fn a_record_of_a_128_token_request_is_at_most_3_kb() {
                 completion_tokens: Some(k),
                 cached_tokens: Some(512),
             }),
-            finish_reason: (k == 128).then(|| "length".to_string()),
+            finish_reason: (k == 128).then(|| "length".into()),
             ..Chunk::default()
         });
     }

@@ -55,9 +55,9 @@ pub struct Chunk {
     /// Usage the event carried, if any.
     pub usage: Option<Usage>,
     /// Finish reason, if the event carried one.
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<Box<str>>,
     /// In-band error message, if the event was an error.
-    pub error: Option<String>,
+    pub error: Option<Box<str>>,
     /// A chat event that only announced the assistant role.
     pub role_only: bool,
     /// An event without any choice (for example the final usage-only chunk).
@@ -69,7 +69,7 @@ pub struct Chunk {
     pub content_event: bool,
     /// What the server reported of its own timing in this event (SGLang `--enable-metrics`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_timing: Option<ServerTiming>,
+    pub server_timing: Option<std::sync::Arc<ServerTiming>>,
 }
 
 /// A server's own timing of a request, as an event reported it, in seconds.

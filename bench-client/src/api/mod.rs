@@ -108,7 +108,7 @@ impl StreamDecoder {
             Err(e) => {
                 return Decoded::Chunk(Chunk {
                     at_ns,
-                    error: Some(format!("undecodable event ({e}): {}", truncate(data, 200))),
+                    error: Some(format!("undecodable event ({e}): {}", truncate(data, 200)).into()),
                     ..Chunk::default()
                 })
             }
@@ -116,7 +116,7 @@ impl StreamDecoder {
         if let Some(msg) = error_message(&event) {
             return Decoded::Chunk(Chunk {
                 at_ns,
-                error: Some(msg),
+                error: Some(msg.into()),
                 ..Chunk::default()
             });
         }

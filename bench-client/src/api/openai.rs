@@ -51,7 +51,7 @@ pub(crate) fn decode(ev: &Event, at_ns: u64, st: &mut DecoderState, chat: bool) 
             tokens: Some(0),
             usage,
             usage_only: true,
-            server_timing: ServerTiming::prefill_ms(ev.timings_prompt_ms),
+            server_timing: ServerTiming::prefill_ms(ev.timings_prompt_ms).map(std::sync::Arc::new),
             ..Chunk::default()
         };
     };
@@ -94,11 +94,11 @@ pub(crate) fn decode(ev: &Event, at_ns: u64, st: &mut DecoderState, chat: bool) 
         tokens,
         text_len: u32::try_from(text_len).unwrap_or(u32::MAX),
         usage,
-        finish_reason,
+        finish_reason: finish_reason.map(Into::into),
         error: None,
         role_only,
         usage_only: false,
-        server_timing: ServerTiming::prefill_ms(ev.timings_prompt_ms),
+        server_timing: ServerTiming::prefill_ms(ev.timings_prompt_ms).map(std::sync::Arc::new),
         content_event,
     }
 }

@@ -32,10 +32,9 @@ pub(crate) fn decode(
         Err(e) => {
             return Some(Chunk {
                 at_ns,
-                error: Some(format!(
-                    "undecodable event ({e}): {}",
-                    super::truncate(data, 200)
-                )),
+                error: Some(
+                    format!("undecodable event ({e}): {}", super::truncate(data, 200)).into(),
+                ),
                 ..Chunk::default()
             })
         }
@@ -43,7 +42,7 @@ pub(crate) fn decode(
     if let Some(msg) = error_message(&value) {
         return Some(Chunk {
             at_ns,
-            error: Some(msg),
+            error: Some(msg.into()),
             ..Chunk::default()
         });
     }
@@ -132,13 +131,15 @@ fn sglang(v: &Value, at_ns: u64, st: &mut RefState) -> Chunk {
         at_ns,
         text_len: u32::try_from(text_len).unwrap_or(u32::MAX),
         usage,
-        finish_reason: finish_reason(meta.and_then(|m| m.get("finish_reason"))),
-        server_timing: meta.and_then(|m| {
-            ServerTiming::reported(
-                seconds(m.get("queue_time")),
-                seconds(m.get("first_token_latency")),
-            )
-        }),
+        finish_reason: finish_reason(meta.and_then(|m| m.get("finish_reason"))).map(Into::into),
+        server_timing: meta
+            .and_then(|m| {
+                ServerTiming::reported(
+                    seconds(m.get("queue_time")),
+                    seconds(m.get("first_token_latency")),
+                )
+            })
+            .map(std::sync::Arc::new),
         ..Chunk::default()
     }
 }
@@ -151,7 +152,7 @@ fn openai(v: &Value, at_ns: u64, chat: bool) -> Chunk {
         .and_then(|t| t.get("prompt_ms"))
         .and_then(Value::as_f64)
         .filter(|ms| ms.is_finite() && *ms >= 0.0);
-    let server_timing = ServerTiming::prefill_ms(prompt_ms);
+    let server_timing = ServerTiming::prefill_ms(prompt_ms).map(std::sync::Arc::new);
     let choice = v
         .get("choices")
         .and_then(Value::as_array)
@@ -188,7 +189,7 @@ fn openai(v: &Value, at_ns: u64, chat: bool) -> Chunk {
     let finish_reason = choice
         .get("finish_reason")
         .and_then(Value::as_str)
-        .map(str::to_string);
+        .map(Into::into);
     Chunk {
         at_ns,
         text_len: u32::try_from(text_len).unwrap_or(u32::MAX),

@@ -105,12 +105,12 @@ pub(crate) fn decode(ev: Event, at_ns: u64, st: &mut DecoderState) -> Chunk {
         tokens,
         text_len: u32::try_from(text_len).unwrap_or(u32::MAX),
         usage,
-        finish_reason: ev.meta_info.and_then(|m| m.finish_reason),
+        finish_reason: ev.meta_info.and_then(|m| m.finish_reason).map(Into::into),
         error: None,
         role_only: false,
         usage_only: false,
         content_event: false,
-        server_timing,
+        server_timing: server_timing.map(std::sync::Arc::new),
     };
     match tokens {
         None => st.methods.push(None),

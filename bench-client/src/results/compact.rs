@@ -106,7 +106,7 @@ impl Columns {
         let mut text_len = Vec::with_capacity(n);
         let mut prev_at = 0u64;
         let mut prev_usage: Option<&Usage> = None;
-        let mut prev_timing: Option<ServerTiming> = None;
+        let mut prev_timing: Option<&ServerTiming> = None;
         for (i, ch) in chunks.iter().enumerate() {
             let k = index(i);
             c.at_ns.push(ch.at_ns.wrapping_sub(prev_at) as i64);
@@ -117,15 +117,16 @@ impl Columns {
                 c.usage.push((k, ch.usage.clone()));
             }
             prev_usage = ch.usage.as_ref();
-            if ch.server_timing != prev_timing {
-                c.server_timing.push((k, ch.server_timing));
+            if ch.server_timing.as_deref() != prev_timing {
+                c.server_timing
+                    .push((k, ch.server_timing.as_deref().copied()));
             }
-            prev_timing = ch.server_timing;
+            prev_timing = ch.server_timing.as_deref();
             if let Some(f) = &ch.finish_reason {
-                c.finish_reason.push((k, f.clone()));
+                c.finish_reason.push((k, f.to_string()));
             }
             if let Some(e) = &ch.error {
-                c.error.push((k, e.clone()));
+                c.error.push((k, e.to_string()));
             }
             for (set, list) in [
                 (ch.role_only, &mut c.role_only),
@@ -182,9 +183,12 @@ impl Columns {
                 Some((_, u)) => u,
                 None => predict(prev.as_ref(), chunks[i].tokens),
             };
-            let prev_t = i.checked_sub(1).and_then(|p| chunks[p].server_timing);
+            // A timing carried from the chunk before is shared with it, not copied.
+            let prev_t = i
+                .checked_sub(1)
+                .and_then(|p| chunks[p].server_timing.clone());
             chunks[i].server_timing = match timing.next_if(|(k, _)| *k as usize == i) {
-                Some((_, t)) => t,
+                Some((_, t)) => t.map(std::sync::Arc::new),
                 None => prev_t,
             };
         }
@@ -197,10 +201,10 @@ impl Columns {
             )));
         }
         for (k, f) in self.finish_reason {
-            chunks[at_chunk(k)?].finish_reason = Some(f);
+            chunks[at_chunk(k)?].finish_reason = Some(f.into());
         }
         for (k, e) in self.error {
-            chunks[at_chunk(k)?].error = Some(e);
+            chunks[at_chunk(k)?].error = Some(e.into());
         }
         for k in self.role_only {
             chunks[at_chunk(k)?].role_only = true;

@@ -159,7 +159,7 @@ fn varied_trace() -> RequestTrace {
             cached_tokens: Some(4),
         })
     };
-    let timing = |q, f| ServerTiming::reported(q, f);
+    let timing = |q, f| ServerTiming::reported(q, f).map(std::sync::Arc::new);
     t.chunks = vec![
         Chunk {
             at_ns: 5,

@@ -104,7 +104,7 @@ impl Streams {
                 t.headers_ns = Some(0);
                 t.reads = 1;
                 t.chunks.push(Chunk {
-                    error: Some(message.clone()),
+                    error: Some(message.as_str().into()),
                     ..Chunk::default()
                 });
                 t.done_ns = Some(0);
@@ -193,9 +193,10 @@ impl Streams {
                             Finish::Length(_) => "length",
                             Finish::Stop(_) => "stop",
                         }
-                        .to_string()
+                        .into()
                     }),
-                    server_timing: ServerTiming::reported(queue_s, first_token_s),
+                    server_timing: ServerTiming::reported(queue_s, first_token_s)
+                        .map(std::sync::Arc::new),
                     ..Chunk::default()
                 });
                 finish.is_some()
@@ -203,7 +204,7 @@ impl Streams {
             StreamEvent::Error(message) => {
                 o.trace.chunks.push(Chunk {
                     at_ns: rel,
-                    error: Some(message.clone()),
+                    error: Some(message.as_str().into()),
                     ..Chunk::default()
                 });
                 true
