@@ -12,7 +12,7 @@ use super::common::Format;
 use super::exit::{self, CliError};
 use crate::measure::compare::Bootstrap;
 use crate::report::compare::summary::{compare_summary, summary_of};
-use crate::report::compare::truth::{truth, ImportedSide};
+use crate::report::compare::truth::{truth, ImportedSide, TruthValues};
 use crate::report::compare::{
     compare_records_with, manifest_differences, manifest_slo, read_side, workload_differences,
     CompareReport, Kind, Side,
@@ -208,21 +208,19 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
             n.file
         )));
     }
+    let slo = slo
+        .or_else(|| manifest_slo(&base_files).filter(|s| Some(*s) == manifest_slo(&new_files)))
+        .unwrap_or_default();
     let read = |side: &str, files: &[PathBuf], summary: bool| {
         if summary {
             Ok(Side::default())
         } else {
-            read_side(side, files)
+            read_side(side, files, slo)
         }
     };
     let base = read("BASE", &base_files, summaries.0.is_some()).map_err(CliError::Data)?;
     let new = read("NEW", &new_files, summaries.1.is_some()).map_err(CliError::Data)?;
-    let slo = slo
-        .or_else(|| manifest_slo(&base_files).filter(|s| Some(*s) == manifest_slo(&new_files)))
-        .unwrap_or_default();
-    let long = [&base, &new]
-        .iter()
-        .any(|side| side.files.iter().map(Vec::len).sum::<usize>() > PROGRESS_FROM);
+    let long = [&base, &new].iter().any(|side| side.total > PROGRESS_FROM);
     let bar = progress_bar(long && !a.no_progress);
     let tick = |done: u64, total: u64| {
         bar.set_length(total);
@@ -231,16 +229,12 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     let mut report = match &summaries {
         (Some(sum), _) => compare_summary(sum, true, &new, &b, &tick),
         (_, Some(sum)) => compare_summary(sum, false, &base, &b, &tick),
-        _ => compare_records_with(&base, &new, slo, &b, &tick),
+        _ => compare_records_with(&base, &new, &b, &tick),
     }
     .map_err(CliError::Data)?;
     bar.finish_and_clear();
     report.workload = workload;
     report.notes.extend(workload_notes);
-    let (base, new): (Vec<_>, Vec<_>) = (
-        base.files.into_iter().flatten().collect(),
-        new.files.into_iter().flatten().collect(),
-    );
     let (differences, notes) =
         manifest_differences(&base_files, &new_files).map_err(CliError::Data)?;
     // Manifests written before redaction may still hold secrets: none is shown.
@@ -258,13 +252,17 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         .differences
         .retain(|d| !d.key.starts_with("imported.summary."));
     if a.html.is_some() && report.kind == Kind::Load {
-        report.truth = truth_section(&summaries, (&base_files, &base), (&new_files, &new));
+        report.truth = truth_section(
+            &summaries,
+            (&base_files, &base.truth),
+            (&new_files, &new.truth),
+        );
     }
     emit(&report, a.format)?;
     let plot = match report.kind {
         Kind::Sweep if a.plot.is_some() || a.html.is_some() => Some(export::svg::compare_sweeps(
-            &Report::from_records(&base),
-            &Report::from_records(&new),
+            &Report::from_records(&base.sweep_files.concat()),
+            &Report::from_records(&new.sweep_files.concat()),
             &report,
         )?),
         _ => None,
@@ -298,7 +296,7 @@ fn imported_tool(files: &[PathBuf]) -> Option<String> {
     }
 }
 
-type SideFiles<'a> = (&'a [PathBuf], &'a [crate::results::Record]);
+type SideFiles<'a> = (&'a [PathBuf], &'a TruthValues);
 
 /// The page's ground-truth section, when exactly one side is imported (records or a summary): the
 /// other side is this client's run, whose records carry the mock's truth where it reported it.

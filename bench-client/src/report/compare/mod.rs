@@ -33,7 +33,7 @@ use crate::measure::{load_numbers, measure};
 use crate::results::{Method, Record};
 
 pub use manifest::{manifest_differences, manifest_slo, workload_differences};
-use side::runs_of;
+use side::sweep_runs;
 pub use side::{kind_of, read_side, Side};
 
 /// What kind of run a side holds.
@@ -300,9 +300,9 @@ fn sweep_rows(
 }
 
 /// One run of a load comparison: per-request figures (ms), per-request rate contributions and
-/// the run's duration.
+/// the run's duration, gathered a record at a time ([`LoadValues::add`]).
 #[derive(Default)]
-struct LoadValues {
+pub(super) struct LoadValues {
     ttft_ms: Vec<f64>,
     tpot_ms: Vec<f64>,
     inter_chunk_ms: Vec<Vec<f64>>,
@@ -312,54 +312,56 @@ struct LoadValues {
     succeeded: Vec<f64>,
     good: Vec<f64>,
     duration_s: Option<f64>,
+    /// Each request's piece (its `start_unix_ms`) and instants, until [`LoadValues::finish`].
+    spans: Vec<(u64, Instants)>,
     /// The requests that reported a cached count.
     cache: cache::CacheValues,
 }
 
-fn load_values(records: &[&Record], slo: Slo) -> LoadValues {
-    let mut v = LoadValues::default();
-    let ms = |ns: u64| ns as f64 / 1e6;
-    for r in records {
+impl LoadValues {
+    /// Add one load record of the run (others are left out), judged against `slo`.
+    fn add(&mut self, r: &Record, slo: Slo) {
+        let ms = |ns: u64| ns as f64 / 1e6;
         let (Some(info), Some(trace)) = (&r.load, &r.trace) else {
-            continue;
+            return;
         };
+        self.spans
+            .push((info.start_unix_ms, Instants::of(info, trace)));
         let m = match (&r.error, measure(trace)) {
             (None, Ok(m)) => m,
             _ => {
-                v.output_tokens.push(0.0);
-                v.succeeded.push(0.0);
-                v.good.push(0.0);
-                continue;
+                self.output_tokens.push(0.0);
+                self.succeeded.push(0.0);
+                self.good.push(0.0);
+                return;
             }
         };
         let n = load_numbers(trace, &m, info.client_queue_ns);
         let output = u64::from(m.completion_tokens.unwrap_or(0));
-        v.ttft_ms.push(ms(n.ttft_from_schedule_ns));
-        v.cache.add(
+        self.ttft_ms.push(ms(n.ttft_from_schedule_ns));
+        self.cache.add(
             m.prompt_tokens,
             m.cached_tokens,
             ms(n.ttft_from_schedule_ns),
         );
-        v.tpot_ms.extend(n.tpot_ns.map(ms));
-        v.inter_chunk_ms
+        self.tpot_ms.extend(n.tpot_ns.map(ms));
+        self.inter_chunk_ms
             .push(n.inter_chunk_ns.iter().map(|&g| ms(g)).collect());
-        v.e2e_ms.push(ms(n.e2e_ns));
-        v.output_tokens.push(output as f64);
-        v.succeeded.push(1.0);
-        v.good.push(if slo.met(&n, output) { 1.0 } else { 0.0 });
+        self.e2e_ms.push(ms(n.e2e_ns));
+        self.output_tokens.push(output as f64);
+        self.succeeded.push(1.0);
+        self.good.push(if slo.met(&n, output) { 1.0 } else { 0.0 });
     }
-    v.duration_s = Instants::pieces_span_s(records.iter().filter_map(|r| {
-        let load = r.load.as_ref()?;
-        Some((load.start_unix_ms, Instants::of(load, r.trace.as_ref()?)))
-    }));
-    v
+
+    /// The run is whole: its duration, over its pieces.
+    fn finish(&mut self) {
+        self.duration_s = Instants::pieces_span_s(std::mem::take(&mut self.spans));
+    }
 }
 
 /// Load rows: TTFT, TPOT, inter-chunk and end-to-end p50/p90/p99, then output and request
 /// throughput and goodput (with an SLO), then the prefix cache (when either side hit it).
-fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo) -> Vec<Spec> {
-    let x: Vec<LoadValues> = base.iter().map(|r| load_values(r, slo)).collect();
-    let y: Vec<LoadValues> = new.iter().map(|r| load_values(r, slo)).collect();
+fn load_rows(x: &[LoadValues], y: &[LoadValues], slo: Slo) -> Vec<Spec> {
     type Units = fn(&LoadValues) -> Run;
     let latencies: [([&'static str; 3], Units); 4] = [
         (["ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"], |v| {
@@ -419,33 +421,31 @@ fn load_rows(base: &[Vec<&Record>], new: &[Vec<&Record>], slo: Slo) -> Vec<Spec>
             None,
             name,
             higher,
-            rate("BASE", &x, pick),
-            rate("NEW", &y, pick),
+            rate("BASE", x, pick),
+            rate("NEW", y, pick),
         ));
     }
-    rows.extend(cache::cache_rows(&x, &y));
+    rows.extend(cache::cache_rows(x, y));
     rows
 }
 
-/// Compare NEW's records with BASE's: refuses sides that are empty, failed-only, of different
-/// kinds or (sweeps) with no context length in common.
-pub fn compare_records(
-    base: &Side,
-    new: &Side,
-    slo: Slo,
-    b: &Bootstrap,
-) -> anyhow::Result<CompareReport> {
-    compare_records_with(base, new, slo, b, &|_, _| {})
+/// Compare NEW's records with BASE's, each side read with the goodput SLO ([`read_side`]):
+/// refuses sides that are empty, failed-only, of different kinds or SLOs, or (sweeps) with no
+/// context length in common.
+pub fn compare_records(base: &Side, new: &Side, b: &Bootstrap) -> anyhow::Result<CompareReport> {
+    compare_records_with(base, new, b, &|_, _| {})
 }
 
 /// [`compare_records`], telling `progress` the bootstrap rounds done and in all.
 pub fn compare_records_with(
     base: &Side,
     new: &Side,
-    slo: Slo,
     b: &Bootstrap,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> anyhow::Result<CompareReport> {
+    if base.slo != new.slo {
+        anyhow::bail!("BASE and NEW were read with different SLOs: read both with the same");
+    }
     let kb = kind_of("BASE", base)?;
     let kn = kind_of("NEW", new)?;
     if kb != kn {
@@ -456,28 +456,29 @@ pub fn compare_records_with(
         );
     }
     let mut notes = Vec::new();
-    for (side, files) in [("BASE", &base.files), ("NEW", &new.files)] {
-        let total: usize = files.iter().map(Vec::len).sum();
-        let failed = files.iter().flatten().filter(|r| r.error.is_some()).count();
-        if failed > 0 {
+    for (side, s) in [("BASE", base), ("NEW", new)] {
+        if s.failed > 0 {
             notes.push(format!(
-                "{side}: {failed} of {total} records failed and are left out of the latencies"
+                "{side}: {} of {} records failed and are left out of the latencies",
+                s.failed, s.total
             ));
         }
     }
-    let (rb, rn) = (runs_of(base, kb), runs_of(new, kb));
-    let specs = match kb {
-        Kind::Sweep => sweep_rows(&rb, &rn, &mut notes)?,
+    let (specs, runs) = match kb {
+        Kind::Sweep => {
+            let (rb, rn) = (sweep_runs(base), sweep_runs(new));
+            (sweep_rows(&rb, &rn, &mut notes)?, (rb.len(), rn.len()))
+        }
         Kind::Load => {
-            let rows = load_rows(&rb, &rn, slo);
-            if !slo.is_set() {
+            let rows = load_rows(&base.load_runs, &new.load_runs, base.slo);
+            if !base.slo.is_set() {
                 notes.push("no SLO (--slo or in the manifests): goodput not compared".into());
             }
-            rows
+            (rows, (base.load_runs.len(), new.load_runs.len()))
         }
     };
     let rows = compare_rows(specs, b, progress);
-    notes.extend(runs_note(kb, rb.len(), rn.len()));
+    notes.extend(runs_note(kb, runs.0, runs.1));
     Ok(CompareReport {
         kind: kb,
         bootstrap: *b,
@@ -514,6 +515,6 @@ mod tests {
     #[test]
     fn empty_sides_are_refused() {
         let none = Side::default();
-        assert!(compare_records(&none, &none, Slo::default(), &Bootstrap::default()).is_err());
+        assert!(compare_records(&none, &none, &Bootstrap::default()).is_err());
     }
 }

@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use super::{compare_rows, kind_of, load_values, row, runs_of, sample, CompareReport, Kind, Spec};
-use super::{LoadValues, Slo};
+use super::LoadValues;
+use super::{compare_rows, kind_of, row, sample, CompareReport, Kind, Spec};
 use crate::measure::compare::{Bootstrap, Direction, Run, Statistic};
 use crate::results::read_manifests;
 use crate::results::Figures;
@@ -155,11 +155,7 @@ pub fn compare_summary(
             summary.tool
         );
     }
-    let runs = runs_of(own, Kind::Load);
-    let values: Vec<LoadValues> = runs
-        .iter()
-        .map(|r| load_values(r, Slo::default()))
-        .collect();
+    let values = &own.load_runs;
     let figures = &summary.figures.figures;
     let mut specs: Vec<Spec> = Vec::new();
     let mut missing = Vec::new();
@@ -176,7 +172,7 @@ pub fn compare_summary(
             missing.push(name);
             continue;
         };
-        let own_s = own_sample(own_side, &values, family, stat);
+        let own_s = own_sample(own_side, values, family, stat);
         let st = own_s
             .as_ref()
             .map_or(Statistic::RatioOfSums, |s| s.statistic());
@@ -240,12 +236,7 @@ pub fn compare_summary(
     notes.push(format!(
         "{own_side}'s figures are this client's: TTFT from each request's scheduled start (its send in a closed loop), TPOT per request after the first chunk, inter-chunk gaps pooled by request, end-to-end from the scheduled start; means pooled as the tool's are"
     ));
-    let failed = own
-        .files
-        .iter()
-        .flatten()
-        .filter(|r| r.error.is_some())
-        .count();
+    let failed = own.failed;
     if failed > 0 {
         notes.push(format!(
             "{own_side}: {failed} records failed and are left out of the latencies"

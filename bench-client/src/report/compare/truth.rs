@@ -11,7 +11,7 @@
 
 use crate::measure::percentile;
 use crate::results::Figures;
-use crate::results::{Method, Record};
+use crate::results::Record;
 
 /// The statistics shown, as (row name, percentile; `None` for the mean).
 pub const STATS: [(&str, Option<f64>); 4] = [
@@ -72,45 +72,50 @@ fn stats(v: &[f64]) -> Vec<Option<f64>> {
         .collect()
 }
 
-fn ok(records: &[Record]) -> impl Iterator<Item = &Record> {
-    records
-        .iter()
-        .filter(|r| r.error.is_none() && r.method == Method::Streaming)
+/// A side's successful streaming requests: each TTFT from its send, and the mock's truth of it
+/// (the TTFT less the part the mock reported as not the model's), ms.
+#[derive(Clone, Debug, Default)]
+pub struct TruthValues {
+    /// Finite TTFTs.
+    pub ttfts: Vec<f64>,
+    /// The model's TTFT, where the mock reported it.
+    pub truths: Vec<f64>,
 }
 
-/// Each successful request's TTFT from its send, ms.
-fn ttfts(records: &[Record]) -> Vec<f64> {
-    ok(records)
-        .filter_map(|r| r.ttft_ms)
-        .filter(|v| v.is_finite())
-        .collect()
+impl TruthValues {
+    /// Add a successful streaming record.
+    pub fn add(&mut self, r: &Record) {
+        self.ttfts.extend(r.ttft_ms.filter(|v| v.is_finite()));
+        let truth = r
+            .ttft_split
+            .as_ref()
+            .and_then(|s| s.rest_ms)
+            .zip(r.ttft_ms)
+            .map(|(rest, ttft)| ttft - rest)
+            .filter(|t| t.is_finite() && *t >= 0.0);
+        self.truths.extend(truth);
+    }
 }
 
-/// What an imported side gives: its records, or its tool's summary.
+/// What an imported side gives: its requests' TTFTs, or its tool's summary.
 pub enum ImportedSide<'a> {
     /// Records rebuilt from per-request data.
-    Records(&'a [Record]),
+    Records(&'a TruthValues),
     /// The tool's own figures.
     Summary(&'a Figures),
 }
 
-/// The truth section for `tool` (on `imported_side`) against this client's `own` records.
+/// The truth section for `tool` (on `imported_side`) against this client's `own` requests.
 pub fn truth(
     tool: &str,
     imported_side: &'static str,
     imported: ImportedSide<'_>,
-    own: &[Record],
+    own: &TruthValues,
 ) -> Truth {
-    let truths: Vec<f64> = ok(own)
-        .filter_map(|r| {
-            let rest = r.ttft_split.as_ref()?.rest_ms?;
-            let t = r.ttft_ms? - rest;
-            (t.is_finite() && t >= 0.0).then_some(t)
-        })
-        .collect();
-    let own_ttft = ttfts(own);
+    let truths = &own.truths;
+    let own_ttft = &own.ttfts;
     let imported_stats = match imported {
-        ImportedSide::Records(r) => stats(&ttfts(r)),
+        ImportedSide::Records(r) => stats(&r.ttfts),
         ImportedSide::Summary(f) => STATS
             .iter()
             .map(|(name, _)| f.figures.get(*name).copied())
@@ -118,9 +123,9 @@ pub fn truth(
     };
     let rows = STATS
         .iter()
-        .zip(stats(&truths))
+        .zip(stats(truths))
         .zip(imported_stats)
-        .zip(stats(&own_ttft))
+        .zip(stats(own_ttft))
         .map(|(((&(metric, _), truth), imported), own)| TruthRow {
             metric,
             truth,
