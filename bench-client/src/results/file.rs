@@ -116,24 +116,46 @@ pub fn each_record(
 /// Read every record of a file whose every line must be one: a torn or foreign line anywhere
 /// is an error naming it (for `calibrate`, which must not fit what it could not read).
 pub fn read_records_strict(path: impl AsRef<Path>) -> anyhow::Result<Vec<Record>> {
-    let path = path.as_ref();
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading results file {}", path.display()))?;
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
+    each_record_strict(path, |r| {
+        out.push(r);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// [`read_records_strict`] a record at a time, one line in memory: `f` is handed each record in
+/// order; a bad line, or an error of `f`, stops the reading.
+pub fn each_record_strict(
+    path: impl AsRef<Path>,
+    mut f: impl FnMut(Record) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let path = path.as_ref();
+    let file =
+        File::open(path).with_context(|| format!("reading results file {}", path.display()))?;
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("reading results file {}", path.display()))?;
+        if read == 0 {
+            return Ok(());
+        }
+        number += 1;
+        if line.trim_ascii().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Record>(line) {
-            Ok(r) => out.push(r),
+        match serde_json::from_slice::<Record>(&line) {
+            Ok(r) => f(r)?,
             Err(e) => anyhow::bail!(
-                "{}: line {} is not a whole record ({e}); a torn line means the run was killed: rerun it or remove the line",
+                "{}: line {number} is not a whole record ({e}); a torn line means the run was killed: rerun it or remove the line",
                 path.display(),
-                i + 1
             ),
         }
     }
-    Ok(out)
 }
 
 /// The run manifest beside a results file: `RESULTS.jsonl.manifest.jsonl`.

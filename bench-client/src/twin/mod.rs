@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::measure::calibrate::{calibrate, Calibration, Observed, ServerFacts};
 use crate::report::calibrate::observed;
-use crate::results::{read_manifest, read_records_strict, Manifest};
+use crate::results::{each_record_strict, read_manifest, Manifest};
 
 /// What `calibrate` is asked.
 #[derive(Clone, Debug)]
@@ -155,16 +155,23 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
     let (mut infos, mut servers) = (Vec::new(), Vec::<(String, String)>::new());
     let (mut held_whole, mut held_files) = (0, Vec::new());
     for f in &o.files {
-        let records = read_records_strict(f).map_err(data)?;
-        let (held, obs): (Vec<Observed>, Vec<Observed>) = records
-            .iter()
-            .filter_map(observed)
-            .partition(Observed::held_whole);
+        // Each record is read into what the fit needs of it, one at a time.
+        let (mut held, mut obs, mut records, mut load) = (Vec::new(), Vec::new(), 0, false);
+        each_record_strict(f, |r| {
+            records += 1;
+            load |= r.load.is_some();
+            match observed(&r) {
+                Some(o) if o.held_whole() => held.push(o),
+                Some(o) => obs.push(o),
+                None => {}
+            }
+            Ok(())
+        })
+        .map_err(data)?;
         if obs.is_empty() && held.is_empty() {
             return Err(data(anyhow::anyhow!(
-                "{}: no successful streaming request with its trace ({} records)",
+                "{}: no successful streaming request with its trace ({records} records)",
                 f.display(),
-                records.len()
             )));
         }
         if let Some(m) = read_manifest(f).map_err(data)? {
@@ -182,7 +189,6 @@ pub fn calibrate_files(o: &CalibrateOptions) -> Result<Twin, CalibrateError> {
             }
         }
         held_whole += held.len();
-        let load = records.iter().any(|r| r.load.is_some());
         // A load run's passes and batches are read from every request together: one held whole
         // hides its request from them, so the run is left out.
         if !held.is_empty() && (load || obs.is_empty()) {

@@ -13,7 +13,7 @@ use crate::import::{closed_concurrency, fixed_lengths};
 use crate::results::manifest::{Imported, KIND_LOAD};
 use crate::results::settings::{Recorded, ScheduleRecord};
 use crate::results::table::TableRow;
-use crate::results::{read_manifest, read_records_strict, Figures, Method, Record};
+use crate::results::{each_record_strict, read_manifest, Figures, Method, Record};
 
 /// A streaming request's TTFT and TPOT (ms) as a table counts them, where it succeeded with two
 /// or more output tokens (a two-point pair measures no closed loop).
@@ -53,27 +53,27 @@ fn row_of_means((isl, osl, concurrency): (u32, u32, u32), (ttft, tpot): (f64, f6
 /// refused, naming the file.
 pub fn rows_of_file(file: &Path) -> anyhow::Result<Vec<TableRow>> {
     let name = file.display();
-    let records = read_records_strict(file)?;
+    // Each record is read into its lengths and times, one at a time.
+    let (mut records, mut any_load, mut done) = (0usize, false, Vec::new());
+    each_record_strict(file, |r| {
+        records += 1;
+        any_load |= r.load.is_some();
+        if let Some(t) = times(&r) {
+            done.push(((r.context_tokens, r.output_tokens), t));
+        }
+        Ok(())
+    })?;
     let manifest = read_manifest(file)?;
-    if records.is_empty() {
+    if records == 0 {
         if let Some(i) = manifest.as_ref().and_then(|m| m.imported.as_ref()) {
             if let Some(summary) = i.summary.as_ref().and_then(Figures::from_value) {
                 return summary_row(&name.to_string(), i, &summary).map(|r| vec![r]);
             }
         }
     }
-    let load = manifest.as_ref().and_then(|m| m.kind.as_deref()) == Some(KIND_LOAD)
-        || records.iter().any(|r| r.load.is_some());
-    // Each successful request's lengths and times.
-    let done: Vec<((u32, u32), (f64, f64))> = records
-        .iter()
-        .filter_map(|r| Some(((r.context_tokens, r.output_tokens), times(r)?)))
-        .collect();
+    let load = manifest.as_ref().and_then(|m| m.kind.as_deref()) == Some(KIND_LOAD) || any_load;
     if done.is_empty() {
-        bail!(
-            "{name}: no successful request with two or more output tokens ({} records)",
-            records.len()
-        );
+        bail!("{name}: no successful request with two or more output tokens ({records} records)");
     }
     if !load {
         let mut groups: BTreeMap<(u32, u32), Vec<(f64, f64)>> = BTreeMap::new();
