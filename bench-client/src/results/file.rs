@@ -71,39 +71,26 @@ pub fn each_record(
     mut f: impl FnMut(Record) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let path = path.as_ref();
-    let file =
-        File::open(path).with_context(|| format!("opening results file {}", path.display()))?;
-    let mut reader = BufReader::new(file);
-    let mut line = Vec::new();
-    let mut number = 0usize;
     // A line that is not a record, held until a later line shows that it is not the last.
     let mut torn: Option<(usize, serde_json::Error)> = None;
-    loop {
-        line.clear();
-        let read = reader
-            .read_until(b'\n', &mut line)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if read == 0 {
-            break;
-        }
-        number += 1;
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
+    each_line(path, |number, line| {
         if let Some((i, e)) = torn.take() {
             anyhow::bail!("{}: line {i} is not a record: {e}", path.display());
         }
-        match serde_json::from_slice::<Record>(&line) {
+        match serde_json::from_slice::<Record>(line) {
             Ok(r) if r.schema > super::SCHEMA => anyhow::bail!(
                 "{}: line {number} is in results schema {}, written by a newer bench-client (this one reads schemas 1 to {})",
                 path.display(),
                 r.schema,
                 super::SCHEMA
             ),
-            Ok(r) => f(r)?,
-            Err(e) => torn = Some((number, e)),
+            Ok(r) => f(r),
+            Err(e) => {
+                torn = Some((number, e));
+                Ok(())
+            }
         }
-    }
+    })?;
     if let Some((i, _)) = torn {
         tracing::warn!(
             "{}: skipping a torn last line (line {i}); the process writing it was probably killed",
@@ -111,6 +98,32 @@ pub fn each_record(
         );
     }
     Ok(())
+}
+
+/// Hand `f` each line of a results file that is not blank, with its number (from 1), one line in
+/// memory at a time.
+fn each_line(
+    path: &Path,
+    mut f: impl FnMut(usize, &[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let file =
+        File::open(path).with_context(|| format!("opening results file {}", path.display()))?;
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if read == 0 {
+            return Ok(());
+        }
+        number += 1;
+        if !line.trim_ascii().is_empty() {
+            f(number, &line)?;
+        }
+    }
 }
 
 /// Read every record of a file whose every line must be one: a torn or foreign line anywhere
@@ -131,31 +144,15 @@ pub fn each_record_strict(
     mut f: impl FnMut(Record) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let path = path.as_ref();
-    let file =
-        File::open(path).with_context(|| format!("reading results file {}", path.display()))?;
-    let mut reader = BufReader::new(file);
-    let mut line = Vec::new();
-    let mut number = 0usize;
-    loop {
-        line.clear();
-        let read = reader
-            .read_until(b'\n', &mut line)
-            .with_context(|| format!("reading results file {}", path.display()))?;
-        if read == 0 {
-            return Ok(());
-        }
-        number += 1;
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<Record>(&line) {
-            Ok(r) => f(r)?,
-            Err(e) => anyhow::bail!(
-                "{}: line {number} is not a whole record ({e}); a torn line means the run was killed: rerun it or remove the line",
-                path.display(),
-            ),
-        }
+    each_line(path, |number, line| {
+        match serde_json::from_slice::<Record>(line) {
+        Ok(r) => f(r),
+        Err(e) => anyhow::bail!(
+            "{}: line {number} is not a whole record ({e}); a torn line means the run was killed: rerun it or remove the line",
+            path.display(),
+        ),
     }
+    })
 }
 
 /// The run manifest beside a results file: `RESULTS.jsonl.manifest.jsonl`.
