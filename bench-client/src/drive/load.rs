@@ -118,11 +118,17 @@ pub const SIMULATED_SALT: u64 = 0;
 
 impl LoadConfig {
     /// The prompt salt that does not change from one invocation to the next: `prompt_salt`, else
-    /// `--start-at` (which all shards of a run share), else [`SIMULATED_SALT`] for a simulated run.
+    /// `--start-at` (which all shards of a run share), else [`SIMULATED_SALT`] for a simulated run
+    /// (either path).
     pub fn fixed_salt(&self) -> Option<u64> {
         self.prompt_salt
             .or(self.start_at_unix_ms)
-            .or(self.simulated.then_some(SIMULATED_SALT))
+            .or((self.simulated || self.engine.is_some()).then_some(SIMULATED_SALT))
+    }
+
+    /// The run's prompt salt: [`LoadConfig::fixed_salt`], else random.
+    pub fn salt(&self) -> u64 {
+        self.fixed_salt().unwrap_or_else(rand::random)
     }
 
     /// Checks everything a load run needs before anything is sent or started ([`check_run`] of
@@ -304,7 +310,7 @@ pub async fn run_load_with(cfg: &LoadConfig, planner: Planner) -> anyhow::Result
         outcome.model_time = Some(model);
         return Ok(outcome);
     }
-    let planner = planner.salted(cfg.fixed_salt().unwrap_or_else(rand::random));
+    let planner = planner.salted(cfg.salt());
     let done = resumed(cfg)?.done;
     let run_id = piece_run_id(cfg, None)?;
     let http =

@@ -51,19 +51,18 @@ pub fn standard(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// Parse one JSON document (a whole file, or one line of a JSONL file).
 pub fn parse(file: &str, line: Option<usize>, text: &str) -> Result<Value, ImportError> {
-    serde_json::from_str(&standard(text)).map_err(|e| parse_error(file, line, &e))
-}
-
-/// A parse error naming where: `line` where the text was one line of the file, else the error's
-/// own line.
-fn parse_error(file: &str, line: Option<usize>, e: &serde_json::Error) -> ImportError {
-    let at = format!("line {}, column {}", line.unwrap_or(e.line()), e.column());
-    let what = if e.is_eof() {
-        "the JSON ends early (a truncated file?)".to_string()
-    } else {
-        format!("not valid JSON ({e})")
-    };
-    ImportError::new(file, format!("{at}: {what}"))
+    serde_json::from_str(&standard(text)).map_err(|e| {
+        let at = match line {
+            Some(l) => format!("line {l}, column {}", e.column()),
+            None => format!("line {}, column {}", e.line(), e.column()),
+        };
+        let what = if e.is_eof() {
+            "the JSON ends early (a truncated file?)".to_string()
+        } else {
+            format!("not valid JSON ({e})")
+        };
+        ImportError::new(file, format!("{at}: {what}"))
+    })
 }
 
 /// A JSON object and where it came from, for errors that name the field.

@@ -229,10 +229,7 @@ fn probe(
     c.resume = false;
     c.progress = false;
     c.scrape_metrics = false;
-    c.prompt_salt = Some(
-        cfg.fixed_salt()
-            .unwrap_or(crate::drive::load::SIMULATED_SALT),
-    );
+    c.prompt_salt = Some(cfg.salt());
     let (outcome, _) = run_load_engine(&c, mock.clone(), planner.clone(), None)?;
     Ok(outcome.summary)
 }

@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use super::agenda::{Agenda, Due};
 use super::held::HeldQueue;
 use super::Streams;
-use crate::drive::load::{LoadConfig, LoadOutcome, SIMULATED_SALT};
+use crate::drive::load::{LoadConfig, LoadOutcome};
 use crate::plan::schedule::Stop;
 use crate::plan::session::SessionPlan;
 use crate::plan::workload::{Planner, WARMUP_INDEX_BASE};
@@ -355,8 +355,7 @@ pub(super) fn run_load_engine_holding(
         Some((sc, plan)) => (Some(sc), Some(plan)),
         None => (None, None),
     };
-    // A fresh simulated server each run: no earlier run warmed its cache.
-    let salt = cfg.fixed_salt().unwrap_or(SIMULATED_SALT);
+    let salt = cfg.salt();
     let planner = planner.salted(salt);
     let resumed = crate::drive::piece::resumed(cfg)?;
     let run_id = crate::drive::piece::piece_run_id(cfg, sessions.map(|s| &s.sessions))?;
