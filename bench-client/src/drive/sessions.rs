@@ -25,7 +25,7 @@ use crate::plan::session::{Conversation, SessionPlan, Sessions, TurnOutput};
 use crate::plan::workload::Planner;
 use crate::plan::RequestSpec;
 use crate::results::settings::{Recorded, ScheduleRecord, WorkloadRecord};
-use crate::results::{read_records, Record, RecordWriter, SessionTurn};
+use crate::results::{each_record, Record, RecordWriter, SessionTurn};
 use crate::trace::Dialect;
 
 /// A validated multi-turn run.
@@ -89,30 +89,57 @@ struct Pending {
 
 /// What a turn got back, to send in the next turn: the server's ids, else a stand-in of the
 /// output's length (the asked length when the server reported none).
-fn output_of(plan: &SessionPlan, rec: &Record, session: u64, turn: u32, asked: u32) -> TurnOutput {
-    match rec.trace.as_ref().and_then(|t| t.output_ids.as_ref()) {
-        Some(ids) if !ids.is_empty() => TurnOutput::Server(ids.clone()),
-        _ => TurnOutput::StandIn(plan.stand_in(
-            session,
-            turn,
-            rec.completion_tokens.unwrap_or(asked),
-        )),
+/// `got` is the turn's listed output ids and its completion tokens.
+fn output_of(
+    plan: &SessionPlan,
+    got: (Option<&[u32]>, Option<u32>),
+    session: u64,
+    k: u32,
+    asked: u32,
+) -> TurnOutput {
+    match got.0 {
+        Some(ids) if !ids.is_empty() => TurnOutput::Server(ids.to_vec()),
+        _ => TurnOutput::StandIn(plan.stand_in(session, k, got.1.unwrap_or(asked))),
+    }
+}
+
+/// What the next turn needs of a turn's record (its chunks are not kept: a resumed run reads
+/// its file a record at a time and holds this much of each).
+struct Turned {
+    /// The prompt's length as sent.
+    context_tokens: u32,
+    failed: bool,
+    /// The output ids the server listed.
+    output_ids: Option<Vec<u32>>,
+    completion_tokens: Option<u32>,
+    /// When the run that sent it began: a session's prompts keep that run's salt.
+    start_unix_ms: u64,
+}
+
+impl Turned {
+    fn of(rec: Record) -> Self {
+        Turned {
+            context_tokens: rec.context_tokens,
+            failed: rec.error.is_some(),
+            start_unix_ms: rec.load.as_ref().map_or(0, |l| l.start_unix_ms),
+            completion_tokens: rec.completion_tokens,
+            output_ids: rec.trace.and_then(|t| t.output_ids),
+        }
     }
 }
 
 /// The sessions in `out` rebuilt from their turn records: each session's conversation after its
 /// last recorded turn, or `None` for a session that ended (all turns sent, or a failed turn).
-/// Returns them with the number of turn records found.
+/// Returns them with the number of turn records found. The file is read a record at a time.
 fn restore(
     cfg: &SessionsConfig,
     plan: &SessionPlan,
-    records: Vec<Record>,
 ) -> anyhow::Result<(HashMap<u64, Option<Pending>>, u64)> {
     let out = cfg.run.out.display();
-    let mut by_session: BTreeMap<u64, BTreeMap<u32, Record>> = BTreeMap::new();
+    let mut by_session: BTreeMap<u64, BTreeMap<u32, Turned>> = BTreeMap::new();
     let mut found = 0u64;
-    for r in records {
-        let Some(l) = &r.load else { continue };
+    each_record(&cfg.run.out, |r| {
+        let Some(l) = &r.load else { return Ok(()) };
         let foreign = |why: String| crate::results::ForeignRun {
             file: cfg.run.out.clone(),
             why,
@@ -131,7 +158,7 @@ fn restore(
         if by_session
             .entry(st.id)
             .or_default()
-            .insert(st.turn, r)
+            .insert(st.turn, Turned::of(r))
             .is_some()
         {
             return Err(crate::results::NotOneRun::Twice {
@@ -140,12 +167,13 @@ fn restore(
             }
             .into());
         }
-    }
+        Ok(())
+    })?;
     let mut restored = HashMap::new();
     for (session, turns) in by_session {
         // Turns are written in order: a session's later turns without its first is not a file
         // this run wrote.
-        let Some(first) = turns.get(&0).and_then(|r| r.load.as_ref()) else {
+        let Some(first) = turns.get(&0) else {
             anyhow::bail!("{out}: session {session} has turn records but not its first turn");
         };
         let plan = Arc::new(
@@ -168,11 +196,12 @@ fn restore(
                     turn.prompt.len()
                 );
             }
-            if rec.error.is_some() {
+            if rec.failed {
                 ended = true;
                 break;
             }
-            let output = output_of(&plan, rec, session, k, turn.output_len);
+            let got = (rec.output_ids.as_deref(), rec.completion_tokens);
+            let output = output_of(&plan, got, session, k, turn.output_len);
             conv.close(&turn, output);
         }
         ended |= conv.turns() >= plan.sessions().turns;
@@ -238,7 +267,11 @@ async fn run_session(
             });
         }
         let failed = rec.error.is_some();
-        let output = (!failed).then(|| output_of(&plan, &rec, session, k, turn.output_len));
+        let got = (
+            rec.trace.as_ref().and_then(|t| t.output_ids.as_deref()),
+            rec.completion_tokens,
+        );
+        let output = (!failed).then(|| output_of(&plan, got, session, k, turn.output_len));
         if tx.send(rec).is_err() {
             return false;
         }
@@ -314,7 +347,7 @@ pub async fn run_sessions_with(
     let run = &cfg.run;
     let (restored, skipped) =
         if crate::results::existing_results(&run.out, run.resume, " (with the same --seed)")? {
-            restore(cfg, &plan, read_records(&run.out)?)?
+            restore(cfg, &plan)?
         } else {
             (HashMap::new(), 0)
         };
