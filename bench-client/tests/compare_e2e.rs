@@ -608,3 +608,21 @@ fn runs_of_different_workloads_are_refused_in_words_unless_allowed() {
     assert_eq!(same.status.code(), Some(0), "{}", stderr(&same));
     assert!(!stderr(&same).contains("WARNING"), "{}", stderr(&same));
 }
+
+#[test]
+fn a_load_runs_percentiles_are_each_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("load.jsonl");
+    small_closed_loop(&out, "60", support::unix_ms(), &[]);
+    let v = compare_sides(&[&out], &[&out]);
+    let rows = v["rows"].as_array().unwrap();
+    let base = |m: &str| {
+        let row = rows.iter().find(|r| r["metric"] == m).unwrap();
+        row["base"].as_f64().unwrap()
+    };
+    for family in ["ttft", "tpot", "inter_chunk", "e2e"] {
+        let [p50, p90, p99] = ["p50", "p90", "p99"].map(|p| base(&format!("{family}_{p}_ms")));
+        assert!(p50 <= p90 && p90 <= p99, "{family}: {p50} {p90} {p99}");
+        assert!(p50 < p99, "{family}: p99 is p50, {p50}");
+    }
+}

@@ -10,6 +10,7 @@
 //! gave, so the floating-point sums are the same to the bit.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -71,8 +72,10 @@ pub struct Sample {
     first: Vec<usize>,
     /// Values per unit.
     lens: Vec<u32>,
-    /// Percentiles: every value with its unit's number, sorted by value.
-    pooled: Vec<(f64, u32)>,
+    /// Percentiles: every value with its unit's number, sorted by value (shared by the samples
+    /// of one set of values at several percentiles, [`Sample::at`]). A percentile sample's units
+    /// keep no values of their own: `lens` and this are all it reads.
+    pooled: Arc<[(f64, u32)]>,
 }
 
 impl Sample {
@@ -167,13 +170,15 @@ impl Sample {
         let mut first = Vec::with_capacity(runs.len());
         let mut lens = Vec::with_capacity(units);
         let mut pooled = Vec::new();
-        for r in &runs {
+        let percentile = matches!(statistic, Statistic::Percentile(_));
+        for r in &mut runs {
             first.push(lens.len());
-            for u in &r.units {
+            for u in &mut r.units {
                 let id = lens.len() as u32;
                 lens.push(u.len() as u32);
-                if matches!(statistic, Statistic::Percentile(_)) {
+                if percentile {
                     pooled.extend(u.iter().map(|&v| (v, id)));
+                    *u = Vec::new();
                 }
             }
         }
@@ -183,7 +188,24 @@ impl Sample {
             statistic,
             first,
             lens,
-            pooled,
+            pooled: pooled.into(),
+        })
+    }
+
+    /// The same values at percentile `p` (a percentile sample's values are shared, not copied).
+    pub fn at(self, p: f64) -> Result<Self, CompareError> {
+        if !matches!(self.statistic, Statistic::Percentile(_)) {
+            return Err(CompareError::BadStatistic(format!(
+                "percentile {p} of a sample of {:?}",
+                self.statistic
+            )));
+        }
+        if !(0.0..=100.0).contains(&p) {
+            return Err(CompareError::BadStatistic(format!("percentile {p}")));
+        }
+        Ok(Self {
+            statistic: Statistic::Percentile(p),
+            ..self
         })
     }
 
@@ -353,7 +375,17 @@ mod tests {
         let units = || draws.iter().map(|&(r, u)| &s.runs[r].units[u]);
         match s.statistic {
             Statistic::Percentile(p) => {
-                let mut pool: Vec<f64> = units().flatten().copied().collect();
+                // A percentile sample keeps its units' values in the pool alone.
+                let of_unit = |id: usize| {
+                    s.pooled
+                        .iter()
+                        .filter(move |e| e.1 as usize == id)
+                        .map(|e| e.0)
+                };
+                let mut pool: Vec<f64> = draws
+                    .iter()
+                    .flat_map(|&(r, u)| of_unit(s.first[r] + u))
+                    .collect();
                 pool.sort_by(f64::total_cmp);
                 percentile_sorted(&pool, p)
             }

@@ -339,3 +339,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_sample_at_another_percentile_is_the_sample_built_at_it() {
+    let runs = vec![
+        Run::clustered(vec![vec![3.0, 1.0], vec![], vec![7.0, 2.5, 9.0]]),
+        Run::clustered(vec![vec![4.0], vec![40.0, 0.5]]),
+    ];
+    let p50 = Sample::new("BASE", runs.clone(), P50).unwrap();
+    for p in [0.0, 10.0, 50.0, 90.0, 99.0, 100.0] {
+        let built = Sample::new("BASE", runs.clone(), Statistic::Percentile(p)).unwrap();
+        let at = p50.clone().at(p).unwrap();
+        assert_eq!(at, built, "p{p}");
+        assert_eq!(
+            at.value().map(f64::to_bits),
+            built.value().map(f64::to_bits)
+        );
+    }
+    assert!(p50.at(100.5).is_err());
+    let rate = Sample::new(
+        "BASE",
+        vec![Run::scalar(&[1.0]).lasting(1.0)],
+        Statistic::Rate,
+    );
+    assert!(rate.unwrap().at(50.0).is_err());
+}

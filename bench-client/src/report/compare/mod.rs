@@ -384,14 +384,20 @@ fn load_rows(x: &[LoadValues], y: &[LoadValues], slo: Slo) -> Vec<Spec> {
     ];
     let mut rows = Vec::new();
     for (names, units) in &latencies {
+        // One sample a side; its three percentiles share its values.
+        let p50 = Statistic::Percentile(50.0);
+        let base = sample("BASE", x.iter().map(units).collect(), p50);
+        let new = sample("NEW", y.iter().map(units).collect(), p50);
+        let at = |s: &Result<Sample, String>, p| {
+            s.clone().and_then(|s| s.at(p).map_err(|e| e.to_string()))
+        };
         for (name, p) in names.iter().zip([50.0, 90.0, 99.0]) {
-            let st = Statistic::Percentile(p);
             rows.push(row(
                 None,
                 name,
                 Direction::LowerIsBetter,
-                sample("BASE", x.iter().map(units).collect(), st),
-                sample("NEW", y.iter().map(units).collect(), st),
+                at(&base, p),
+                at(&new, p),
             ));
         }
     }
