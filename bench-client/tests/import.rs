@@ -475,6 +475,21 @@ fn a_summary_compares_with_a_run_on_the_figures_both_have() {
         }
         let t = row("ttft_mean_ms");
         assert!((t[resampled].as_f64().unwrap() - mean(&own_ttft)).abs() < 1e-9);
+        // Each percentile of this client's side is that percentile of its own requests.
+        let mut pcts = 0;
+        for (name, _) in names {
+            let Some(p) = name
+                .strip_prefix("ttft_p")
+                .and_then(|n| n.strip_suffix("_ms"))
+            else {
+                continue;
+            };
+            let want = percentile(&own_ttft, p.parse().unwrap());
+            let got = row(name)[resampled].as_f64().unwrap();
+            assert!((got - want).abs() < 1e-9, "{name}: {got} against {want}");
+            pcts += 1;
+        }
+        assert!(pcts >= 2, "{names:?}");
         // The interval is this client's resamples against the fixed figure: it holds the ratio.
         let (lo, hi, ratio) = (
             t["ci_low"].as_f64().unwrap(),
@@ -502,6 +517,15 @@ fn a_summary_compares_with_a_run_on_the_figures_both_have() {
     ]);
     assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
     assert!(stderr(&o).contains("both sides are other tools' summaries"));
+}
+
+/// The `p`th percentile of `v`, interpolated between the values at the ranks around it.
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let h = (v.len() - 1) as f64 * p / 100.0;
+    let (lo, hi) = (v[h.floor() as usize], v[h.ceil() as usize]);
+    lo + (h - h.floor()) * (hi - lo)
 }
 
 /// The cells of the table `id` of an HTML page, row by row (header left out).

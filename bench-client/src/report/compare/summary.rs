@@ -4,11 +4,12 @@
 //! comes from the other side's resamples alone; the verdict is the usual rule on that interval, and
 //! a throughput is `unclear` (one run a side is one throughput). Figures only one side has are named.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::LoadValues;
 use super::{compare_rows, kind_of, row, sample, CompareReport, Kind, Spec};
-use crate::measure::compare::{Bootstrap, Direction, Run, Statistic};
+use crate::measure::compare::{Bootstrap, Direction, Run, Sample, Statistic};
 use crate::results::read_manifests;
 use crate::results::Figures;
 
@@ -85,21 +86,28 @@ fn units(v: &LoadValues, family: &str) -> Vec<Vec<f64>> {
 
 /// The records' side of one row. A mean is a ratio of sums over requests, each request
 /// `[sum of its values, their count]`: the pooled mean (over gaps for inter-chunk, as the tools
-/// pool theirs), resampled by request.
+/// pool theirs), resampled by request. A percentile is taken of the family's one percentile
+/// sample in `pooled` (built at the first percentile asked), whose values its rows share.
 fn own_sample(
     side: &'static str,
     runs: &[LoadValues],
-    family: &str,
-    stat: &str,
-) -> Result<crate::measure::compare::Sample, String> {
+    (family, stat): (&'static str, &str),
+    pooled: &mut HashMap<&'static str, Result<Sample, String>>,
+) -> Result<Sample, String> {
     match stat.strip_prefix('p').and_then(|p| p.parse::<f64>().ok()) {
-        Some(p) => sample(
-            side,
-            runs.iter()
-                .map(|v| Run::clustered(units(v, family)))
-                .collect(),
-            Statistic::Percentile(p),
-        ),
+        Some(p) => pooled
+            .entry(family)
+            .or_insert_with(|| {
+                sample(
+                    side,
+                    runs.iter()
+                        .map(|v| Run::clustered(units(v, family)))
+                        .collect(),
+                    Statistic::Percentile(p),
+                )
+            })
+            .clone()
+            .and_then(|s| s.at(p).map_err(|e| e.to_string())),
         None => sample(
             side,
             runs.iter()
@@ -118,11 +126,7 @@ fn own_sample(
 }
 
 /// The summary's side of one row: one unit whose statistic is the figure.
-fn fixed(
-    side: &'static str,
-    value: f64,
-    st: Statistic,
-) -> Result<crate::measure::compare::Sample, String> {
+fn fixed(side: &'static str, value: f64, st: Statistic) -> Result<Sample, String> {
     let unit = match st {
         Statistic::RatioOfSums => vec![value, 1.0],
         _ => vec![value],
@@ -159,6 +163,7 @@ pub fn compare_summary(
     let figures = &summary.figures.figures;
     let mut specs: Vec<Spec> = Vec::new();
     let mut missing = Vec::new();
+    let mut pooled = HashMap::new();
     let mut push = |name: &'static str, dir: Direction, fixed_side, own_side| {
         let (base, new) = if summary_is_base {
             (fixed_side, own_side)
@@ -172,7 +177,7 @@ pub fn compare_summary(
             missing.push(name);
             continue;
         };
-        let own_s = own_sample(own_side, values, family, stat);
+        let own_s = own_sample(own_side, values, (family, stat), &mut pooled);
         let st = own_s
             .as_ref()
             .map_or(Statistic::RatioOfSums, |s| s.statistic());
