@@ -145,13 +145,13 @@ pub fn each_record_strict(
 ) -> anyhow::Result<()> {
     let path = path.as_ref();
     each_line(path, |number, line| {
-        match serde_json::from_slice::<Record>(line) {
-        Ok(r) => f(r),
-        Err(e) => anyhow::bail!(
-            "{}: line {number} is not a whole record ({e}); a torn line means the run was killed: rerun it or remove the line",
-            path.display(),
-        ),
-    }
+        let r = serde_json::from_slice::<Record>(line).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: line {number} is not a whole record ({e}); a torn line means the run was killed: rerun it or remove the line",
+                path.display()
+            )
+        })?;
+        f(r)
     })
 }
 

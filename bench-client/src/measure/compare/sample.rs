@@ -46,6 +46,14 @@ impl Run {
     }
 }
 
+/// A percentile is a number from 0 to 100.
+fn check_percentile(p: f64) -> Result<(), CompareError> {
+    match (0.0..=100.0).contains(&p) {
+        true => Ok(()),
+        false => Err(CompareError::BadStatistic(format!("percentile {p}"))),
+    }
+}
+
 /// Lexicographic order of two sorted value lists, then by length.
 fn cmp_values(a: &[f64], b: &[f64]) -> Ordering {
     a.iter()
@@ -106,9 +114,7 @@ impl Sample {
         statistic: Statistic,
     ) -> Result<Self, CompareError> {
         if let Statistic::Percentile(p) = statistic {
-            if !(0.0..=100.0).contains(&p) {
-                return Err(CompareError::BadStatistic(format!("percentile {p}")));
-            }
+            check_percentile(p)?;
         }
         let mut runs: Vec<Run> = runs.into_iter().filter(|r| !r.units.is_empty()).collect();
         if runs.iter().flat_map(|r| &r.units).all(Vec::is_empty) {
@@ -200,9 +206,7 @@ impl Sample {
                 self.statistic
             )));
         }
-        if !(0.0..=100.0).contains(&p) {
-            return Err(CompareError::BadStatistic(format!("percentile {p}")));
-        }
+        check_percentile(p)?;
         Ok(Self {
             statistic: Statistic::Percentile(p),
             ..self

@@ -204,6 +204,11 @@ fn sample(side: &'static str, runs: Vec<Run>, st: Statistic) -> Result<Sample, S
     Sample::new(side, runs, st).map_err(|e| e.to_string())
 }
 
+/// A percentile sample's values at percentile `p` ([`Sample::at`]: shared, not copied).
+fn at_percentile(s: &Result<Sample, String>, p: f64) -> Result<Sample, String> {
+    s.clone().and_then(|s| s.at(p).map_err(|e| e.to_string()))
+}
+
 /// Per context length: the successful streaming requests' TTFT, decode and prefill rates.
 #[derive(Default)]
 struct SweepValues {
@@ -388,16 +393,13 @@ fn load_rows(x: &[LoadValues], y: &[LoadValues], slo: Slo) -> Vec<Spec> {
         let p50 = Statistic::Percentile(50.0);
         let base = sample("BASE", x.iter().map(units).collect(), p50);
         let new = sample("NEW", y.iter().map(units).collect(), p50);
-        let at = |s: &Result<Sample, String>, p| {
-            s.clone().and_then(|s| s.at(p).map_err(|e| e.to_string()))
-        };
         for (name, p) in names.iter().zip([50.0, 90.0, 99.0]) {
             rows.push(row(
                 None,
                 name,
                 Direction::LowerIsBetter,
-                at(&base, p),
-                at(&new, p),
+                at_percentile(&base, p),
+                at_percentile(&new, p),
             ));
         }
     }

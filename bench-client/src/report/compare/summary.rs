@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::LoadValues;
-use super::{compare_rows, kind_of, row, sample, CompareReport, Kind, Spec};
+use super::{at_percentile, compare_rows, kind_of, row, sample, CompareReport, Kind, Spec};
 use crate::measure::compare::{Bootstrap, Direction, Run, Sample, Statistic};
 use crate::results::read_manifests;
 use crate::results::Figures;
@@ -95,9 +95,8 @@ fn own_sample(
     pooled: &mut HashMap<&'static str, Result<Sample, String>>,
 ) -> Result<Sample, String> {
     match stat.strip_prefix('p').and_then(|p| p.parse::<f64>().ok()) {
-        Some(p) => pooled
-            .entry(family)
-            .or_insert_with(|| {
+        Some(p) => {
+            let family_sample = pooled.entry(family).or_insert_with(|| {
                 sample(
                     side,
                     runs.iter()
@@ -105,9 +104,9 @@ fn own_sample(
                         .collect(),
                     Statistic::Percentile(p),
                 )
-            })
-            .clone()
-            .and_then(|s| s.at(p).map_err(|e| e.to_string())),
+            });
+            at_percentile(family_sample, p)
+        }
         None => sample(
             side,
             runs.iter()
