@@ -6,20 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::api::{Chunk, Dialect, ServerTiming, TokenAttribution, Usage};
-
-/// Which deadline expired.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TimeoutPhase {
-    /// Establishing the connection.
-    Connect,
-    /// Waiting for the first output token (scaled with context length).
-    FirstToken,
-    /// Gap between two reads after the first token.
-    Idle,
-    /// The whole request.
-    Total,
-}
+pub use crate::plan::TimeoutPhase;
 
 /// How the stream ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

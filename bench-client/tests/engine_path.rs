@@ -12,8 +12,9 @@ use std::path::Path;
 mod support;
 use bench_client::drive::{run_load, run_sweep, Destination, LoadConfig, SweepConfig};
 use bench_client::net::stamped::Stamping;
-use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
+use bench_client::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Timeouts, Workload};
 use bench_client::results::{read_records, Record};
+use bench_client::trace::{StreamEnd, TimeoutPhase};
 use mock_server::{Config, MockServer};
 use support::{paused_runtime, sglang as target};
 
@@ -38,12 +39,23 @@ fn both_loads(
     schedule: Schedule,
     workload: Workload,
 ) -> (BTreeMap<u64, Record>, BTreeMap<u64, Record>) {
+    both_loads_timed(mock, schedule, workload, Timeouts::default())
+}
+
+/// [`both_loads`] with the client's `timeouts`.
+fn both_loads_timed(
+    mock: Config,
+    schedule: Schedule,
+    workload: Workload,
+    timeouts: Timeouts,
+) -> (BTreeMap<u64, Record>, BTreeMap<u64, Record>) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = |url: &str, out: &Path| LoadConfig {
         stamping: Stamping::Socket,
         prompt_salt: Some(1),
         seed: 5,
         scrape_metrics: false,
+        timeouts: timeouts.clone(),
         ..LoadConfig::new(
             target(url),
             schedule.clone(),
@@ -124,6 +136,96 @@ fn a_closed_loop_is_the_same_on_both_paths() {
     };
     let (e, h) = both_loads(preset("small-cpu-demo", &[]), schedule, workload);
     assert_equal(&e, &h, "closed loop");
+}
+
+#[test]
+fn the_client_gives_up_requests_at_the_same_instants_on_both_paths() {
+    let schedule = Schedule::new(
+        Arrivals::Open {
+            rate: 3.0,
+            kind: ArrivalKind::Poisson,
+            burstiness: 1.0,
+        },
+        Stop::Requests(40),
+        5,
+    )
+    .unwrap();
+    let workload = Workload::Random {
+        input: LenDist::Uniform { lo: 500, hi: 3000 },
+        output: LenDist::Uniform { lo: 32, hi: 256 },
+    };
+    let ms = std::time::Duration::from_millis;
+    let timeouts = Timeouts {
+        first_token_base: ms(100),
+        first_token_per_1k: ms(250),
+        idle: ms(300),
+        total: ms(2000),
+        ..Timeouts::default()
+    };
+    let mock = preset("qwen3-32b-h100-tp2-sglang", &[]);
+    let (e, h) = both_loads_timed(mock, schedule, workload, timeouts.clone());
+    // The HTTP path's timer may fire up to two quanta late and count a chunk that came in the
+    // meantime: its events are the engine path's, and perhaps some within that lateness.
+    assert_eq!(e.keys().collect::<Vec<_>>(), h.keys().collect::<Vec<_>>());
+    for (i, r) in &e {
+        let kind = |r: &Record| r.trace.as_ref().map(|t| std::mem::discriminant(&t.end));
+        assert_eq!(kind(r), kind(&h[i]), "#{i}: outcome");
+        let (ie, ih) = (instants(r), instants(&h[i]));
+        let end = ie[0] + r.trace.as_ref().unwrap().end_ns;
+        assert!(ih.len() >= ie.len(), "#{i}: events {ie:?} {ih:?}");
+        for (k, (a, b)) in ie.iter().zip(&ih).enumerate() {
+            assert!(a.abs_diff(*b) <= CHUNK_NS, "#{i}: instant {k}: {a} {b}");
+        }
+        for b in &ih[ie.len()..] {
+            assert!(
+                b.abs_diff(end) <= CHUNK_NS,
+                "#{i}: an event at {b}, given up at {end}"
+            );
+        }
+    }
+    let mut phases = BTreeMap::new();
+    for (i, r) in &e {
+        let t = r.trace.as_ref().unwrap();
+        let last = t.chunks.last().map(|c| c.at_ns);
+        let gaps = t.chunks.windows(2).map(|w| w[1].at_ns - w[0].at_ns);
+        let prompt = t.prompt_tokens_sent.unwrap();
+        let first_ns = timeouts.first_token(prompt).as_nanos() as u64;
+        // The engine path gives up at the deadline itself; the HTTP path's timer may be late.
+        let due = match &t.end {
+            StreamEnd::Done => {
+                assert!(t.chunks[0].at_ns <= first_ns, "#{i}: TTFT past its limit");
+                assert!(
+                    gaps.max().unwrap_or(0) <= 300_000_000,
+                    "#{i}: a gap past 300 ms"
+                );
+                assert!(t.end_ns <= 2_000_000_000, "#{i}: past 2.0 s");
+                None
+            }
+            StreamEnd::Timeout { phase } => {
+                *phases.entry(format!("{phase:?}")).or_insert(0) += 1;
+                Some(match phase {
+                    TimeoutPhase::FirstToken => first_ns,
+                    TimeoutPhase::Idle => last.unwrap() + 300_000_000,
+                    TimeoutPhase::Total => 2_000_000_000,
+                    TimeoutPhase::Connect => unreachable!("#{i}: no connection to time out"),
+                })
+            }
+            end => panic!("#{i}: {end:?}"),
+        };
+        if let Some(due) = due {
+            assert_eq!(t.end_ns, due, "#{i}: given up at its deadline");
+            let late = h[i].trace.as_ref().unwrap().end_ns.abs_diff(due);
+            assert!(
+                late <= CHUNK_NS,
+                "#{i}: the HTTP path's timer {late} ns late"
+            );
+        }
+    }
+    let done = e.len() - phases.values().sum::<usize>();
+    assert!(
+        phases.len() == 3 && done > 0,
+        "each timeout, and some requests done: {phases:?}, {done} done"
+    );
 }
 
 #[test]
@@ -209,6 +311,64 @@ fn the_kimi_oom_sweep_is_the_same_on_both_paths() {
             .map(|e| e.kind.as_str()),
         Some("stream-cut")
     );
+}
+
+#[test]
+fn a_sweep_gives_up_a_point_at_its_deadline_on_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = preset("qwen3-32b-h100-tp2-sglang", &[]);
+    let timeouts = Timeouts {
+        first_token_base: std::time::Duration::from_millis(300),
+        first_token_per_1k: std::time::Duration::ZERO,
+        ..Timeouts::default()
+    };
+    let cfg = |out: &Path| SweepConfig {
+        contexts: vec![1000, 8000, 32000],
+        output_tokens: 16,
+        runs: 2,
+        warmup: 0,
+        stamping: Stamping::Socket,
+        timeouts: timeouts.clone(),
+        ..SweepConfig::new(out.to_path_buf())
+    };
+    let rt = paused_runtime();
+    let engine_out = dir.path().join("engine.jsonl");
+    let mut e = Destination::server(target(bench_client::drive::ENGINE_URL));
+    e.engine = Some(mock.clone());
+    rt.block_on(run_sweep(&e, &cfg(&engine_out))).unwrap();
+    let http_out = dir.path().join("http.jsonl");
+    rt.block_on(async {
+        let server = MockServer::start(mock).await.unwrap();
+        run_sweep(&Destination::server(target(&server.url())), &cfg(&http_out))
+            .await
+            .unwrap();
+        server.shutdown().await;
+    });
+    let (re, rh) = (
+        read_records(&engine_out).unwrap(),
+        read_records(&http_out).unwrap(),
+    );
+    assert_eq!(re.len(), 6);
+    assert_eq!(re.len(), rh.len());
+    for (a, b) in re.iter().zip(&rh) {
+        let (ta, tb) = (a.trace.as_ref().unwrap(), b.trace.as_ref().unwrap());
+        let long = a.context_tokens > 1000;
+        let given_up = StreamEnd::Timeout {
+            phase: TimeoutPhase::FirstToken,
+        };
+        assert_eq!(
+            ta.end == given_up,
+            long,
+            "{}: {:?}",
+            a.context_tokens,
+            ta.end
+        );
+        assert_eq!(ta.end, tb.end, "{}", a.context_tokens);
+        if long {
+            assert_eq!(ta.end_ns, 300_000_000, "given up at its deadline");
+            assert!(tb.end_ns.abs_diff(300_000_000) <= CHUNK_NS);
+        }
+    }
 }
 
 #[test]

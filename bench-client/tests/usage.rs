@@ -13,6 +13,23 @@ fn bad_flags_are_refused_before_anything_starts() {
     refused(&["sweep", "--url", "ftp://h:1", "--out", o], "--url", &out);
 
     refused(&["sweep", "--runs", "0", "--out", o], "--runs", &out);
+    // A time past 30 days is a typo, and would overflow the clock.
+    let long = [
+        "load",
+        "--concurrency",
+        "2",
+        "--duration",
+        "1e20",
+        "--out",
+        o,
+    ];
+    refused(&long, "--duration", &out);
+    let n = ["--num-requests", "2", "--total-timeout-s", "1e300"];
+    refused(
+        &[&long[..3], &n[..], &long[5..]].concat(),
+        "--total-timeout-s",
+        &out,
+    );
     refused(
         &["sweep", "--output-tokens", "0", "--out", o],
         "--output-tokens",

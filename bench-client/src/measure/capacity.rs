@@ -219,7 +219,7 @@ fn share(n: u64, of: u64) -> f64 {
 pub struct CapacityAnswer {
     /// The highest passing rate, `None` when no step passed.
     pub rate: Option<f64>,
-    /// The throughput achieved at that rate: the answer is never above it.
+    /// The throughput achieved at that rate, for an open loop: the answer is never above it.
     pub achieved: Option<f64>,
     /// The lowest failing rate above it, `None` when every step passed (the capacity is at least `rate`).
     pub first_fail: Option<f64>,
@@ -293,7 +293,8 @@ impl CapacityPlan {
             if pass {
                 if lo.is_none_or(|l| s.rate > l) {
                     lo = Some(s.rate);
-                    achieved = s.achieved;
+                    // A closed loop's level is a concurrency: its throughput is no bound on it.
+                    achieved = s.offered.and(s.achieved);
                 }
             } else {
                 hi = Some(hi.map_or(s.rate, |h| h.min(s.rate)));

@@ -11,7 +11,7 @@ use super::stamped::{ConnLog, Exchange, ResponseStamps};
 use super::{Http, Target};
 use crate::plan::{RequestSpec, StreamCaps, Timeouts};
 use crate::stream::assemble::{StreamAssembler, TraceHead};
-use crate::trace::{RequestTrace, Stamps, StreamEnd, TimeoutPhase};
+use crate::trace::{RequestTrace, Stamps, StreamEnd};
 
 fn ns_since(t0: Instant) -> u64 {
     ns_between(t0, Instant::now())
@@ -294,9 +294,9 @@ async fn send_inner(
     };
     let url = target.url(target.dialect.path());
     let t0 = Instant::now();
-    let total_deadline = t0 + timeouts.total;
-    let ttft_deadline = t0 + timeouts.first_token(spec.prompt.token_len().unwrap_or(0));
-    let (pre_deadline, pre_phase) = earliest(ttft_deadline, total_deadline);
+    let prompt_tokens = spec.prompt.token_len().unwrap_or(0);
+    let (pre, pre_phase) = timeouts.deadline(prompt_tokens, None);
+    let pre_deadline = t0 + pre;
 
     let opened = match timeout_at(pre_deadline, open(http, target, url, bytes)).await {
         Err(_) => {
@@ -363,15 +363,9 @@ async fn send_inner(
     let mut size = SizeGuard::new(timeouts.caps);
     let end = loop {
         let (deadline, phase) = if asm.first_output_seen() {
-            let (d, p) = earliest(last_read + timeouts.idle, total_deadline);
-            (
-                d,
-                if p == TimeoutPhase::FirstToken {
-                    TimeoutPhase::Idle
-                } else {
-                    p
-                },
-            )
+            let read = last_read.saturating_duration_since(t0);
+            let (d, p) = timeouts.deadline(prompt_tokens, Some(read));
+            (t0 + d, p)
         } else {
             (pre_deadline, pre_phase)
         };
@@ -462,15 +456,6 @@ impl SizeGuard {
             });
         }
         Ok(())
-    }
-}
-
-/// The earlier deadline; `FirstToken` names the first, `Total` the second.
-fn earliest(first: Instant, total: Instant) -> (Instant, TimeoutPhase) {
-    if first <= total {
-        (first, TimeoutPhase::FirstToken)
-    } else {
-        (total, TimeoutPhase::Total)
     }
 }
 

@@ -22,7 +22,7 @@ pub const MAX_TOKENS: u32 = 1 << 24;
 
 pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
 pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
-pub use request::{RequestSpec, StreamCaps, Timeouts};
+pub use request::{RequestSpec, StreamCaps, TimeoutPhase, Timeouts};
 pub use schedule::{ArrivalKind, Arrivals, Schedule, Shard, Slot, Stop};
 pub use session::{Conversation, PlannedTurn, SessionPlan, Sessions, ThinkTime, TurnOutput};
 pub use trace::{Trace, TraceEntry, TraceError, TraceFormat, TraceOptions};

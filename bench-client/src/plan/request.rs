@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::Prompt;
+use serde::{Deserialize, Serialize};
 
 /// One request to send.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,6 +97,20 @@ impl Default for Timeouts {
     }
 }
 
+/// Which deadline expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeoutPhase {
+    /// Establishing the connection.
+    Connect,
+    /// Waiting for the first output token (scaled with context length).
+    FirstToken,
+    /// Gap between two reads after the first token.
+    Idle,
+    /// The whole request.
+    Total,
+}
+
 impl Timeouts {
     /// Time-to-first-token deadline for a prompt of `prompt_tokens`.
     pub fn first_token(&self, prompt_tokens: u32) -> Duration {
@@ -103,6 +118,26 @@ impl Timeouts {
             + self
                 .first_token_per_1k
                 .mul_f64(f64::from(prompt_tokens) / 1000.0)
+    }
+
+    /// When a request is given up, as time after its send, and why. Until its first output
+    /// arrives: at [`Timeouts::first_token`] or at `total`, whichever is earlier; after it
+    /// (`last_read`: the latest read, after the send): `idle` past that read, or at `total`.
+    /// Every path times a stream by this rule: HTTP, and the engine's virtual clock.
+    pub fn deadline(
+        &self,
+        prompt_tokens: u32,
+        last_read: Option<Duration>,
+    ) -> (Duration, TimeoutPhase) {
+        let (due, phase) = match last_read {
+            None => (self.first_token(prompt_tokens), TimeoutPhase::FirstToken),
+            Some(read) => (read.saturating_add(self.idle), TimeoutPhase::Idle),
+        };
+        if due <= self.total {
+            (due, phase)
+        } else {
+            (self.total, TimeoutPhase::Total)
+        }
     }
 }
 

@@ -263,6 +263,21 @@ impl Planner {
         })
     }
 
+    /// The prompt length of request `index`, drawn as [`Planner::request`] draws it, without
+    /// building the prompt; `None` past the end of a replay trace.
+    pub fn prompt_len(&self, index: u64) -> Option<u32> {
+        let mut rng = self.rng(index);
+        match &self.workload {
+            Workload::Random { input, .. } => Some(input.sample(&mut rng)),
+            Workload::SharedPrefix {
+                prefix_len, input, ..
+            } => Some(prefix_len.saturating_add(input.sample(&mut rng))),
+            Workload::Trace(_) => self
+                .request(index)
+                .map(|p| u32::try_from(p.prompt.len()).unwrap_or(u32::MAX)),
+        }
+    }
+
     /// Warm-up request `k`: the lengths of measured request `k` (of the trace's `k`-th entry, cycling),
     /// but a unique prompt with no group prefix, so warm-up never primes a measured request's cache.
     pub fn warmup(&self, k: u64) -> Option<PlannedRequest> {

@@ -295,6 +295,18 @@ impl Simulator {
         self.drain(&mut f);
     }
 
+    /// The client closed the stream of key `id` (request `rid`): the engine drops the request
+    /// wherever it is (queued, prefilling or decoding) and frees its KV, as the server's loop
+    /// does between passes (a pass computes at its start, so before the next one is the same
+    /// instant to it). Events of a pass already run still come out of [`Simulator::step`];
+    /// they belong to no stream.
+    pub fn abort(&mut self, id: u64, rid: &str) {
+        if self.streams.remove(&id).is_some() {
+            self.engine.shared.truth.take(rid);
+            self.engine.reap_closed();
+        }
+    }
+
     /// Runs as one the coming decode steps that send nothing and start no later than `limit_ns`
     /// (the driver's next send, if any), to the nanosecond where step-by-step decoding puts them
     /// (`engine/jump.rs`); false when none can be jumped. A closed loop calls it before

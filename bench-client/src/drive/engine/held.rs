@@ -8,18 +8,24 @@
 
 use std::collections::VecDeque;
 
+use rustc_hash::FxHashMap;
+
+use super::deadlines::Waiter;
 use super::load::{InFlight, Run};
 
 /// A request sent (on the client's clock) and not yet handed to the engine.
-struct Held {
-    index: u64,
-    scheduled_ns: u64,
-    sent_ns: u64,
+pub(super) struct Held {
+    pub(super) scheduled_ns: u64,
+    pub(super) sent_ns: u64,
+    pub(super) prompt_tokens: u32,
 }
 
 /// The requests held, and the queue depth from which a send is held.
 pub(super) struct HeldQueue {
-    held: VecDeque<Held>,
+    /// The held sends' indices in the order they were sent; an index no longer in `held` was
+    /// given up while held (its deadline passed) and is skipped.
+    order: VecDeque<u64>,
+    held: FxHashMap<u64, Held>,
     /// A send is held while the engine's queue holds this many or any request is held.
     depth: usize,
     /// The server's deaths handed on to the client: none is submitted between a death and its
@@ -38,7 +44,8 @@ impl HeldQueue {
 
     pub(super) fn with_depth(depth: usize) -> Self {
         HeldQueue {
-            held: VecDeque::new(),
+            order: VecDeque::new(),
+            held: FxHashMap::default(),
             depth: depth.max(1),
             deaths: 0,
             total: 0,
@@ -52,6 +59,21 @@ impl HeldQueue {
     pub(super) fn total(&self) -> u64 {
         self.total
     }
+
+    /// The held send `index`, taken out: the client gave it up.
+    pub(super) fn give_up(&mut self, index: u64) -> Option<Held> {
+        self.held.remove(&index)
+    }
+
+    /// The oldest send still held, taken out.
+    fn pop_front(&mut self) -> Option<(u64, Held)> {
+        while let Some(index) = self.order.pop_front() {
+            if let Some(h) = self.held.remove(&index) {
+                return Some((index, h));
+            }
+        }
+        None
+    }
 }
 
 impl Run<'_> {
@@ -60,13 +82,23 @@ impl Run<'_> {
         !self.held.held.is_empty() || self.sim.queued() >= self.held.depth
     }
 
+    /// Holds send `index`, its deadline armed: it may time out in the server's queue.
     pub(super) fn hold(&mut self, index: u64, scheduled_ns: u64, sent_ns: u64) {
+        let Some(prompt_tokens) = self.planner.prompt_len(index) else {
+            return;
+        };
         self.held.total += 1;
-        self.held.held.push_back(Held {
+        self.held.order.push_back(index);
+        self.held.held.insert(
             index,
-            scheduled_ns,
-            sent_ns,
-        });
+            Held {
+                scheduled_ns,
+                sent_ns,
+                prompt_tokens,
+            },
+        );
+        let due = self.held_deadline(sent_ns, prompt_tokens);
+        self.deadlines.push(due, Waiter::Held(index));
     }
 
     /// Hands held requests to the engine, oldest first, while its queue is short; before each
@@ -76,10 +108,10 @@ impl Run<'_> {
             return;
         }
         while self.sim.queued() < self.held.depth {
-            let Some(h) = self.held.held.pop_front() else {
+            let Some((index, h)) = self.held.pop_front() else {
                 break;
             };
-            self.send_now(h.index, h.scheduled_ns, h.sent_ns);
+            self.send_now(index, h.scheduled_ns, h.sent_ns);
         }
     }
 
@@ -88,18 +120,18 @@ impl Run<'_> {
     pub(super) fn open_held_for_death(&mut self) {
         self.held.deaths = self.sim.crashes();
         let mut key = u64::MAX;
-        while let Some(h) = self.held.held.pop_front() {
-            let Some(plan) = self.planner.request(h.index) else {
+        while let Some((index, h)) = self.held.pop_front() {
+            let Some(plan) = self.planner.request(index) else {
                 continue;
             };
             let prompt_tokens = u32::try_from(plan.prompt.len()).unwrap_or(u32::MAX);
-            let rid = self.rid(h.index);
+            let rid = self.rid(index);
             self.streams
                 .opened(key, &rid, prompt_tokens, plan.output_len, h.sent_ns, false);
             self.flight.insert(
                 key,
                 InFlight {
-                    index: h.index,
+                    index,
                     scheduled_ns: h.scheduled_ns,
                     sent_ns: h.sent_ns,
                     prompt_tokens,
@@ -120,8 +152,9 @@ mod tests {
     use crate::drive::engine::load::run_load_engine_holding;
     use crate::drive::LoadConfig;
     use crate::net::Target;
-    use crate::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Workload};
+    use crate::plan::{ArrivalKind, Arrivals, LenDist, Schedule, Stop, Timeouts, Workload};
     use crate::trace::Dialect;
+    use std::time::Duration;
 
     /// The record lines of an open loop at `rate` on `mock` (at most `limit` in flight), sends
     /// held past a queue of `depth`; and how many were held.
@@ -129,7 +162,7 @@ mod tests {
         mock: &mock_server::Config,
         (rate, limit): (f64, Option<u32>),
         input: LenDist,
-        depth: usize,
+        (depth, timeouts): (usize, &Timeouts),
     ) -> (String, u64) {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("run.jsonl");
@@ -159,6 +192,7 @@ mod tests {
             scrape_metrics: false,
             max_concurrency: limit,
             engine: Some(mock.clone()),
+            timeouts: timeouts.clone(),
             ..LoadConfig::new(target, schedule, workload, out.clone())
         };
         let planner = cfg.validate().unwrap();
@@ -194,14 +228,45 @@ mod tests {
                 true,
             ),
         ];
+        let none = Timeouts::default();
         for (mock, load, input, dies) in cases {
-            let (all, none_held) = run(mock, load, input.clone(), usize::MAX);
+            let (all, none_held) = run(mock, load, input.clone(), (usize::MAX, &none));
             let depth = HeldQueue::new(3).depth;
-            let (held, total) = run(mock, load, input, depth);
+            let (held, total) = run(mock, load, input, (depth, &none));
             assert_eq!(none_held, 0);
             assert_eq!(all.contains("the simulated server died"), dies);
             assert!(total > 20, "the queue ran past {depth}: {total} sends held");
             assert!(held == all, "the same records, in the same order");
         }
+    }
+
+    #[test]
+    fn held_requests_time_out_where_queued_ones_do() {
+        // Past the pace of a server of 3 running requests: sends wait, and the client gives up
+        // those that wait past a second, held or queued; some run, some are given up running.
+        let mut mock = mock_server::Config::preset("qwen3-32b-h100-tp2-sglang").unwrap();
+        mock.set("max_running_requests", "3").unwrap();
+        let timeouts = Timeouts {
+            first_token_base: Duration::from_secs(1),
+            first_token_per_1k: Duration::ZERO,
+            idle: Duration::from_millis(400),
+            ..Timeouts::default()
+        };
+        let input = LenDist::Uniform { lo: 1000, hi: 4000 };
+        let load = (6.0, None);
+        let (all, none_held) = run(&mock, load, input.clone(), (usize::MAX, &timeouts));
+        let (held, total) = run(&mock, load, input, (HeldQueue::new(3).depth, &timeouts));
+        assert_eq!(none_held, 0);
+        assert!(total > 20, "{total} sends held");
+        for phase in ["\"first-token\"", "\"idle\""] {
+            assert!(all.contains(phase), "some requests time out at {phase}");
+        }
+        assert!(all.contains("\"kind\":\"done\""), "some requests end");
+        let lines = |s: &str| s.lines().map(str::to_string).collect::<Vec<_>>();
+        let (mut a, mut h) = (lines(&all), lines(&held));
+        // Deadlines at one instant may end in another order; each record is the same.
+        a.sort();
+        h.sort();
+        assert!(a == h, "the same records");
     }
 }

@@ -13,6 +13,7 @@ use mock_server::{SimEvent, SimRequest, Simulator};
 use rustc_hash::FxHashMap;
 
 use super::agenda::{Agenda, Due};
+use super::deadlines::Deadlines;
 use super::held::HeldQueue;
 use super::Streams;
 use crate::drive::load::{LoadConfig, LoadOutcome};
@@ -46,6 +47,8 @@ pub(super) struct Run<'a> {
     pub(super) planner: Planner,
     pub(super) sim: Simulator,
     pub(super) agenda: Agenda,
+    /// The client's timeouts, by request ([`super::deadlines`]).
+    pub(super) deadlines: Deadlines,
     pub(super) streams: Streams,
     pub(super) flight: FxHashMap<u64, InFlight>,
     /// Sends held while the server's queue is deep ([`HeldQueue`]).
@@ -71,9 +74,9 @@ pub(super) struct Run<'a> {
     /// The first write error; the run stops sending once there is one.
     write_error: Option<anyhow::Error>,
     /// The instant of the last client event handled.
-    clock_ns: u64,
+    pub(super) clock_ns: u64,
     /// [`Simulator::next_step_ns`] as of the last submission or step (`None`: not asked since).
-    next_step: Option<Option<u64>>,
+    pub(super) next_step: Option<Option<u64>>,
 }
 
 impl Run<'_> {
@@ -151,6 +154,7 @@ impl Run<'_> {
                 self.streams
                     .opened(id, &rid, prompt_tokens, output_len, now_ns, keep_ids);
                 self.flight.insert(id, info);
+                self.arm(id);
             }
             Err(r) => {
                 let trace = Streams::refused(&rid, prompt_tokens, output_len, &r);
@@ -160,7 +164,7 @@ impl Run<'_> {
     }
 
     /// A stream ended at `now_ns`: its record, then the client's next send.
-    fn ended(&mut self, trace: RequestTrace, f: InFlight, now_ns: u64) {
+    pub(super) fn ended(&mut self, trace: RequestTrace, f: InFlight, now_ns: u64) {
         let mut next_turn = None;
         if !f.warm {
             let ns = |t: u64| t.saturating_sub(self.base_ns);
@@ -274,7 +278,7 @@ impl Run<'_> {
         }
     }
 
-    fn stream_ended(&mut self, now_ns: u64, id: u64, trace: RequestTrace) {
+    pub(super) fn stream_ended(&mut self, now_ns: u64, id: u64, trace: RequestTrace) {
         if let Some(f) = self.flight.remove(&id) {
             self.ended(trace, f, now_ns);
         }
@@ -287,11 +291,25 @@ impl Run<'_> {
             if self.held.len() > 0 {
                 self.release_held();
             }
+            for id in self.streams.take_moved() {
+                self.arm(id);
+            }
             let engine = match self.next_step {
                 Some(n) => n,
                 None => *self.next_step.insert(self.sim.next_step_ns()),
             };
             let client = self.agenda.peek_ns();
+            // A deadline strictly before the engine's next pass and the client's next event: a
+            // read at the deadline's instant still counts, as tokio's timeout polls the stream
+            // before its timer.
+            if let Some(d) = self.deadlines.peek_ns() {
+                if client.is_none_or(|c| d < c) && engine.is_none_or(|e| d < e) {
+                    if let Some((at, w)) = self.deadlines.pop() {
+                        self.expire(at, w);
+                    }
+                    continue;
+                }
+            }
             let client_first = match (client, engine) {
                 (Some(c), Some(e)) => c < e,
                 (Some(_), None) => true,
@@ -377,6 +395,7 @@ pub(super) fn run_load_engine_holding(
         planner,
         sim,
         agenda: Agenda::default(),
+        deadlines: Deadlines::default(),
         streams,
         flight: FxHashMap::default(),
         held,

@@ -10,6 +10,7 @@
 
 mod agenda;
 pub mod closed;
+mod deadlines;
 mod held;
 pub mod load;
 mod sessions;
@@ -23,19 +24,29 @@ use mock_server::{Refusal, SimEvent, SimRequest, Simulator};
 
 use crate::api::{Chunk, ServerTiming, TokenAttribution, Usage};
 use crate::plan::prompt::Prompt;
-use crate::plan::RequestSpec;
-use crate::trace::{Dialect, RequestTrace, StreamEnd};
+use crate::plan::{RequestSpec, Timeouts};
+use crate::trace::{Dialect, RequestTrace, StreamEnd, TimeoutPhase};
+
+/// A duration in ns, saturating (a deadline past `u64::MAX` ns never comes).
+pub(crate) fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// One stream being assembled from engine events.
 struct Open {
     trace: RequestTrace,
     sent_ns: u64,
     first_ns: Option<u64>,
+    /// The latest event, ns after the send.
+    last_ns: u64,
 }
 
 /// Streams in flight on the engine path, by the key the engine gave each request.
 pub(crate) struct Streams {
     open: FxHashMap<u64, Open>,
+    /// Streams whose first output came since [`Streams::take_moved`]: their deadline moved
+    /// from the first token's to the gap after a read, which may come earlier.
+    moved: Vec<u64>,
     /// The server's way in and out ([`mock_server::Config::way_ns`]): its
     /// `first_token_latency` leaves it out, as the HTTP path's does.
     way_ns: u64,
@@ -45,6 +56,7 @@ impl Streams {
     pub(crate) fn new(config: &mock_server::Config) -> Self {
         Streams {
             open: FxHashMap::default(),
+            moved: Vec::new(),
             way_ns: config.way_ns(),
         }
     }
@@ -137,6 +149,7 @@ impl Streams {
                 trace,
                 sent_ns,
                 first_ns: None,
+                last_ns: 0,
             },
         );
     }
@@ -153,6 +166,7 @@ impl Streams {
         let o = self.open.get_mut(&id)?;
         let rel = at_ns.saturating_sub(o.sent_ns);
         o.trace.reads += 1;
+        o.last_ns = rel;
         let last = match event {
             StreamEvent::Tokens {
                 new_ids,
@@ -169,6 +183,9 @@ impl Streams {
                     // first event, so that requests still waiting hold nothing.
                     let n = (o.trace.max_tokens as usize).min(4096) + 1;
                     o.trace.chunks.reserve_exact(n);
+                }
+                if o.first_ns.is_none() && finish.is_none() {
+                    self.moved.push(id);
                 }
                 let first = *o.first_ns.get_or_insert(rel);
                 if let Some(ids) = &mut o.trace.output_ids {
@@ -225,6 +242,51 @@ impl Streams {
         o.trace.end_ns = rel;
         o.trace.end = StreamEnd::Done;
         Some(o.trace)
+    }
+
+    /// The streams whose deadline may have come earlier since the last call.
+    pub(crate) fn take_moved(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.moved)
+    }
+
+    /// When the client gives up stream `id` as it stands, on the virtual clock, and why
+    /// ([`Timeouts::deadline`]); `None` once it ended.
+    pub(crate) fn deadline(&self, id: u64, timeouts: &Timeouts) -> Option<(u64, TimeoutPhase)> {
+        let o = self.open.get(&id)?;
+        let read = o.first_ns.map(|_| Duration::from_nanos(o.last_ns));
+        let prompt_tokens = o.trace.prompt_tokens_sent.unwrap_or(0);
+        let (due, phase) = timeouts.deadline(prompt_tokens, read);
+        Some((o.sent_ns.saturating_add(duration_ns(due)), phase))
+    }
+
+    /// The client gave up stream `id` at `at_ns` (its deadline): the trace it has so far.
+    pub(crate) fn timed_out(
+        &mut self,
+        id: u64,
+        at_ns: u64,
+        phase: TimeoutPhase,
+    ) -> Option<RequestTrace> {
+        let mut o = self.open.remove(&id)?;
+        o.trace.end = StreamEnd::Timeout { phase };
+        o.trace.end_ns = at_ns.saturating_sub(o.sent_ns);
+        Some(o.trace)
+    }
+
+    /// A request the client sent at `sent_ns` and gave up at `at_ns` before the engine took it:
+    /// on the server it waited in the queue, its response's headers sent.
+    pub(crate) fn given_up_waiting(
+        rid: &str,
+        prompt_tokens: u32,
+        max_tokens: u32,
+        waited_ns: u64,
+        phase: TimeoutPhase,
+    ) -> RequestTrace {
+        let mut t = Self::head(rid, prompt_tokens, max_tokens);
+        t.status = Some(200);
+        t.headers_ns = Some(0);
+        t.end = StreamEnd::Timeout { phase };
+        t.end_ns = waited_ns;
+        t
     }
 
     /// The server died at `at_ns`: every open stream is cut there (with its key, in order of
@@ -291,13 +353,12 @@ impl EngineServer {
 
     /// Lets `d` pass on the virtual clock (nothing runs: requests go one at a time).
     pub fn sleep(&mut self, d: Duration) {
-        self.now_ns = self
-            .now_ns
-            .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.now_ns = self.now_ns.saturating_add(duration_ns(d));
     }
 
-    /// Sends one request now and runs the engine until its stream ends.
-    pub fn send(&mut self, spec: &RequestSpec) -> RequestTrace {
+    /// Sends one request now and runs the engine until its stream ends, or until the client
+    /// gives it up ([`Timeouts::deadline`]).
+    pub fn send(&mut self, spec: &RequestSpec, timeouts: &Timeouts) -> RequestTrace {
         let prompt_tokens = match &spec.prompt {
             Prompt::TokenIds(ids) => u32::try_from(ids.len()).unwrap_or(u32::MAX),
             Prompt::Text(_) => 0,
@@ -318,10 +379,16 @@ impl EngineServer {
         let mut streams = Streams::new(self.sim.config());
         streams.opened(id, &spec.rid, prompt_tokens, spec.max_tokens, sent, false);
         while let Some(due) = self.sim.next_step_ns() {
+            if let Some(t) = self.give_up_before(&mut streams, id, due, timeouts) {
+                return t;
+            }
             self.now_ns = self.now_ns.max(due);
             for ev in self.sim.step() {
                 match ev {
                     SimEvent::Stream { id, at_ns, event } => {
+                        if let Some(t) = self.give_up_before(&mut streams, id, at_ns, timeouts) {
+                            return t;
+                        }
                         if let Some(t) = streams.event(id, at_ns, &event) {
                             self.now_ns = self.now_ns.max(at_ns);
                             return t;
@@ -346,6 +413,25 @@ impl EngineServer {
                 t.end = StreamEnd::Eof;
                 t
             })
+    }
+
+    /// The trace of stream `id` when its deadline comes before `at_ns` (a read at the deadline
+    /// still counts): the client gives it up there, and the engine drops it.
+    fn give_up_before(
+        &mut self,
+        streams: &mut Streams,
+        id: u64,
+        at_ns: u64,
+        timeouts: &Timeouts,
+    ) -> Option<RequestTrace> {
+        let (deadline, phase) = streams.deadline(id, timeouts)?;
+        if deadline >= at_ns {
+            return None;
+        }
+        let trace = streams.timed_out(id, deadline, phase)?;
+        self.sim.abort(id, &trace.rid);
+        self.now_ns = self.now_ns.max(deadline);
+        Some(trace)
     }
 
     /// Runs the steps due before now (held results, a pass after the last stream ended), so a

@@ -252,7 +252,7 @@ impl Runner<'_> {
     async fn send(&mut self, spec: &RequestSpec) -> crate::trace::RequestTrace {
         #[cfg(feature = "embedded-mock")]
         if let Some(e) = &mut self.engine {
-            return e.send(spec);
+            return e.send(spec, &self.cfg.timeouts);
         }
         net::send(&self.http, self.target, spec, &self.cfg.timeouts).await
     }

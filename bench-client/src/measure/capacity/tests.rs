@@ -27,6 +27,33 @@ fn a_search_by_concurrency_bisects_on_whole_numbers_and_ends_between_neighbours(
     }
 }
 
+#[test]
+fn a_search_by_concurrency_answers_a_concurrency_whatever_the_throughput() {
+    let p = CapacityPlan {
+        coarse: vec![1.0, 2.0, 4.0, 8.0, 16.0],
+        integer: true,
+        ..plan(8)
+    };
+    // A closed loop offers no rate; long requests complete under one a second at any level.
+    let closed = |rate: f64| StepResult {
+        offered: None,
+        achieved: Some(0.05 * rate),
+        ..step(rate, 13.0)
+    };
+    let mut steps = Vec::new();
+    let a = loop {
+        match p.next(&steps) {
+            Next::Run(r) => steps.push(closed(r)),
+            Next::Done(a) => break a,
+        }
+    };
+    assert_eq!(a.rate, Some(13.0), "{a:?}");
+    assert_eq!(
+        a.achieved, None,
+        "req/s is no bound on a concurrency: {a:?}"
+    );
+}
+
 /// A server whose goodput share is 1 up to `cap` requests per second and 0 above it.
 fn step(rate: f64, cap: f64) -> StepResult {
     StepResult {
