@@ -103,6 +103,60 @@ fn secrets_never_reach_results_manifest_report_or_stderr() {
 }
 
 #[test]
+fn a_server_quoting_the_key_or_a_url_carrying_one_reveals_nothing() {
+    let key = "sk-client-own-000";
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/get_model_info", get(|| async { "{}" }))
+        .route(
+            "/server_info",
+            get(|| async { r#"{"note": "served for sk-client-own-000 only"}"# }),
+        )
+        .route(
+            "/generate",
+            post(|| async {
+                (
+                    axum::http::StatusCode::UNAUTHORIZED,
+                    r#"{"error": {"message": "Incorrect API key provided: sk-client-own-000"}}"#,
+                )
+            }),
+        );
+    let url = serve(app);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, url) in [
+        ("quoted", url.clone()),
+        ("query", format!("{url}/?api_key=qs-secret-999")),
+    ] {
+        let out = dir.path().join(format!("{name}.jsonl"));
+        let args = [
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--input-len",
+            "8",
+        ];
+        let o = run(&[
+            &["load", "--url", &url, "--api-key", key, "--no-metrics"][..],
+            &args[..],
+            &["--output-len", "2", "--out", out.to_str().unwrap()][..],
+        ]
+        .concat());
+        let all = [
+            std::fs::read_to_string(&out).unwrap_or_default(),
+            std::fs::read_to_string(out.with_extension("jsonl.manifest.jsonl")).unwrap_or_default(),
+            stderr(&o),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        ]
+        .concat();
+        assert!(all.contains("<redacted>"), "{name}: {all}");
+        for secret in [key, "qs-secret-999"] {
+            assert!(!all.contains(secret), "{name}: {secret} was written: {all}");
+        }
+    }
+}
+
+#[test]
 fn secrets_in_manifests_written_before_redaction_are_not_shown() {
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();

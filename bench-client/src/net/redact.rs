@@ -89,7 +89,7 @@ pub fn redact_json(v: &mut Value, api_key: Option<&str>) {
             } else if let Some(name) = header_named_secret(s) {
                 *s = format!("{name}: {REDACTED}");
             } else {
-                *s = redact_text(s);
+                *s = redact_keyed(s, api_key);
             }
         }
         _ => {}
@@ -122,10 +122,26 @@ pub fn redact_shown(key: &str, value: &str) -> String {
     }
 }
 
-/// `s` with the `user:password@` (or `user@`) of every URL in it replaced by `<redacted>@`, and
+/// `s` with the `user:password@` (or `user@`) of every URL in it replaced by `<redacted>@`, the
+/// value of every query parameter under a secret's name (`?api_key=...`) by `<redacted>`, and
 /// the credential after every `Bearer ` (any case) or `Basic ` (a base64 word) by `<redacted>`.
 pub fn redact_text(s: &str) -> String {
     redact_schemes(&redact_urls(s))
+}
+
+/// The shortest API key hidden where it appears inside a text (a server's error that quotes it):
+/// a shorter one would hide common words.
+const KEY_IN_TEXT_MIN: usize = 8;
+
+/// [`redact_text`], and the client's own `api_key` wherever it appears in `s` (at least
+/// [`KEY_IN_TEXT_MIN`] characters long: a server's answer may quote it).
+pub fn redact_keyed(s: &str, api_key: Option<&str>) -> String {
+    match api_key {
+        Some(k) if k.len() >= KEY_IN_TEXT_MIN && s.contains(k) => {
+            redact_text(&s.replace(k, REDACTED))
+        }
+        _ => redact_text(s),
+    }
 }
 
 /// The credential after an HTTP authorization scheme's name: up to the next whitespace, quote or
@@ -181,10 +197,34 @@ fn redact_urls(s: &str) -> String {
             }
             None => out.push_str(authority),
         }
+        // The rest of the URL: its path, query and fragment, to whitespace or a quote.
+        let tail = &tail[end..];
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\''))
+            .unwrap_or(tail.len());
+        out.push_str(&redact_query(&tail[..end]));
         rest = &tail[end..];
     }
     out.push_str(rest);
     out
+}
+
+/// A URL's path, query and fragment with the value of every query parameter under a secret's
+/// name replaced by [`REDACTED`].
+fn redact_query(s: &str) -> String {
+    let Some(q) = s.find('?') else {
+        return s.to_string();
+    };
+    let (path, query) = s.split_at(q + 1);
+    let (query, fragment) = query.split_at(query.find('#').unwrap_or(query.len()));
+    let params: Vec<String> = query
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((name, v)) if secret_name(name) && !v.is_empty() => format!("{name}={REDACTED}"),
+            _ => p.to_string(),
+        })
+        .collect();
+    format!("{path}{}{fragment}", params.join("&"))
 }
 
 #[cfg(test)]
@@ -271,6 +311,31 @@ mod tests {
         );
         assert_eq!(redact_shown("server_info.api_key", "-"), "-");
         assert_eq!(redact_shown("url", "http://u:p@h"), "http://<redacted>@h");
+    }
+
+    #[test]
+    fn the_clients_key_is_hidden_inside_a_text_and_a_secret_query_parameter_too() {
+        let mut v = json!({"x": "your key is SEKRETKEY123.", "n": "SEKRETKEY123"});
+        redact_json(&mut v, Some("SEKRETKEY123"));
+        assert_eq!(v["x"], "your key is <redacted>.");
+        assert_eq!(v["n"], REDACTED);
+        assert_eq!(
+            redact_keyed(
+                "Incorrect API key provided: SEKRETKEY123",
+                Some("SEKRETKEY123")
+            ),
+            "Incorrect API key provided: <redacted>"
+        );
+        // A short key would hide words: only a whole value equal to it is.
+        assert_eq!(redact_keyed("a key k", Some("k")), "a key k");
+        assert_eq!(
+            redact_text("GET http://h:1/v1?api_key=s3cr3t&model=m#top done"),
+            "GET http://h:1/v1?api_key=<redacted>&model=m#top done"
+        );
+        assert_eq!(
+            redact_text("http://h/?max_tokens=5"),
+            "http://h/?max_tokens=5"
+        );
     }
 
     #[test]

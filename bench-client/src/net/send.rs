@@ -347,7 +347,11 @@ async fn send_inner(
         )
         .await
         {
-            Ok(b) => crate::api::truncate(&b, 2000),
+            // A server's error may quote the key it refused.
+            Ok(b) => super::redact::redact_keyed(
+                &crate::api::truncate(&b, 2000),
+                target.api_key.as_deref(),
+            ),
             Err(_) => "(body timed out)".to_string(),
         };
         let end = StreamEnd::HttpStatus { status, body };
