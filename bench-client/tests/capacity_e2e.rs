@@ -238,7 +238,15 @@ fn bad_flags_are_refused_with_64() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("c.jsonl");
     let o = out.to_str().unwrap();
+    // A step's results file, or its manifest, of any step.
+    let step = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (step0, manifest12) = (
+        step("c.step-0.jsonl"),
+        step("c.step-12.jsonl.manifest.jsonl"),
+    );
     for (args, flag) in [
+        (vec!["--slo", "ttft=500", "--plot", &step0], "--plot"),
+        (vec!["--slo", "ttft=500", "--plot", &manifest12], "--plot"),
         (vec!["--num-requests", "10"], "--slo"),
         (vec!["--slo", "ttft=500", "--target", "0"], "--target"),
         (vec!["--slo", "ttft=500", "--target", "1.5"], "--target"),

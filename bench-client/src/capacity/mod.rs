@@ -19,4 +19,4 @@ mod run;
 mod tests;
 
 pub use report::{CapacityReport, CapacityRow, Level};
-pub use run::{run_capacity, step_path, CapacityConfig, CapacityOutcome, MARGIN};
+pub use run::{is_step_name, run_capacity, step_path, CapacityConfig, CapacityOutcome, MARGIN};

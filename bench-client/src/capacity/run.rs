@@ -67,11 +67,26 @@ pub const MARGIN: f64 = 1.25;
 
 /// The results file of step `n` beside `out`: `NAME.step-N.jsonl`.
 pub fn step_path(out: &Path, n: usize) -> PathBuf {
+    out.with_file_name(format!("{}{n}.jsonl", step_prefix(out)))
+}
+
+/// What the names of the steps' files of base `out` begin with: `NAME.step-`.
+fn step_prefix(out: &Path) -> String {
     let stem = out
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "capacity".into());
-    out.with_file_name(format!("{stem}.step-{n}.jsonl"))
+    format!("{stem}.step-")
+}
+
+/// Whether `name` is the name of a step's results file of base `out` (`NAME.step-N.jsonl`) or of
+/// its manifest, whatever N: a search writes as many steps as it needs.
+pub fn is_step_name(out: &Path, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(&step_prefix(out)) else {
+        return false;
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && matches!(&rest[digits..], ".jsonl" | ".jsonl.manifest.jsonl")
 }
 
 impl CapacityConfig {

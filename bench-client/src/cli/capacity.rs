@@ -228,9 +228,16 @@ fn capacity_run(
             out.display()
         );
     }
+    let written = super::paths::written(&[("--plot", a.plot.as_ref())]);
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests("the results file", [&out]),
-        &super::paths::written(&[("--plot", a.plot.as_ref())]),
+        &written,
+    )?;
+    super::paths::refuse_overwriting_named(
+        &out,
+        &written,
+        "a step's results (NAME.step-N.jsonl)",
+        |n| capacity::is_step_name(&out, n),
     )?;
     let mut timeouts = a.timeouts.timeouts()?;
     timeouts.caps = a.server.stream_caps()?;

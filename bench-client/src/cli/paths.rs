@@ -36,6 +36,30 @@ fn canonical(path: &Path) -> PathBuf {
     }
 }
 
+/// Refuses `written` outputs in the folder of `out` whose name `is_kept` says a run's own file
+/// has (a capacity search's steps, however many it runs).
+pub(super) fn refuse_overwriting_named(
+    out: &Path,
+    written: &[Written<'_>],
+    what: &str,
+    is_kept: impl Fn(&str) -> bool,
+) -> anyhow::Result<()> {
+    let folder = |p: &Path| canonical(p).parent().map(Path::to_path_buf);
+    for w in written {
+        let name = canonical(w.path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        if folder(w.path) == folder(out) && name.is_some_and(|n| is_kept(&n)) {
+            anyhow::bail!(
+                "{} {} would overwrite {what}: give another path",
+                w.flag,
+                w.path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The results files `files`, each with the manifest beside it, as kept files.
 pub(super) fn results_and_manifests<'a>(
     what: &'static str,
