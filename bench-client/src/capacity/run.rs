@@ -134,13 +134,24 @@ impl CapacityConfig {
             .map_or(0.0, |m| STEADY_SPANS * MARGIN * m)
             .max(rerun_span.map_or(0.0, |s| 2.0 * s));
         let closed = self.level() == Level::Concurrency;
+        // An open loop schedules at most so many requests: a longer step is still too short,
+        // and fails once its reruns are spent.
+        let most = crate::plan::schedule::MAX_OPEN_REQUESTS as f64;
+        let need_s = if closed {
+            need_s
+        } else {
+            need_s.min(most / level)
+        };
         match self.stop {
             Stop::Duration(d) => Stop::Duration(d.max(std::time::Duration::from_secs_f64(need_s))),
             // A closed loop of c workers sends c requests per mean request time.
             Stop::Requests(n) if closed => {
                 Stop::Requests(n.max((level * (STEADY_SPANS * MARGIN + 1.0)).ceil() as u64))
             }
-            Stop::Requests(n) => Stop::Requests(n.max((level * need_s).ceil() as u64 + 1)),
+            Stop::Requests(n) => Stop::Requests(
+                n.max((level * need_s).ceil() as u64 + 1)
+                    .min(crate::plan::schedule::MAX_OPEN_REQUESTS),
+            ),
         }
     }
 

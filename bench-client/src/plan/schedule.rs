@@ -107,6 +107,13 @@ pub struct Schedule {
     pub seed: u64,
 }
 
+/// The highest open-loop rate, req/s: a gap under a microsecond is no schedule a client keeps.
+pub const MAX_RATE: f64 = 1e6;
+
+/// The most requests an open loop schedules: its arrivals are drawn whole before it starts (16
+/// bytes each).
+pub const MAX_OPEN_REQUESTS: u64 = 10_000_000;
+
 /// One scheduled request: its index and its offset from the run's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
@@ -141,6 +148,20 @@ impl Schedule {
                 }
                 if *kind == ArrivalKind::Poisson && *burstiness != 1.0 {
                     return Err("--burstiness other than 1 needs --arrival gamma".into());
+                }
+                if *rate > MAX_RATE {
+                    return Err(format!(
+                        "--request-rate must be at most {MAX_RATE:.0} (req/s), got {rate:e}"
+                    ));
+                }
+                let planned = match stop {
+                    Stop::Requests(n) => n as f64,
+                    Stop::Duration(d) => rate * d.as_secs_f64(),
+                };
+                if planned > MAX_OPEN_REQUESTS as f64 {
+                    return Err(format!(
+                        "an open loop schedules at most {MAX_OPEN_REQUESTS} requests (its arrivals are drawn before it starts); {rate} req/s for this long is {planned:.0}: lower --num-requests, --duration or --request-rate"
+                    ));
                 }
             }
             _ => {}
@@ -331,5 +352,21 @@ mod tests {
         assert!(s(1.0, ArrivalKind::Gamma, 0.0).is_err());
         assert!(s(1.0, ArrivalKind::Gamma, 0.5).is_ok());
         assert!(Schedule::new(Arrivals::Closed { concurrency: 0 }, Stop::Requests(1), 0).is_err());
+        // A gap under a microsecond, or more arrivals than are drawn before a run, is refused.
+        assert!(s(1e10, ArrivalKind::Poisson, 1.0).is_err());
+        assert!(s(MAX_RATE, ArrivalKind::Poisson, 1.0).is_ok());
+        let open = |stop| {
+            let poisson = Arrivals::Open {
+                rate: 1e5,
+                kind: ArrivalKind::Poisson,
+                burstiness: 1.0,
+            };
+            Schedule::new(poisson, stop, 0)
+        };
+        let secs = std::time::Duration::from_secs;
+        assert!(open(Stop::Duration(secs(200))).is_err());
+        assert!(open(Stop::Duration(secs(100))).is_ok());
+        assert!(open(Stop::Requests(MAX_OPEN_REQUESTS + 1)).is_err());
+        assert!(open(Stop::Requests(MAX_OPEN_REQUESTS)).is_ok());
     }
 }
