@@ -52,8 +52,8 @@ pub fn existing_results(path: &Path, resume: bool, hint: &str) -> anyhow::Result
     Ok(exists)
 }
 
-/// Read every record; a torn (unparseable) last line from a killed process is skipped; an
-/// unparseable line elsewhere is an error naming the line.
+/// Read every record; a torn last line from a killed process (unparseable, without its newline)
+/// is skipped; any other line that is not a record is an error naming it.
 pub fn read_records(path: impl AsRef<Path>) -> anyhow::Result<Vec<Record>> {
     let mut out = Vec::new();
     each_record(path, |r| {
@@ -85,6 +85,11 @@ pub fn each_record(
                 super::SCHEMA
             ),
             Ok(r) => f(r),
+            // A killed writer leaves its last line without its newline: a whole line that is
+            // not a record is no torn write, wherever it is.
+            Err(e) if line.ends_with(b"\n") => {
+                anyhow::bail!("{}: line {number} is not a record: {e}", path.display())
+            }
             Err(e) => {
                 torn = Some((number, e));
                 Ok(())

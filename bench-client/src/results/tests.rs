@@ -71,6 +71,25 @@ fn torn_last_line_is_tolerated_and_cut_before_append() {
 }
 
 #[test]
+fn a_whole_last_line_that_is_no_record_is_an_error_not_a_torn_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.jsonl");
+    let mut w = RecordWriter::open(&path).unwrap();
+    w.append(&Record::streaming(sample_trace("a"), 16, 0))
+        .unwrap();
+    drop(w);
+    // A record's field spoiled, or a foreign line, with its newline: no killed writer leaves it.
+    for bad in ["{\"foo\":1}\n", "{\"schema\":2,\"ttft_ms\":\"abc\"}\n"] {
+        let spoiled = dir.path().join("spoiled.jsonl");
+        std::fs::copy(&path, &spoiled).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&spoiled).unwrap();
+        f.write_all(bad.as_bytes()).unwrap();
+        let err = read_records(&spoiled).unwrap_err().to_string();
+        assert!(err.contains("line 2 is not a record"), "{err}");
+    }
+}
+
+#[test]
 fn a_torn_line_longer_than_a_read_block_is_cut_and_a_device_is_not_read() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.jsonl");
