@@ -140,6 +140,14 @@ fn a_killed_search_resumes_from_its_step_files() {
     };
     assert_eq!(rates(&first), rates(&second));
     assert_eq!(first["capacity"], second["capacity"]);
+    // The resumed step is timed across its two pieces: it offered the rate the whole one did.
+    let offered = |v: &Value| f(&v["steps"][2], "offered_rate");
+    assert!(
+        (offered(&second) - offered(&first)).abs() <= 0.05 * offered(&first),
+        "resumed {} req/s, whole {} req/s",
+        offered(&second),
+        offered(&first)
+    );
     // Resumed with other rates, the step files are another search's: refused.
     let other = [
         "--start",

@@ -189,6 +189,8 @@ struct StepRecords {
     /// Load records in the file.
     count: u64,
     summary: LoadSummary,
+    /// The requests on one clock: a step resumed after a kill is several pieces, each timed from
+    /// its own start ([`StepRecords::read`] joins them).
     spans: Vec<RequestSpan>,
 }
 
@@ -203,22 +205,46 @@ impl StepRecords {
         if !std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
             return Ok(out);
         }
+        let mut pieces: std::collections::BTreeMap<u64, Vec<RequestSpan>> = Default::default();
         each_record(path, |r| {
             let Some(load) = &r.load else { return Ok(()) };
             out.count += 1;
             if let Some(trace) = &r.trace {
-                out.spans.push(RequestSpan {
-                    scheduled_ns: load.scheduled_ns,
-                    sent_ns: load.sent_ns,
-                    end_ns: load.sent_ns.saturating_add(trace.end_ns),
-                    ok: r.error.is_none(),
-                });
+                pieces
+                    .entry(load.start_unix_ms)
+                    .or_default()
+                    .push(RequestSpan {
+                        scheduled_ns: load.scheduled_ns,
+                        sent_ns: load.sent_ns,
+                        end_ns: load.sent_ns.saturating_add(trace.end_ns),
+                        ok: r.error.is_none(),
+                    });
             }
             out.summary.add(&r);
             Ok(())
         })?;
+        out.spans = joined(pieces.into_values());
         Ok(out)
     }
+}
+
+/// The pieces of a resumed step on one clock, in order: each later piece shifted so that its
+/// first arrival comes at the last arrival of the piece before (a resumed open loop sends its
+/// remaining requests with their spacing), so the time between the kill and the resume is no part
+/// of the step's arrivals or its duration.
+fn joined(pieces: impl Iterator<Item = Vec<RequestSpan>>) -> Vec<RequestSpan> {
+    let mut out: Vec<RequestSpan> = Vec::new();
+    for piece in pieces {
+        let first = piece.iter().map(|r| r.scheduled_ns).min().unwrap_or(0);
+        let at = out.iter().map(|r| r.scheduled_ns).max().unwrap_or(first);
+        out.extend(piece.into_iter().map(|r| RequestSpan {
+            scheduled_ns: r.scheduled_ns - first + at,
+            sent_ns: r.sent_ns.saturating_sub(first) + at,
+            end_ns: r.end_ns.saturating_sub(first) + at,
+            ok: r.ok,
+        }));
+    }
+    out
 }
 
 /// A step file being resumed must be of the step's schedule: the same rate and arrivals (a search
