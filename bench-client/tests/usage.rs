@@ -13,6 +13,20 @@ fn bad_flags_are_refused_before_anything_starts() {
     refused(&["sweep", "--url", "ftp://h:1", "--out", o], "--url", &out);
 
     refused(&["sweep", "--runs", "0", "--out", o], "--runs", &out);
+    // A plot that cannot be written is refused before the sweep, not after it: under a file, or
+    // in a folder where no file can be made.
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "").unwrap();
+    let under = file.join("x.svg");
+    let sweep = ["sweep", "--simulate", "--out", o, "--plot"];
+    refused(
+        &[&sweep[..], &[under.to_str().unwrap()]].concat(),
+        "--plot",
+        &out,
+    );
+    if cfg!(target_os = "linux") {
+        refused(&[&sweep[..], &["/proc/x.svg"]].concat(), "--plot", &out);
+    }
     // A time past 30 days is a typo, and would overflow the clock.
     let long = [
         "load",

@@ -233,6 +233,9 @@ fn capacity_run(
         &super::paths::results_and_manifests("the results file", [&out]),
         &written,
     )?;
+    if let Some(p) = &a.plot {
+        super::paths::check_writable("--plot", p)?;
+    }
     super::paths::refuse_overwriting_named(
         &out,
         &written,

@@ -116,16 +116,32 @@ pub(super) fn written<'a>(outs: &[(&'static str, Option<&'a PathBuf>)]) -> Vec<W
 }
 
 /// Refuses an output path no file can be written to, before any work: an existing folder, device
-/// or other file that is not a regular one (a link is followed), or a folder that cannot be made.
+/// or other file that is not a regular one (a link is followed), a folder that cannot be made, or
+/// one in which no file can be made (tried with an empty file, removed at once).
 pub(super) fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
     if let Some(what) = crate::results::not_a_file(path) {
         anyhow::bail!("{flag} {}: {what}, not a file to write", path.display());
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir {
         std::fs::create_dir_all(dir).map_err(|e| {
             anyhow::anyhow!("{flag} {}: cannot make its folder: {e}", path.display())
         })?;
     }
+    let name = path
+        .file_name()
+        .map_or("out".into(), |n| n.to_string_lossy());
+    let probe = dir
+        .unwrap_or(Path::new("."))
+        .join(format!(".{name}.{}.probe", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| {
+            anyhow::anyhow!("{flag} {}: cannot write in its folder: {e}", path.display())
+        })?;
+    let _ = std::fs::remove_file(&probe);
     Ok(())
 }
 

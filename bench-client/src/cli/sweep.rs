@@ -90,6 +90,9 @@ fn sweep_config(
         &super::paths::results_and_manifests("the results file", [&out]),
         &super::paths::written(&[("--plot", a.output.plot.as_ref())]),
     )?;
+    if let Some(p) = &a.output.plot {
+        super::paths::check_writable("--plot", p)?;
+    }
     let cfg = SweepConfig {
         stamping: a.server.stamping(),
         simulated: a.server.paused(),
