@@ -274,10 +274,17 @@ impl RequestTrace {
                     TimeoutPhase::Idle => "waiting for the next chunk",
                     TimeoutPhase::Total => "for the whole request",
                 };
-                return fail(
-                    FailureKind::Timeout,
-                    format!("timed out {what} after {:.1} ms", self.end_ns as f64 / 1e6),
-                );
+                let ms = |ns: u64| ns as f64 / 1e6;
+                // A gap's timeout counts from the last read, not the send.
+                let after = match (phase, self.chunks.last()) {
+                    (TimeoutPhase::Idle, Some(c)) => format!(
+                        "{:.1} ms after the last chunk ({:.1} ms after the send)",
+                        ms(self.end_ns.saturating_sub(c.at_ns)),
+                        ms(self.end_ns)
+                    ),
+                    _ => format!("{:.1} ms after the send", ms(self.end_ns)),
+                };
+                return fail(FailureKind::Timeout, format!("timed out {what}: {after}"));
             }
             StreamEnd::Invalid { message } => return fail(FailureKind::Invalid, message.clone()),
             StreamEnd::TooLarge { message } => {

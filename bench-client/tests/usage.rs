@@ -530,3 +530,41 @@ fn a_folder_or_a_device_as_out_is_refused_before_anything_starts() {
     assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+#[test]
+fn a_table_preset_says_where_a_run_on_it_parts_from_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = [
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--input-len",
+        "64",
+    ];
+    let notes = |preset: &str| {
+        let out = dir.path().join(format!("{preset}.jsonl"));
+        let o = run(&[
+            &["load", "--simulate", "--no-saturation", "--preset", preset][..],
+            &small[..],
+            &["--output-len", "4", "--out", out.to_str().unwrap()][..],
+        ]
+        .concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stderr(&o)
+    };
+    // vLLM's scheduler mixes prefill and decode in one pass: its rows' loops spread their lengths.
+    let vllm = notes("llama-3.1-70b-fp8-h200-tp2-vllm");
+    assert!(
+        vllm.contains("past those rows the model extrapolates"),
+        "{vllm}"
+    );
+    assert!(vllm.contains("output lengths spread by 25%"), "{vllm}");
+    let sglang = notes("qwen3-32b-h100-tp2-sglang");
+    assert!(
+        sglang.contains("past those rows the model extrapolates"),
+        "{sglang}"
+    );
+    assert!(!sglang.contains("spread by"), "{sglang}");
+    assert!(!notes("small-cpu-demo").contains("note: this preset"));
+}

@@ -282,23 +282,30 @@ fn without_credentials(url: &str) -> String {
 #[cfg(feature = "embedded-mock")]
 pub(super) async fn start_mock(s: &ServerArgs) -> anyhow::Result<(String, Option<Mock>)> {
     let config = s.mock_config()?;
-    let fitted_rows = config.fitted_rows_note();
+    note_model_alone(&config);
     let m = crate::drive::embedded::EmbeddedMock::start_config(config).await?;
     let url = m.url();
     eprintln!(
         "started the embedded mock server (preset {}) at {url}",
         s.mock_name()
     );
-    note_model_alone(fitted_rows);
     Ok((url, Some(m)))
 }
 
 /// A preset fitted to a table: what a run on it gives apart from `predict`, and where its rows
-/// end ([`mock_server::Config::fitted_rows_note`]).
+/// end ([`mock_server::Config::fitted_rows_note`]); with mixed passes, how its rows' loops spread
+/// their output lengths.
 #[cfg(feature = "embedded-mock")]
-fn note_model_alone(note: Option<String>) {
-    if let Some(note) = note {
-        eprintln!("note: {note}");
+fn note_model_alone(config: &mock_server::Config) {
+    let Some(note) = config.fitted_rows_note() else {
+        return;
+    };
+    eprintln!("note: {note}");
+    if config.mixed_batches {
+        eprintln!(
+            "note: its rows were fitted with each loop's output lengths spread by {:.0}%: with prefill and decode in one pass, a closed loop of one output length stays in waves that measured runs come out of (TTFT up to a wave's prefill); to compare with its rows, give --output-len uniform:LO:HI",
+            crate::drive::engine::closed::MIXED_OUTPUT_SPREAD * 100.0
+        );
     }
 }
 
@@ -329,7 +336,7 @@ fn engine_path(s: &ServerArgs) -> anyhow::Result<Destination> {
         "simulating the embedded mock's engine (preset {}) on its exact virtual clock",
         s.mock_name()
     );
-    note_model_alone(config.fitted_rows_note());
+    note_model_alone(&config);
     let d = Destination {
         target: s.engine_target(),
         engine: Some(config),

@@ -71,6 +71,31 @@ fn torn_last_line_is_tolerated_and_cut_before_append() {
 }
 
 #[test]
+fn a_gaps_timeout_says_how_long_after_the_last_chunk() {
+    let mut t = sample_trace("a");
+    let last = t.chunks.last().unwrap().at_ns;
+    t.end = StreamEnd::Timeout {
+        phase: crate::trace::TimeoutPhase::Idle,
+    };
+    t.end_ns = last + 60_000_000_000;
+    let msg = t.failure().unwrap().message;
+    assert!(
+        msg.starts_with("timed out waiting for the next chunk: 60000.0 ms after the last chunk ("),
+        "{msg}"
+    );
+    t.chunks.clear();
+    t.end = StreamEnd::Timeout {
+        phase: crate::trace::TimeoutPhase::FirstToken,
+    };
+    let msg = t.failure().unwrap().message;
+    assert!(
+        msg.starts_with("timed out waiting for the first token: "),
+        "{msg}"
+    );
+    assert!(msg.ends_with(" ms after the send"), "{msg}");
+}
+
+#[test]
 fn a_whole_last_line_that_is_no_record_is_an_error_not_a_torn_write() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.jsonl");
