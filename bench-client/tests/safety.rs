@@ -260,3 +260,45 @@ fn outputs_that_name_an_input_are_refused_before_anything_runs() {
         );
     }
 }
+
+#[test]
+fn an_empty_key_variable_gives_way_to_the_next() {
+    let authorized = |h: axum::http::HeaderMap| {
+        h.get("authorization")
+            .is_some_and(|v| v.as_bytes() == b"Bearer sg-key-12345")
+    };
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/get_model_info", get(|| async { "{}" }))
+        .route("/server_info", get(|| async { "{}" }))
+        .route(
+            "/generate",
+            post(move |h: axum::http::HeaderMap| async move {
+                if authorized(h) {
+                    (axum::http::StatusCode::OK, STREAM)
+                } else {
+                    (axum::http::StatusCode::UNAUTHORIZED, "no key")
+                }
+            }),
+        );
+    let url = serve(app);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_bench-client"))
+        .args(["load", "--url", &url, "--api", "sglang", "--no-metrics"])
+        .args([
+            "--concurrency",
+            "1",
+            "--num-requests",
+            "2",
+            "--input-len",
+            "8",
+        ])
+        .args(["--output-len", "2", "--out", out.to_str().unwrap()])
+        .env("OPENAI_API_KEY", "")
+        .env("SGLANG_API_KEY", "sg-key-12345")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -225,12 +225,12 @@ pub(super) async fn connect(
     s: &ServerArgs,
     timeouts: &Timeouts,
 ) -> anyhow::Result<(Target, Option<Mock>)> {
-    let api_key = s
-        .api_key
-        .clone()
-        .or_else(|| std::env::var("OPENAI_API_KEY").ok())
-        .or_else(|| std::env::var("SGLANG_API_KEY").ok())
-        .filter(|k| !k.is_empty());
+    // An empty variable is no key: the next one is read (an empty flag is: no key).
+    let env = |name| std::env::var(name).ok().filter(|k: &String| !k.is_empty());
+    let api_key = match &s.api_key {
+        Some(k) => Some(k.clone()).filter(|k| !k.is_empty()),
+        None => env("OPENAI_API_KEY").or_else(|| env("SGLANG_API_KEY")),
+    };
     let (base_url, mock) = match &s.url {
         Some(u) if api_key.is_some() => (without_credentials(u), None),
         Some(u) => (u.clone(), None),

@@ -107,10 +107,13 @@ impl Slo {
                 .ok()
                 .filter(|v: &f64| v.is_finite() && *v > 0.0)
                 .ok_or_else(|| format!("--slo {k}: {v:?} is not a positive number of ms"))?;
-            match k.trim() {
-                "ttft" => slo.ttft_ms = Some(v),
-                "tpot" => slo.tpot_ms = Some(v),
+            let objective = match k.trim() {
+                "ttft" => &mut slo.ttft_ms,
+                "tpot" => &mut slo.tpot_ms,
                 other => return Err(format!("--slo: unknown objective {other:?} (ttft, tpot)")),
+            };
+            if objective.replace(v).is_some() {
+                return Err(format!("--slo gives {} twice: give it once", k.trim()));
             }
         }
         if slo.ttft_ms.is_none() && slo.tpot_ms.is_none() {
@@ -163,6 +166,13 @@ mod tests {
             tpot_ns: tpot_ms.map(|v| v * 1_000_000),
             naive_tpot_ns: naive_ms.map(|v| v * 1_000_000),
         }
+    }
+
+    #[test]
+    fn an_objective_given_twice_is_refused() {
+        let e = Slo::parse("ttft=5,ttft=600000").unwrap_err();
+        assert!(e.contains("ttft twice"), "{e}");
+        assert!(Slo::parse("ttft=5,tpot=60").is_ok());
     }
 
     #[test]

@@ -45,14 +45,23 @@ impl LenDist {
             }
             Ok(v)
         };
+        // A length is a whole number of tokens (a normal's mean and spread need not be).
+        let whole = |p: &str| -> Result<u32, String> {
+            let v = num(p)?;
+            if v.fract() != 0.0 {
+                return Err(format!(
+                    "{:?} is no whole number of tokens in length distribution {s:?}",
+                    p.trim()
+                ));
+            }
+            Ok(v as u32)
+        };
         let parts: Vec<&str> = s.split(':').collect();
         let d = match parts.as_slice() {
-            [n] | ["fixed", n] => Self::Fixed {
-                n: num(n)?.round() as u32,
-            },
+            [n] | ["fixed", n] => Self::Fixed { n: whole(n)? },
             ["uniform", lo, hi] => Self::Uniform {
-                lo: num(lo)?.round() as u32,
-                hi: num(hi)?.round() as u32,
+                lo: whole(lo)?,
+                hi: whole(hi)?,
             },
             ["normal", mean, std] => Self::Normal {
                 mean: num(mean)?,
@@ -322,6 +331,8 @@ mod tests {
             "abc",
             "-3",
             "nan",
+            "1.5",
+            "uniform:8:12.5",
         ] {
             assert!(LenDist::parse(bad).is_err(), "{bad}");
         }
