@@ -27,6 +27,27 @@ fn bad_flags_are_refused_before_anything_starts() {
     if cfg!(target_os = "linux") {
         refused(&[&sweep[..], &["/proc/x.svg"]].concat(), "--plot", &out);
     }
+    // Prefix flags that would be ignored.
+    let load = ["load", "--concurrency", "1", "--num-requests", "1"];
+    refused(
+        &[&load[..], &["--prefix-len", "500", "--out", o]].concat(),
+        "--prefix-len",
+        &out,
+    );
+    let trace = support::fixture("traces", "mooncake-conversation-300.jsonl");
+    let traced = [
+        "--trace",
+        trace.to_str().unwrap(),
+        "--prefix-groups",
+        "2",
+        "--out",
+        o,
+    ];
+    refused(
+        &[&["load"][..], &traced[..]].concat(),
+        "--prefix-groups",
+        &out,
+    );
     // A time past 30 days is a typo, and would overflow the clock.
     let long = [
         "load",

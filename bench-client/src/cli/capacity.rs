@@ -197,6 +197,7 @@ fn capacity_run(
         (Some(_), Some(_)) => anyhow::bail!("give --num-requests or --duration, not both"),
     };
     // A trace gives the requests (lengths, prefixes); the steps give the arrivals.
+    wl.check_prefix(trace.is_some())?;
     let workload = match (trace, wl.prefix_groups) {
         (Some(t), _) => Workload::Trace(t),
         (None, Some(groups)) => Workload::SharedPrefix {

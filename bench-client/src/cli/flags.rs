@@ -113,6 +113,23 @@ pub(super) struct WorkloadArgs {
     pub(super) trace: super::trace::TraceArgs,
 }
 
+impl WorkloadArgs {
+    /// Refuses prefix flags that would be ignored: `--prefix-groups` with a trace, and a
+    /// `--prefix-len` with neither groups nor a trace (`traced`: a trace is replayed).
+    pub(super) fn check_prefix(&self, traced: bool) -> anyhow::Result<()> {
+        if traced && self.prefix_groups.is_some() {
+            anyhow::bail!("--prefix-groups makes a workload of its own: leave it out with --trace");
+        }
+        if !traced && self.prefix_groups.is_none() && self.prefix_len > 0 {
+            anyhow::bail!(
+                "--prefix-len {} is the prefix of --prefix-groups (or of a native --trace): give one",
+                self.prefix_len
+            );
+        }
+        Ok(())
+    }
+}
+
 /// How an open loop's requests arrive.
 #[derive(Args, Debug)]
 pub(super) struct ArrivalArgs {

@@ -127,6 +127,7 @@ fn load_plan(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadPlan
     if sessions.is_some() && a.server.simulate && a.run.resume {
         anyhow::bail!("--resume of a multi-turn run goes over HTTP only: use --simulate-http instead of --simulate");
     }
+    wl.check_prefix(trace.is_some())?;
     let (workload, arrivals) = match (trace, wl.prefix_groups) {
         // A closed loop of sessions (by default all of them at once); the workload is the first
         // turn's shape.
