@@ -95,14 +95,19 @@ fn a_gaps_timeout_says_how_long_after_the_last_chunk() {
     assert!(msg.ends_with(" ms after the send"), "{msg}");
 }
 
-#[test]
-fn a_whole_last_line_that_is_no_record_is_an_error_not_a_torn_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r.jsonl");
+/// `r.jsonl` in `dir`, holding one record written whole.
+fn one_record_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("r.jsonl");
     let mut w = RecordWriter::open(&path).unwrap();
     w.append(&Record::streaming(sample_trace("a"), 16, 0))
         .unwrap();
-    drop(w);
+    path
+}
+
+#[test]
+fn a_whole_last_line_that_is_no_record_is_an_error_not_a_torn_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = one_record_file(dir.path());
     // A record's field spoiled, or a foreign line, with its newline: no killed writer leaves it.
     for bad in ["{\"foo\":1}\n", "{\"schema\":2,\"ttft_ms\":\"abc\"}\n"] {
         let spoiled = dir.path().join("spoiled.jsonl");
@@ -117,11 +122,7 @@ fn a_whole_last_line_that_is_no_record_is_an_error_not_a_torn_write() {
 #[test]
 fn a_torn_line_longer_than_a_read_block_is_cut_and_a_device_is_not_read() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r.jsonl");
-    let mut w = RecordWriter::open(&path).unwrap();
-    w.append(&Record::streaming(sample_trace("a"), 16, 0))
-        .unwrap();
-    drop(w);
+    let path = one_record_file(dir.path());
     let whole = std::fs::metadata(&path).unwrap().len();
     // A torn line of 200 KB: three blocks back to the last newline.
     let mut f = OpenOptions::new().append(true).open(&path).unwrap();
