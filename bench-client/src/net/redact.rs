@@ -134,7 +134,7 @@ pub fn redact_text(s: &str) -> String {
 const KEY_IN_TEXT_MIN: usize = 8;
 
 /// [`redact_text`], and the client's own `api_key` wherever it appears in `s` (at least
-/// [`KEY_IN_TEXT_MIN`] characters long: a server's answer may quote it).
+/// 8 characters long: a server's answer may quote it).
 pub fn redact_keyed(s: &str, api_key: Option<&str>) -> String {
     match api_key {
         Some(k) if k.len() >= KEY_IN_TEXT_MIN && s.contains(k) => {
