@@ -257,6 +257,12 @@ fn inputs_that_cannot_be_compared_are_refused() {
     refused(&["compare", &a, &a, "--threshold", "0"], 64, "--threshold");
     refused(&["compare", &a, &a, "--threshold", "-5"], 64, "--threshold");
     refused(&["compare", &a, &a, "--threshold", "x%"], 64, "--threshold");
+    // A billion resamples would be gigabytes of statistics: refused, not an allocation abort.
+    refused(
+        &["compare", &a, &a, "--resamples", "1000000000"],
+        64,
+        "--resamples",
+    );
     refused(&["compare", &a], 64, "BASE and NEW");
     refused(&["compare", &a, load], 65, "nothing to compare");
     refused(&["compare", &a, &other], 65, "no context length in common");

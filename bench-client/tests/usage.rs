@@ -27,8 +27,11 @@ fn bad_flags_are_refused_before_anything_starts() {
     if cfg!(target_os = "linux") {
         refused(&[&sweep[..], &["/proc/x.svg"]].concat(), "--plot", &out);
     }
-    // Prefix flags that would be ignored.
     let load = ["load", "--concurrency", "1", "--num-requests", "1"];
+    // A shard past the last request would write nothing and exit 0.
+    let sharded = ["--shard", "5/8", "--out", o];
+    refused(&[&load[..], &sharded[..]].concat(), "--shard", &out);
+    // Prefix flags that would be ignored.
     refused(
         &[&load[..], &["--prefix-len", "500", "--out", o]].concat(),
         "--prefix-len",

@@ -47,6 +47,8 @@ Exit codes: 0 compared, 1 a row is `worse` and --fail-on-regression was given, 6
 65 files that cannot be compared (empty, failed-only, sweep against load, no shared context,
 different workloads without --allow-different-workloads).";
 
+/// The most bootstrap resamples `--resamples` takes.
+const MAX_RESAMPLES: u32 = 100_000;
 #[derive(Args, Debug)]
 #[command(long_about = ABOUT)]
 pub(super) struct CompareArgs {
@@ -63,7 +65,7 @@ pub(super) struct CompareArgs {
     /// Threshold in percent (5 or 5%): changes within it count as `same`.
     #[arg(long, default_value = "5", allow_hyphen_values = true)]
     threshold: String,
-    /// Bootstrap resamples (B).
+    /// Bootstrap resamples (B), at most 100,000.
     #[arg(long, default_value_t = 2000)]
     resamples: u32,
     /// Seed of the bootstrap's resampling.
@@ -147,8 +149,13 @@ fn check(a: &CompareArgs) -> anyhow::Result<Checked> {
     } else {
         anyhow::bail!("compare needs BASE and NEW: two files, or --base FILE... --new FILE...");
     };
-    if a.resamples == 0 {
-        anyhow::bail!("--resamples must be at least 1");
+    // Each resample keeps a statistic a side: a billion of them is gigabytes, and a few thousand
+    // already fix an interval's ends to well under its width.
+    if !(1..=MAX_RESAMPLES).contains(&a.resamples) {
+        anyhow::bail!(
+            "--resamples must be from 1 to {MAX_RESAMPLES}, got {}",
+            a.resamples
+        );
     }
     let slo = a
         .slo

@@ -179,6 +179,15 @@ fn load_plan(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadPlan
         (Some(_), Some(_), _) => anyhow::bail!("give --num-requests or --duration, not both"),
     };
     let schedule = Schedule::new(arrivals, stop, a.run.seed).map_err(anyhow::Error::msg)?;
+    // Shard i of N sends requests i, i + N, ...: past the last request it would send none.
+    if let Stop::Requests(n) = schedule.stop {
+        if n <= u64::from(shard.index) {
+            anyhow::bail!(
+                "--shard {}: of {n} requests this shard would send none; give more requests or fewer shards",
+                a.shard
+            );
+        }
+    }
     let mut timeouts = a.timeouts.timeouts()?;
     timeouts.caps = a.server.stream_caps()?;
     let out = a.run.out.clone().unwrap_or_else(|| default_out("load"));
