@@ -209,10 +209,6 @@ pub(super) struct LoadRun {
     pub(super) gate: Arc<super::backoff::Gate>,
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// A request ready to go: its prompt built and its id chosen.
 pub(super) struct Prepared {
     pub(super) index: u64,
@@ -263,9 +259,9 @@ pub(super) async fn fire(ctx: &LoadRun, p: Prepared, scheduled: Instant) -> Reco
         shard: ctx.shard,
         seed: ctx.seed,
         start_unix_ms: ctx.start_unix_ms,
-        scheduled_ns: ns(scheduled.saturating_duration_since(ctx.base)),
-        sent_ns: ns(sent.saturating_duration_since(ctx.base)),
-        client_queue_ns: ns(sent.saturating_duration_since(scheduled)),
+        scheduled_ns: super::duration_ns(scheduled.saturating_duration_since(ctx.base)),
+        sent_ns: super::duration_ns(sent.saturating_duration_since(ctx.base)),
+        client_queue_ns: super::duration_ns(sent.saturating_duration_since(scheduled)),
         ttft_from_schedule_ms: None,
         prefix_group: p.prefix_group,
         session: None,

@@ -25,6 +25,11 @@ pub type MockConfig = mock_server::Config;
 #[derive(Clone, Debug, PartialEq)]
 pub enum MockConfig {}
 
+/// A duration in ns, saturating: an instant past `u64::MAX` ns never comes.
+pub(crate) fn duration_ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Where runs on the engine path (`--simulate`) say the server is.
 pub const ENGINE_URL: &str = "engine://embedded-mock";
 

@@ -9,7 +9,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::load::{InFlight, Run};
-use super::{duration_ns, Streams};
+use super::Streams;
+use crate::drive::duration_ns;
 
 /// Whose deadline an entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -476,7 +476,7 @@ pub(super) fn run_load_engine_holding(
                 .filter(move |i| !skip.contains(i)),
         );
         run.deadline_ns = match cfg.schedule.stop {
-            Stop::Duration(d) => Some(base_ns + u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            Stop::Duration(d) => Some(base_ns + crate::drive::duration_ns(d)),
             Stop::Requests(_) => None,
         };
         for _ in 0..concurrency {

@@ -23,14 +23,10 @@ use mock_server::engine::{Finish, StreamEvent};
 use mock_server::{Refusal, SimEvent, SimRequest, Simulator};
 
 use crate::api::{Chunk, ServerTiming, TokenAttribution, Usage};
+use crate::drive::duration_ns;
 use crate::plan::prompt::Prompt;
 use crate::plan::{RequestSpec, Timeouts};
 use crate::trace::{Dialect, RequestTrace, StreamEnd, TimeoutPhase};
-
-/// A duration in ns, saturating (a deadline past `u64::MAX` ns never comes).
-pub(crate) fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
 
 /// One stream being assembled from engine events.
 struct Open {
@@ -79,6 +75,15 @@ impl Streams {
             send_delay_ns: None,
             output_ids: None,
         }
+    }
+
+    /// The trace of a request the server took: the response's headers leave as the handler
+    /// takes it.
+    fn taken(rid: &str, prompt_tokens: u32, max_tokens: u32) -> RequestTrace {
+        let mut t = Self::head(rid, prompt_tokens, max_tokens);
+        t.status = Some(200);
+        t.headers_ns = Some(0);
+        t
     }
 
     /// A request the server did not take: the trace a client over HTTP would have (SGLang's
@@ -136,13 +141,10 @@ impl Streams {
         sent_ns: u64,
         keep_ids: bool,
     ) {
-        let mut trace = Self::head(rid, prompt_tokens, max_tokens);
+        let mut trace = Self::taken(rid, prompt_tokens, max_tokens);
         if keep_ids {
             trace.output_ids = Some(Vec::new());
         }
-        // The response's headers leave as the handler takes the request.
-        trace.status = Some(200);
-        trace.headers_ns = Some(0);
         self.open.insert(
             id,
             Open {
@@ -281,9 +283,7 @@ impl Streams {
         waited_ns: u64,
         phase: TimeoutPhase,
     ) -> RequestTrace {
-        let mut t = Self::head(rid, prompt_tokens, max_tokens);
-        t.status = Some(200);
-        t.headers_ns = Some(0);
+        let mut t = Self::taken(rid, prompt_tokens, max_tokens);
         t.end = StreamEnd::Timeout { phase };
         t.end_ns = waited_ns;
         t

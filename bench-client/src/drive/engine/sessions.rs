@@ -133,8 +133,7 @@ impl Run<'_> {
             .unwrap_or_default();
         a.conversation.close(&a.turn, TurnOutput::Server(ids));
         let next = s.plan.turn(a.session, k + 1, &a.conversation)?;
-        let think =
-            u64::try_from(s.plan.think_time(a.session, k + 1).as_nanos()).unwrap_or(u64::MAX);
+        let think = crate::drive::duration_ns(s.plan.think_time(a.session, k + 1));
         a.turn = next;
         a.scheduled_ns = now_ns.saturating_add(think);
         Some(a.scheduled_ns)
