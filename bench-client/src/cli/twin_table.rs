@@ -1,6 +1,7 @@
 //! `calibrate --table` (a twin fitted to aggregate rows) and `predict` (a twin's closed-loop
 //! means for a table's rows or a grid of what-ifs).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -63,12 +64,17 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         );
     }
     let points: Vec<Point> = rows.iter().map(point_of).collect();
+    // Each distinct (isl, osl, concurrency) and whether any of its rows measured a TTFT and a
+    // TPOT.
+    let mut distinct: BTreeMap<(u32, u32, u32), (bool, bool)> = BTreeMap::new();
+    for p in &points {
+        let seen = distinct.entry((p.isl, p.osl, p.concurrency)).or_default();
+        seen.0 |= p.ttft_s.is_some();
+        seen.1 |= p.tpot_s.is_some();
+    }
     // Rows measured twice at one shape and concurrency both count: said, since far apart they
     // pull the fit between them (and slow it).
-    let mut shapes: Vec<(u32, u32, u32)> =
-        rows.iter().map(|r| (r.isl, r.osl, r.concurrency)).collect();
-    shapes.sort_unstable();
-    let twice = shapes.windows(2).filter(|w| w[0] == w[1]).count();
+    let twice = rows.len() - distinct.len();
     if twice > 0 {
         eprintln!(
             "note: {twice} {} an (isl, osl, concurrency) measured before: each counts in the fit, and predict takes their geometric mean",
@@ -87,17 +93,20 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         chunk_choices,
         ..TableFitOptions::default()
     };
-    // Each row's TTFT and TPOT are a measured value each.
+    // Each distinct point's TTFT and TPOT are a measured value each: rows repeating a point
+    // measure the same values again and add none.
     let params = crate::measure::table::TableModel::parameters(
         crate::measure::table::saturation::saturation(&points).is_some(),
     );
-    let values: usize = points
-        .iter()
-        .map(|p| usize::from(p.ttft_s.is_some()) + usize::from(p.tpot_s.is_some()))
+    let values: usize = distinct
+        .values()
+        .map(|&(ttft, tpot)| usize::from(ttft) + usize::from(tpot))
         .sum();
     if values < params {
         return Err(data(anyhow::anyhow!(
-            "{file}: {} rows ({values} measured TTFTs and TPOTs) cannot fit the model's {params} parameters (prefill per pass, per token and per token pair; decode per step, per context token, per request and the batch's exponent; the way in and out{}): give at least {}",
+            "{file}: {} distinct (isl, osl, concurrency) {} of {} rows ({values} measured TTFTs and TPOTs; rows repeating a point are one point) are fewer than the model's {params} parameters (prefill per pass, per token and per token pair; decode per step, per context token, per request and the batch's exponent; the way in and out{}): give at least {} distinct points",
+            distinct.len(),
+            if distinct.len() == 1 { "point" } else { "points" },
             rows.len(),
             if params > 8 { "; the KV pool or the running requests' cap, since the rows saturate" } else { "" },
             params.div_ceil(2)

@@ -111,7 +111,32 @@ fn bad_tables_are_refused_with_the_place_named() {
         d,
         &few,
         &[],
-        "3 rows (6 measured TTFTs and TPOTs) cannot fit the model's 8 parameters",
+        "3 distinct (isl, osl, concurrency) points of 3 rows (6 measured TTFTs and TPOTs; rows repeating a point are one point) are fewer than the model's 8 parameters",
+    );
+}
+
+#[test]
+fn rows_repeating_a_point_are_one_point_for_the_parameter_count() {
+    // Eight rows at three points measure no more than three rows do: refused, not fitted.
+    let dir = tempfile::tempdir().unwrap();
+    let mut repeated = String::from(HEAD);
+    for (i, c) in [
+        (1024, 4),
+        (1024, 4),
+        (1024, 4),
+        (2048, 1),
+        (2048, 1),
+        (1024, 4),
+        (4096, 16),
+        (4096, 16),
+    ] {
+        repeated.push_str(&format!("a,sglang,{i},128,{c},80,14\n"));
+    }
+    refused(
+        dir.path(),
+        &repeated,
+        &[],
+        "3 distinct (isl, osl, concurrency) points of 8 rows (6 measured TTFTs and TPOTs; rows repeating a point are one point) are fewer than the model's 8 parameters",
     );
 }
 
