@@ -275,6 +275,22 @@ fn bad_flags_are_refused_with_64() {
         (vec!["--slo", "ttft=500", "--start=-1"], "--start"),
         (vec!["--slo", "ttft=500", "--factor", "1"], "--factor"),
         (vec!["--slo", "nonsense"], "--slo"),
+        // Rates outside what an open loop schedules are refused naming the flag that gave them,
+        // every step before the first runs.
+        (vec!["--slo", "ttft=500", "--rates", "1e-7"], "--rates"),
+        (vec!["--slo", "ttft=500", "--rates", "1,2e6"], "--rates"),
+        (vec!["--slo", "ttft=500", "--start", "1e-7"], "--start"),
+        (vec!["--slo", "ttft=500", "--start", "2e6"], "--start"),
+        (vec!["--slo", "ttft=500", "--factor", "1e300"], "--factor"),
+        (
+            vec!["--slo", "ttft=500", "--start", "1e5", "--factor", "3"],
+            "--max-steps",
+        ),
+        (vec!["--slo", "ttft=500", "--rates", "1,,2"], "--rates"),
+        (
+            vec!["--slo", "ttft=500", "--concurrencies", "1,2,"],
+            "--concurrencies",
+        ),
     ] {
         let r = Command::new(BIN)
             .args(["capacity", "--simulate", "--out", o])
@@ -287,6 +303,8 @@ fn bad_flags_are_refused_with_64() {
             err.starts_with("error: ") && err.contains(flag),
             "{args:?}: {err}"
         );
+        // capacity has no --request-rate: its errors name the flags it has.
+        assert!(!err.contains("--request-rate"), "{args:?}: {err}");
         assert!(
             !err.contains("started the embedded mock"),
             "{args:?}: {err}"

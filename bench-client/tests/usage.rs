@@ -196,6 +196,150 @@ fn bad_flags_are_refused_before_anything_starts() {
 }
 
 #[test]
+fn an_empty_item_in_a_comma_list_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = out.to_str().unwrap();
+    let load = [
+        "load",
+        "--simulate",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "1",
+    ];
+    for (args, flag) in [
+        (
+            vec!["sweep", "--simulate", "--contexts", "1k,,2k"],
+            "--contexts",
+        ),
+        (
+            vec!["sweep", "--simulate", "--contexts", "1k,2k,"],
+            "--contexts",
+        ),
+        (
+            vec!["sweep", "--simulate", "--contexts", ",1k"],
+            "--contexts",
+        ),
+        (
+            [&load[..], &["--slo", "ttft=500,,tpot=50"]].concat(),
+            "--slo",
+        ),
+        (
+            vec![
+                "capacity",
+                "--simulate",
+                "--slo",
+                "ttft=500",
+                "--rates",
+                "1, ,2",
+            ],
+            "--rates",
+        ),
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(["--out", o]).collect();
+        let err = stderr(&support::refused_before_start(&args, flag, &out));
+        assert!(
+            err.starts_with(&format!("error: {flag}: ")) && err.contains("has an empty item"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    // predict's grid writes nothing: refused all the same.
+    for (args, flag) in [
+        (
+            ["--isl", "1k,,2k", "--osl", "128", "--concurrency", "1"],
+            "--isl",
+        ),
+        (
+            ["--isl", "1k", "--osl", "128,", "--concurrency", "1"],
+            "--osl",
+        ),
+        (
+            ["--isl", "1k", "--osl", "128", "--concurrency", "1,,4"],
+            "--concurrency",
+        ),
+    ] {
+        let r = run(&[&["predict"][..], &args[..]].concat());
+        let err = stderr(&r);
+        assert_eq!(r.status.code(), Some(64), "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("error: {flag}: ")) && err.contains("has an empty item"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn huge_and_tiny_values_are_shown_in_e_notation() {
+    // A value of 1e300 written out is 301 digits: messages show it as given.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let o = out.to_str().unwrap();
+    let trace = support::fixture("traces", "mooncake-conversation-300.jsonl");
+    let t = trace.to_str().unwrap();
+    let load = ["load", "--simulate", "--num-requests", "2"];
+    let cap = ["capacity", "--simulate", "--slo", "ttft=500"];
+    for (args, shown) in [
+        (
+            [&load[..], &["--request-rate", "1e300"]].concat(),
+            "got 1e300",
+        ),
+        (
+            [&load[..], &["--request-rate=-1e300"]].concat(),
+            "got -1e300",
+        ),
+        (
+            [&load[..], &["--request-rate", "1e-300"]].concat(),
+            "got 1e-300",
+        ),
+        (
+            [
+                &load[..],
+                &[
+                    "--request-rate",
+                    "1",
+                    "--arrival",
+                    "gamma",
+                    "--burstiness=-1e300",
+                ],
+            ]
+            .concat(),
+            "got -1e300",
+        ),
+        (
+            vec!["load", "--simulate", "--trace", t, "--trace-speedup=-1e300"],
+            "got -1e300",
+        ),
+        (
+            vec!["load", "--simulate", "--trace", t, "--trace-scale=-1e300"],
+            "got -1e300",
+        ),
+        ([&cap[..], &["--rates", "1,1e300"]].concat(), "got 1e300"),
+        ([&cap[..], &["--start=-1e300"]].concat(), "got -1e300"),
+        ([&cap[..], &["--factor=-1e300"]].concat(), "got -1e300"),
+        (
+            [&cap[..], &["--factor", "1e300"]].concat(),
+            "reaches 1e300 req/s",
+        ),
+        ([&cap[..], &["--max-failed", "1e300"]].concat(), "got 1e300"),
+        (
+            [&cap[..], &["--throughput-tolerance", "1e300"]].concat(),
+            "got 1e300",
+        ),
+        ([&cap[..], &["--slo-target", "1e300"]].concat(), "got 1e300"),
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(["--out", o]).collect();
+        let r = run(&args);
+        let err = stderr(&r);
+        assert_eq!(r.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains(shown), "{args:?}: {shown:?} not in {err}");
+        assert!(err.len() < 300, "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?}");
+    }
+}
+
+#[test]
 fn clap_usage_errors_exit_64_and_help_exits_0() {
     let o = run(&["sweep", "--no-such-flag"]);
     assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));

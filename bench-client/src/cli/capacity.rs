@@ -6,12 +6,13 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::common::{default_out, parse_duration, Format, ServerArgs};
+use super::common::{compact, default_out, list_items, parse_duration, Format, ServerArgs};
 use super::exit::{self, CliError};
 use super::flags::{ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, CAPACITY_TARGET};
 use crate::capacity::{self, export, CapacityConfig};
 use crate::drive::{self, LoadConfig};
 use crate::measure::capacity::{geometric, CapacityPlan, DEFAULT_THROUGHPUT_TOLERANCE};
+use crate::plan::schedule::MAX_RATE;
 
 #[derive(Args, Debug)]
 pub(super) struct CapacityArgs {
@@ -83,12 +84,10 @@ impl CapacityArgs {
     }
 }
 
-fn positive(name: &str, v: f64) -> anyhow::Result<f64> {
-    if v.is_finite() && v > 0.0 {
-        Ok(v)
-    } else {
-        anyhow::bail!("--{name} must be a positive number, got {v}")
-    }
+/// A coarse rate given by `--{flag}`, in the range an open loop schedules
+/// ([`crate::plan::schedule::check_rate`]).
+fn rate(flag: &str, v: f64) -> anyhow::Result<f64> {
+    crate::plan::schedule::check_rate(flag, v).map_err(anyhow::Error::msg)
 }
 
 fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
@@ -96,19 +95,19 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
     if !(0.0..1.0).contains(&a.throughput_tolerance) {
         anyhow::bail!(
             "--throughput-tolerance must be a share in [0, 1), e.g. 0.1, got {}",
-            a.throughput_tolerance
+            compact(a.throughput_tolerance)
         );
     }
     if !(0.0..=1.0).contains(&a.max_failed) {
         anyhow::bail!(
             "--max-failed must be a share in [0, 1], got {}",
-            a.max_failed
+            compact(a.max_failed)
         );
     }
     let coarse = match (&a.concurrencies, &a.rates) {
         (Some(list), _) => {
             let mut v = Vec::new();
-            for c in list.split(',') {
+            for c in list_items("concurrencies", list)? {
                 let x: u32 = c.trim().parse().map_err(|_| {
                     anyhow::anyhow!("--concurrencies: {c:?} is not a whole number of requests")
                 })?;
@@ -124,12 +123,12 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
         }
         (None, Some(list)) => {
             let mut v = Vec::new();
-            for r in list.split(',') {
+            for r in list_items("rates", list)? {
                 let x: f64 = r
                     .trim()
                     .parse()
                     .map_err(|_| anyhow::anyhow!("--rates: {r:?} is not a number"))?;
-                v.push(positive("rates", x)?);
+                v.push(rate("rates", x)?);
             }
             if v.windows(2).any(|w| w[1] <= w[0]) {
                 anyhow::bail!("--rates must increase, got {list}");
@@ -137,12 +136,24 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
             v
         }
         (None, None) => {
-            positive("start", a.start)?;
+            rate("start", a.start)?;
             if !(a.factor.is_finite() && a.factor > 1.0) {
-                anyhow::bail!("--factor must be above 1, got {}", a.factor);
+                anyhow::bail!("--factor must be above 1, got {}", compact(a.factor));
             }
             if a.max_steps == 0 {
                 anyhow::bail!("--max-steps must be at least 1");
+            }
+            // Every step is checked before the first runs: a step past the most an open loop
+            // schedules would end the search midway.
+            let step = |k: u32| a.start * a.factor.powi(k as i32);
+            if let Some(k) = (0..a.max_steps).find(|&k| step(k) > MAX_RATE) {
+                anyhow::bail!(
+                    "--start {} times --factor {} reaches {} req/s at step {k} of --max-steps {}, past the most an open loop schedules ({MAX_RATE:.0} req/s): lower --factor, --start or --max-steps",
+                    compact(a.start),
+                    compact(a.factor),
+                    compact(step(k)),
+                    a.max_steps
+                );
             }
             geometric(a.start, a.factor, a.max_steps)
         }

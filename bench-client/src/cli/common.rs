@@ -185,21 +185,25 @@ pub fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
-/// The longest time a flag may give: 30 days (a run, a wait or a timeout past it is a typo, and
-/// an instant that far ahead overflows the clock).
-pub(super) const MAX_FLAG_SECS: f64 = 30.0 * 86_400.0;
+/// The items of the comma list flag `--{flag}` ([`crate::plan::list::items`]): at least one, and
+/// none empty.
+pub(super) fn list_items<'a>(flag: &str, s: &'a str) -> anyhow::Result<Vec<&'a str>> {
+    let items = crate::plan::list::items(s).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))?;
+    if items.is_empty() {
+        anyhow::bail!("--{flag} is empty: give a comma list");
+    }
+    Ok(items)
+}
+
+pub(super) use crate::plan::{compact, MAX_FLAG_SECS};
 
 pub(super) fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
     if v.is_finite() && v > 0.0 && v <= MAX_FLAG_SECS {
         Ok(Duration::from_secs_f64(v))
     } else {
-        let v = if v.abs() < 1e9 {
-            v.to_string()
-        } else {
-            format!("{v:e}")
-        };
         anyhow::bail!(
-            "--{name} must be a positive number of seconds, at most 30 days ({MAX_FLAG_SECS}), got {v}"
+            "--{name} must be a positive number of seconds, at most 30 days ({MAX_FLAG_SECS}), got {}",
+            compact(v)
         )
     }
 }

@@ -285,10 +285,9 @@ pub(super) fn run_predict(a: PredictArgs) -> Result<ExitCode, CliError> {
                 crate::plan::parse_contexts(s).map_err(|e| usage(format!("--{flag}: {e:#}")))
             };
             let (isl, osl) = (list("isl", i)?, list("osl", o)?);
-            let conc: Vec<u32> = c
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
+            let conc: Vec<u32> = super::common::list_items("concurrency", c)
+                .map_err(CliError::Usage)?
+                .into_iter()
                 .map(|s| match s.parse::<u32>() {
                     Ok(v) if v >= 1 => Ok(v),
                     _ => Err(usage(format!(

@@ -97,7 +97,8 @@ impl Slo {
     /// Parse `ttft=MS,tpot=MS` (either may be left out).
     pub fn parse(s: &str) -> Result<Self, String> {
         let mut slo = Slo::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let parts = crate::plan::list::items(s).map_err(|e| format!("--slo: {e}"))?;
+        for part in parts {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| format!("--slo expects ttft=MS,tpot=MS, got {part:?}"))?;

@@ -15,12 +15,15 @@ pub enum ContextsError {
     /// The list is empty.
     #[error("no context lengths given")]
     Empty,
+    /// One item is empty (`1k,,2k`).
+    #[error(transparent)]
+    EmptyItem(#[from] super::list::EmptyItem),
 }
 
 /// Parse a context list such as `1k,2k,185k` or `512,1024` (k = 1,000 tokens).
 pub fn parse_contexts(s: &str) -> Result<Vec<u32>, ContextsError> {
     let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in super::list::items(s)? {
         let (num, mult) = match part.strip_suffix(['k', 'K']) {
             Some(n) => (n, 1000.0),
             None => (part, 1.0),
@@ -53,6 +56,12 @@ mod tests {
         assert_eq!(parse_contexts(DEFAULT_CONTEXTS).unwrap().len(), 9);
         assert!(parse_contexts("abc").is_err());
         assert!(parse_contexts("").is_err());
+        assert_eq!(
+            parse_contexts("1k,,2k"),
+            Err(ContextsError::EmptyItem(crate::plan::list::EmptyItem(
+                "1k,,2k".into()
+            )))
+        );
         assert!(parse_contexts("0").is_err());
         assert!(parse_contexts("1e20").is_err());
         // A context is a prompt built whole: four billion tokens would take 16 GB.

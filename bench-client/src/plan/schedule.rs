@@ -110,6 +110,28 @@ pub struct Schedule {
 /// The highest open-loop rate, req/s: a gap under a microsecond is no schedule a client keeps.
 pub const MAX_RATE: f64 = 1e6;
 
+/// The lowest open-loop rate, req/s: below a request in about 12 days the schedule leaves the ns
+/// clock's 584 years.
+pub const MIN_RATE: f64 = 1e-6;
+
+/// An open-loop rate given by `--{flag}`, checked: finite, from [`MIN_RATE`] to [`MAX_RATE`]
+/// req/s; the error names the flag.
+pub fn check_rate(flag: &str, rate: f64) -> Result<f64, String> {
+    if !rate.is_finite() || rate < MIN_RATE {
+        return Err(format!(
+            "--{flag} must be a number of at least 0.000001 (req/s), got {}",
+            crate::plan::compact(rate)
+        ));
+    }
+    if rate > MAX_RATE {
+        return Err(format!(
+            "--{flag} must be at most {MAX_RATE:.0} (req/s), got {}",
+            crate::plan::compact(rate)
+        ));
+    }
+    Ok(rate)
+}
+
 /// The most requests an open loop schedules: its arrivals are drawn whole before it starts (16
 /// bytes each).
 pub const MAX_OPEN_REQUESTS: u64 = 10_000_000;
@@ -135,24 +157,15 @@ impl Schedule {
                 kind,
                 burstiness,
             } => {
-                // Below a request in about 12 days the schedule leaves the ns clock's 584 years.
-                if !rate.is_finite() || *rate < 1e-6 {
-                    return Err(format!(
-                        "--request-rate must be a number of at least 0.000001 (req/s), got {rate}"
-                    ));
-                }
+                check_rate("request-rate", *rate)?;
                 if !burstiness.is_finite() || *burstiness <= 0.0 {
                     return Err(format!(
-                        "--burstiness must be a positive number, got {burstiness}"
+                        "--burstiness must be a positive number, got {}",
+                        crate::plan::compact(*burstiness)
                     ));
                 }
                 if *kind == ArrivalKind::Poisson && *burstiness != 1.0 {
                     return Err("--burstiness other than 1 needs --arrival gamma".into());
-                }
-                if *rate > MAX_RATE {
-                    return Err(format!(
-                        "--request-rate must be at most {MAX_RATE:.0} (req/s), got {rate:e}"
-                    ));
                 }
                 let planned = match stop {
                     Stop::Requests(n) => n as f64,
@@ -160,7 +173,9 @@ impl Schedule {
                 };
                 if planned > MAX_OPEN_REQUESTS as f64 {
                     return Err(format!(
-                        "an open loop schedules at most {MAX_OPEN_REQUESTS} requests (its arrivals are drawn before it starts); {rate} req/s for this long is {planned:.0}: lower --num-requests, --duration or --request-rate"
+                        "an open loop schedules at most {MAX_OPEN_REQUESTS} requests (its arrivals are drawn before it starts); {} req/s for this long is {}: lower --num-requests, --duration or --request-rate",
+                        crate::plan::compact(*rate),
+                        crate::plan::compact(planned.round())
                     ));
                 }
             }

@@ -43,7 +43,8 @@ pub fn check_target(t: f64) -> Result<f64, String> {
         Ok(t)
     } else {
         Err(format!(
-            "--slo-target/--target must be a share in (0, 1], e.g. 0.95, got {t}"
+            "--slo-target/--target must be a share in (0, 1], e.g. 0.95, got {}",
+            crate::plan::compact(t)
         ))
     }
 }

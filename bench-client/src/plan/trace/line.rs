@@ -200,7 +200,10 @@ pub(super) fn arrival_ms(
             source,
             line,
             field,
-            format!("must be a non-negative number of ms, got {ms}"),
+            format!(
+                "must be a non-negative number of ms, got {}",
+                crate::plan::compact(ms)
+            ),
         ));
     }
     if let Some(p) = prev.filter(|&p| ms < p) {

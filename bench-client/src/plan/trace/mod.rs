@@ -71,13 +71,13 @@ impl TraceOptions {
         if !self.speedup.is_finite() || self.speedup <= 0.0 {
             return Err(format!(
                 "--trace-speedup must be a positive number, got {}",
-                self.speedup
+                crate::plan::compact(self.speedup)
             ));
         }
         if !self.scale.is_finite() || self.scale <= 0.0 {
             return Err(format!(
                 "--trace-scale must be a positive number, got {}",
-                self.scale
+                crate::plan::compact(self.scale)
             ));
         }
         if self.block_size == 0 {
@@ -237,7 +237,7 @@ impl Trace {
                     field,
                     format!(
                         "{n} tokens x --trace-scale {} is more than {} (a prompt is built whole)",
-                        opts.scale,
+                        crate::plan::compact(opts.scale),
                         crate::plan::MAX_TOKENS
                     ),
                 )
