@@ -649,8 +649,34 @@ fn a_folder_or_a_device_as_out_is_refused_before_anything_starts() {
     let folder = dir.path().join("results");
     std::fs::create_dir(&folder).unwrap();
     let f = folder.to_str().unwrap();
+    // A results file under a file: no folder can be made there.
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "").unwrap();
+    let under = file.join("x.jsonl");
+    let u = under.to_str().unwrap();
+    let not_a_folder = format!("{} is a file, not a folder", file.display());
     let sim = ["--simulate", "--no-progress"];
     for (args, says) in [
+        (
+            vec![
+                "load",
+                "--concurrency",
+                "2",
+                "--num-requests",
+                "4",
+                "--out",
+                u,
+            ],
+            not_a_folder.as_str(),
+        ),
+        (
+            vec!["sweep", "--contexts", "1k", "--runs", "1", "--out", u],
+            not_a_folder.as_str(),
+        ),
+        (
+            vec!["capacity", "--slo", "ttft=100", "--out", u],
+            not_a_folder.as_str(),
+        ),
         (
             vec![
                 "load",
@@ -696,7 +722,8 @@ fn a_folder_or_a_device_as_out_is_refused_before_anything_starts() {
     }
     // Nothing was written, in the folder or beside it.
     assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 0);
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    assert!(file.is_file());
 }
 
 #[test]

@@ -240,6 +240,9 @@ fn capacity_run(
             out.display()
         );
     }
+    if let Some(why) = crate::results::not_in_a_folder(&out) {
+        anyhow::bail!("--out {}: {why}", out.display());
+    }
     let written = super::paths::written(&[("--plot", a.plot.as_ref())]);
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests("the results file", [&out]),

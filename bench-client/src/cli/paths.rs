@@ -122,6 +122,9 @@ pub(super) fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
     if let Some(what) = crate::results::not_a_file(path) {
         anyhow::bail!("{flag} {}: {what}, not a file to write", path.display());
     }
+    if let Some(why) = crate::results::not_in_a_folder(path) {
+        anyhow::bail!("{flag} {}: {why}", path.display());
+    }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(dir) = dir {
         std::fs::create_dir_all(dir).map_err(|e| {
@@ -208,6 +211,15 @@ mod tests {
         }
         let e = write_whole(dir.path(), "x").unwrap_err();
         assert!(e.to_string().contains("a folder"), "{e}");
+        // Under a file no folder can be made: said before anything is written.
+        let under = real.join("deeper/p.svg");
+        let e = check_writable("--plot", &under).unwrap_err();
+        let want = format!(
+            "--plot {}: {} is a file, not a folder",
+            under.display(),
+            real.display()
+        );
+        assert_eq!(e.to_string(), want);
         let nested = dir.path().join("a/b/p.toml");
         write_whole(&nested, "p").unwrap();
         assert_eq!(std::fs::read_to_string(&nested).unwrap(), "p");

@@ -26,6 +26,22 @@ pub fn not_a_file(path: &Path) -> Option<&'static str> {
     }
 }
 
+/// Why no file can be made at `path` where a path above it is not a folder (a file, a device):
+/// e.g. `afile is a file, not a folder`. The nearest of its ancestors that exists decides.
+pub fn not_in_a_folder(path: &Path) -> Option<String> {
+    let above = path
+        .ancestors()
+        .skip(1)
+        .filter(|a| !a.as_os_str().is_empty())
+        .find(|a| std::fs::metadata(a).is_ok())?;
+    let what = match std::fs::metadata(above).ok()? {
+        m if m.is_dir() => return None,
+        m if m.is_file() => "a file",
+        _ => "a device, socket or pipe",
+    };
+    Some(format!("{} is {what}, not a folder", above.display()))
+}
+
 /// Whether `path` already holds results. With records there and no `resume`, an error that says how to
 /// go on (`hint` names what must match, e.g. the seed): a new run never mixes into an old file. A
 /// folder or a device is refused: results are a file of their own (and are synced to disk).
@@ -39,6 +55,9 @@ pub fn existing_results(path: &Path, resume: bool, hint: &str) -> anyhow::Result
             "--out {}: {what}, not a results file; name a file{example}",
             path.display()
         );
+    }
+    if let Some(why) = not_in_a_folder(path) {
+        anyhow::bail!("--out {}: {why}", path.display());
     }
     let exists = std::fs::metadata(path)
         .map(|m| m.len() > 0)

@@ -17,8 +17,8 @@ mod tests;
 pub use figures::Figures;
 pub use file::{
     append_manifest, each_record, each_record_strict, existing_results, manifest_path, not_a_file,
-    read_manifest, read_manifests, read_records, read_records_strict, write_records, RecordWriter,
-    SYNC_INTERVAL,
+    not_in_a_folder, read_manifest, read_manifests, read_records, read_records_strict,
+    write_records, RecordWriter, SYNC_INTERVAL,
 };
 pub use identity::{ForeignRun, NotOneRun, OneRun, RequestKey};
 pub use lock::{lock_results, ResultsBusy, ResultsLock};
