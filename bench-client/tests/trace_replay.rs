@@ -342,6 +342,72 @@ fn bad_traces_are_refused_naming_the_file_line_and_field() {
 }
 
 #[test]
+fn a_trace_arriving_past_30_days_is_refused_naming_the_line() {
+    // A replay is a run, and a run lasts at most 30 days: an arrival past that is a unit slip
+    // (an empty run that exits 0 is no answer).
+    let ok = r#"{"timestamp": 0, "input_length": 90, "output_length": 2, "hash_ids": [0]}"#;
+    let past = "more than 30 days (2592000 s, the longest a run may last) after";
+    refused_data(
+        "far.jsonl",
+        &format!(
+            "{ok}\n{}\n",
+            ok.replace("\"timestamp\": 0", "\"timestamp\": 1e300")
+        ),
+        &[
+            "line 2, field timestamp: arrives",
+            past,
+            "the first request",
+        ],
+    );
+    // Thirty days and a millisecond.
+    refused_data(
+        "native.jsonl",
+        "{\"offset_ms\": 0, \"input_len\": 90, \"output_len\": 2}\n{\"offset_ms\": 2592000001, \"input_len\": 90, \"output_len\": 2}\n",
+        &["line 2, field offset_ms: arrives", past, "the start of the run"],
+    );
+    refused_data(
+        "month.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-01 00:00:00,90,2\n2023-12-02 00:00:00,90,2\n",
+        &["line 3, field TIMESTAMP: arrives", past],
+    );
+    refused_data(
+        "minus.jsonl",
+        &format!(
+            "{ok}\n{}\n",
+            ok.replace("\"timestamp\": 0", "\"timestamp\": -1e300")
+        ),
+        &["line 2, field timestamp: must be a non-negative number of ms, got -1e300"],
+    );
+    // A trace slowed down past 30 days: refused at its first line that far into the replay.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("slow.jsonl");
+    let second = ok.replace("\"timestamp\": 0", "\"timestamp\": 1000");
+    std::fs::write(&trace, format!("{ok}\n{second}\n")).unwrap();
+    let out = dir.path().join("r.jsonl");
+    let args = [
+        "load",
+        "--simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = run(&[&args[..], &["--trace-speedup", "1e-300"]].concat());
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert!(
+        err.contains("line 2, field timestamp: arrives")
+            && err.contains("at --trace-speedup 1e-300"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // At most 30 days is replayed (on the engine path's virtual clock, at once).
+    let o = run(&[&args[..], &["--trace-speedup", "1e-3"]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(support::lines(&out), 2, "{}", stderr(&o));
+}
+
+#[test]
 fn bad_trace_flags_are_usage_errors() {
     let f = fixture(AZURE);
     let f = f.to_str().unwrap();

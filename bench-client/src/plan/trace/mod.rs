@@ -242,11 +242,45 @@ impl Trace {
                     ),
                 )
             };
-            let (in_field, out_field) = match format {
-                TraceFormat::Mooncake => ("input_length", "output_length"),
-                TraceFormat::Azure => ("ContextTokens", "GeneratedTokens"),
-                TraceFormat::Native => ("input_len", "output_len"),
+            let (at_field, in_field, out_field, from) = match format {
+                TraceFormat::Mooncake => (
+                    "timestamp",
+                    "input_length",
+                    "output_length",
+                    "the first request",
+                ),
+                TraceFormat::Azure => (
+                    "TIMESTAMP",
+                    "ContextTokens",
+                    "GeneratedTokens",
+                    "the first request",
+                ),
+                TraceFormat::Native => (
+                    "offset_ms",
+                    "input_len",
+                    "output_len",
+                    "the start of the run",
+                ),
             };
+            // A replay is a run: it lasts at most as long as a flag may say (an offset read past
+            // the ns clock is held at its end, and is past this too).
+            let replay_s = r.offset_ns as f64 / 1e9 / opts.speedup;
+            if replay_s > crate::plan::MAX_FLAG_SECS {
+                let sped = if opts.speedup == 1.0 {
+                    String::new()
+                } else {
+                    format!(" at --trace-speedup {}", crate::plan::compact(opts.speedup))
+                };
+                return Err(TraceError::field(
+                    source,
+                    r.line,
+                    at_field,
+                    format!(
+                        "arrives more than 30 days ({} s, the longest a run may last) after {from}{sped}: is it in ms? (--trace-limit or --trace-speedup shortens a long trace)",
+                        crate::plan::MAX_FLAG_SECS
+                    ),
+                ));
+            }
             let input_len = opts
                 .scaled(r.input_len)
                 .ok_or_else(|| too_long(in_field, r.input_len))?;
