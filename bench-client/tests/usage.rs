@@ -68,6 +68,26 @@ fn bad_flags_are_refused_before_anything_starts() {
         "--total-timeout-s",
         &out,
     );
+    // A start more than 30 days ahead (a wrong year, or ns for ms). On the engine path, which
+    // would not wait for it: refused all the same.
+    let far = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 31 * 86_400_000)
+        .to_string();
+    for at in [far.as_str(), "18446744073709551615"] {
+        refused(
+            &[
+                &long[..3],
+                &["--simulate", "--num-requests", "1", "--start-at", at],
+                &long[5..],
+            ]
+            .concat(),
+            "--start-at",
+            &out,
+        );
+    }
     refused(
         &["sweep", "--output-tokens", "0", "--out", o],
         "--output-tokens",
@@ -268,6 +288,41 @@ fn an_empty_item_in_a_comma_list_is_refused_naming_the_flag() {
             "{args:?}: {err}"
         );
     }
+}
+
+#[test]
+fn a_start_at_ahead_is_said_on_one_line_before_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    // Over HTTP on the paused clock: the wait passes at once, and is said all the same.
+    let at = (now_ms + 3 * 3_600_000).to_string();
+    let o = run(&[
+        "load",
+        "--simulate-http",
+        "--concurrency",
+        "1",
+        "--num-requests",
+        "1",
+        "--start-at",
+        &at,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("--start-at: waiting "))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains(" h, until ") && said[0].ends_with("Z, before the first request"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -8,7 +8,9 @@ use clap::Args;
 use super::exit::{self, CliError};
 use crate::report::export::csv::LoadRequests;
 
-use super::common::{default_out, parse_duration, redact_args, Format, ServerArgs};
+use super::common::{
+    compact, default_out, parse_duration, redact_args, Format, ServerArgs, MAX_FLAG_SECS,
+};
 use super::flags::{ArrivalArgs, RunArgs, SloArgs, TimeoutArgs, WorkloadArgs, LOAD_WARMUP};
 use crate::drive::{self, LoadConfig, SessionsConfig};
 use crate::plan::{Planner, SessionPlan, Sessions, Trace};
@@ -38,7 +40,7 @@ pub(super) struct LoadArgs {
     /// Run the I-th of N slices of the same schedule (0-based), e.g. 0/4.
     #[arg(long, default_value = "0/1")]
     shard: String,
-    /// Shared start time, unix ms; every shard of a run gets the same value.
+    /// Shared start time, unix ms, at most 30 days ahead; every shard of a run gets the same value.
     #[arg(long)]
     start_at: Option<u64>,
     #[command(flatten)]
@@ -106,6 +108,22 @@ struct LoadPlan {
     sessions: Option<(Sessions, SessionPlan)>,
 }
 
+/// Refuses a `--start-at` (unix ms) more than 30 days after `now_ms`, as every time flag is
+/// ([`MAX_FLAG_SECS`]): a start that far ahead is a typo (seconds in ns, a wrong year).
+fn check_start_at(start_at: Option<u64>, now_ms: u64) -> anyhow::Result<()> {
+    let Some(at) = start_at else {
+        return Ok(());
+    };
+    let ahead_s = at.saturating_sub(now_ms) as f64 / 1e3;
+    if ahead_s > MAX_FLAG_SECS {
+        anyhow::bail!(
+            "--start-at {at} is {} days from now: it may be at most 30 days ahead (unix ms, e.g. $(( $(date +%s) * 1000 + 60000 )) for a minute from now)",
+            compact((ahead_s / 86_400.0).round())
+        );
+    }
+    Ok(())
+}
+
 /// The plan of the load run the flags ask for (see [`LoadPlan`]); `trace`: the `--trace` file,
 /// read.
 fn load_plan(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadPlan> {
@@ -118,6 +136,7 @@ fn load_plan(a: &LoadArgs, trace: Option<Arc<Trace>>) -> anyhow::Result<LoadPlan
     if a.concurrency.is_some() && a.arrivals.max_concurrency.is_some() {
         anyhow::bail!("--max-concurrency limits an open loop: leave it out with --concurrency");
     }
+    check_start_at(a.start_at, crate::net::unix::unix_ms_now())?;
     let (wl, arr) = (&a.workload, &a.arrivals);
     let shard = Shard::parse(&a.shard).map_err(anyhow::Error::msg)?;
     let input = LenDist::parse(&wl.input_len).map_err(|e| anyhow::anyhow!("--input-len: {e}"))?;

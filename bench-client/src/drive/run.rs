@@ -19,7 +19,23 @@ pub(super) fn run_start(start_at_unix_ms: Option<u64>) -> (u64, Instant) {
     let now = Instant::now();
     let start_unix_ms = start_at_unix_ms.unwrap_or(now_ms);
     let base = if start_unix_ms >= now_ms {
-        now + Duration::from_millis(start_unix_ms - now_ms)
+        let wait = Duration::from_millis(start_unix_ms - now_ms);
+        // A wait the user would notice is said, with its end, so a run that seems stuck is not.
+        if wait > Duration::from_secs(1) {
+            let until = i64::try_from(start_unix_ms)
+                .ok()
+                .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+                .map_or_else(|| format!("unix ms {start_unix_ms}"), |t| t.to_string());
+            let s = wait.as_secs_f64();
+            let long = match s {
+                s if s < 120.0 => format!("{s:.1} s"),
+                s if s < 7_200.0 => format!("{:.1} min", s / 60.0),
+                s if s < 172_800.0 => format!("{:.1} h", s / 3_600.0),
+                s => format!("{:.1} days", s / 86_400.0),
+            };
+            eprintln!("--start-at: waiting {long}, until {until}, before the first request");
+        }
+        now + wait
     } else {
         let late = Duration::from_millis(now_ms - start_unix_ms);
         tracing::warn!("--start-at is {late:?} in the past: the first requests start late and their client_queue_time shows it");
