@@ -782,6 +782,50 @@ fn a_folder_or_a_device_as_out_is_refused_before_anything_starts() {
 }
 
 #[test]
+fn report_and_compare_refuse_an_output_under_a_file_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("r.jsonl");
+    let r = res.to_str().unwrap();
+    let o = run(&[
+        "load",
+        "--simulate",
+        "--no-progress",
+        "--no-saturation",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "4",
+        "--out",
+        r,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "").unwrap();
+    let under = file.join("p.svg");
+    let u = under.to_str().unwrap();
+    let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    for (args, flag) in [
+        (vec!["report", r, "--plot", u], "--plot"),
+        (vec!["report", r, "--html", u], "--html"),
+        (vec!["compare", r, r, "--plot", u], "--plot"),
+        (vec!["compare", r, r, "--html", u], "--html"),
+    ] {
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
+        let says = format!(
+            "error: {flag} {u}: {} is a file, not a folder",
+            file.display()
+        );
+        assert!(err.starts_with(&says), "{args:?}: {err}");
+        // Said before reading: no summary was printed.
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), before.len());
+    assert!(file.is_file());
+}
+
+#[test]
 fn a_table_preset_says_where_a_run_on_it_parts_from_its_rows() {
     let dir = tempfile::tempdir().unwrap();
     let small = [

@@ -375,8 +375,7 @@ pub(super) async fn run_capacity(a: CapacityArgs) -> Result<ExitCode, CliError> 
     }
     if let Some(p) = &a.plot {
         let svg = export::svg(r)?;
-        std::fs::write(p, svg)
-            .map_err(|e| anyhow::anyhow!("writing the plot {}: {e}", p.display()))?;
+        super::paths::write_whole(p, &svg)?;
         eprintln!("plot written to {}", p.display());
     }
     if r.capacity.is_none() {

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 
 use super::common::Format;
@@ -183,14 +182,17 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
         bootstrap: b,
         slo,
     } = check(&a).map_err(CliError::Usage)?;
+    let outputs =
+        super::paths::written(&[("--plot", a.plot.as_ref()), ("--html", a.html.as_ref())]);
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests(
             "the results file",
             base_files.iter().chain(&new_files),
         ),
-        &super::paths::written(&[("--plot", a.plot.as_ref()), ("--html", a.html.as_ref())]),
+        &outputs,
     )
     .map_err(CliError::Usage)?;
+    super::paths::check_all_writable(&outputs).map_err(CliError::Usage)?;
     let (workload, workload_notes) = workload_differences(&base_files, &new_files);
     if !workload.is_empty() && !a.allow_different_workloads {
         return Err(CliError::Data(anyhow::anyhow!(
@@ -277,7 +279,7 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     if let Some(p) = &a.plot {
         match &plot {
             Some(svg) => {
-                std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
+                super::paths::write_whole(p, svg)?;
                 eprintln!("plot written to {}", p.display());
             }
             None => eprintln!("--plot: only sweep comparisons are plotted; no plot written"),
@@ -285,7 +287,7 @@ pub(super) fn run_compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     }
     if let Some(h) = &a.html {
         let page = export::html::compare_page(&report, plot.as_deref())?;
-        std::fs::write(h, page).with_context(|| format!("writing {}", h.display()))?;
+        super::paths::write_whole(h, &page)?;
         eprintln!("HTML report written to {}", h.display());
     }
     if a.fail_on_regression && report.any_worse() {

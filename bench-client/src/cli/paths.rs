@@ -115,6 +115,11 @@ pub(super) fn written<'a>(outs: &[(&'static str, Option<&'a PathBuf>)]) -> Vec<W
         .collect()
 }
 
+/// [`check_writable`] of each output given.
+pub(super) fn check_all_writable(outs: &[Written]) -> anyhow::Result<()> {
+    outs.iter().try_for_each(|w| check_writable(w.flag, w.path))
+}
+
 /// Refuses an output path no file can be written to, before any work: an existing folder, device
 /// or other file that is not a regular one (a link is followed), a folder that cannot be made, or
 /// one in which no file can be made (tried with an empty file, removed at once).

@@ -55,7 +55,7 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
     }
     if let Some(p) = &out.plot {
         let svg = export::svg::sweep(report)?;
-        std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
+        super::paths::write_whole(p, &svg)?;
         eprintln!("plot written to {}", p.display());
     }
     Ok(())
@@ -63,14 +63,16 @@ pub(super) fn emit(report: &Report, out: &Output) -> anyhow::Result<()> {
 
 pub(super) fn run_report(mut a: ReportArgs) -> Result<ExitCode, CliError> {
     a.files = results_files(&a.files);
+    let outputs = super::paths::written(&[
+        ("--plot", a.output.plot.as_ref()),
+        ("--html", a.html.as_ref()),
+    ]);
     super::paths::refuse_overwrites(
         &super::paths::results_and_manifests("the results file", &a.files),
-        &super::paths::written(&[
-            ("--plot", a.output.plot.as_ref()),
-            ("--html", a.html.as_ref()),
-        ]),
+        &outputs,
     )
     .map_err(CliError::Usage)?;
+    super::paths::check_all_writable(&outputs).map_err(CliError::Usage)?;
     let slo = match &a.slo {
         Some(text) => Slo::parse(text).map_err(|e| CliError::Usage(anyhow::Error::msg(e)))?,
         None => crate::report::compare::manifest_slo(&a.files).unwrap_or_default(),
@@ -132,7 +134,7 @@ pub(super) fn run_report(mut a: ReportArgs) -> Result<ExitCode, CliError> {
     if let Some(s) = &load {
         if let (Some(p), None) = (&a.output.plot, &sweep) {
             let svg = export::svg::load(s)?;
-            std::fs::write(p, svg).with_context(|| format!("writing {}", p.display()))?;
+            super::paths::write_whole(p, &svg)?;
             eprintln!("plot written to {}", p.display());
         }
         print_load(s, a.output.format, || match csv_rows {
@@ -162,7 +164,7 @@ pub(super) fn run_report(mut a: ReportArgs) -> Result<ExitCode, CliError> {
             server_cache,
             slowest,
         })?;
-        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+        super::paths::write_whole(path, &page)?;
         eprintln!("HTML report written to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
