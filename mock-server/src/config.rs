@@ -27,6 +27,18 @@ pub enum ConfigError {
     File { path: String, reason: String },
 }
 
+/// A number as messages show a value given: as written for everyday magnitudes, in e-notation
+/// (`1e300`, `1e-7`) from a billion up and below a ten-thousandth, where the decimal form runs to
+/// hundreds of digits.
+pub fn compact(v: f64) -> String {
+    let a = v.abs();
+    if a < 1e9 && (a >= 1e-4 || a == 0.0) {
+        v.to_string()
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// Every parameter of the simulated server. TOML keys equal the field names; the CLI flags
 /// are named like SGLang's server arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -395,7 +407,8 @@ impl Config {
         ];
         if let Some((key, v)) = costs.iter().find(|(_, c)| !c.is_finite() || *c < 0.0) {
             return Err(ConfigError::Invalid(format!(
-                "{key} = {v}: cost-model and activation parameters must be finite and non-negative"
+                "{key} = {}: cost-model and activation parameters must be finite and non-negative",
+                compact(*v)
             )));
         }
         // Past these no server runs (an hour a pass, a second a token): a value past one is a
@@ -422,7 +435,8 @@ impl Config {
         ];
         if let Some((key, v, most)) = ceilings.iter().find(|(_, v, most)| v > most) {
             return Err(ConfigError::Invalid(format!(
-                "{key} = {v} s is past any server's ({most} s at most): is it in seconds?"
+                "{key} = {} s is past any server's ({most} s at most): is it in seconds?",
+                compact(*v)
             )));
         }
         match self.speculative_algorithm.to_ascii_uppercase().as_str() {

@@ -25,17 +25,7 @@ pub const MAX_TOKENS: u32 = 1 << 24;
 /// typo, and an instant that far ahead overflows the clock).
 pub const MAX_FLAG_SECS: f64 = 30.0 * 86_400.0;
 
-/// A number as messages show a value given: as written for everyday magnitudes, in e-notation
-/// (`1e300`, `1e-7`) from a billion up and below a ten-thousandth, where the decimal form runs to
-/// hundreds of digits.
-pub fn compact(v: f64) -> String {
-    let a = v.abs();
-    if a < 1e9 && (a >= 1e-4 || a == 0.0) {
-        v.to_string()
-    } else {
-        format!("{v:e}")
-    }
-}
+pub use mock_server::config::compact;
 
 pub use contexts::{parse_contexts, ContextsError, DEFAULT_CONTEXTS};
 pub use prompt::{Prompt, PromptGen, DEFAULT_ID_RANGE};
@@ -44,24 +34,3 @@ pub use schedule::{ArrivalKind, Arrivals, Schedule, Shard, Slot, Stop};
 pub use session::{Conversation, PlannedTurn, SessionPlan, Sessions, ThinkTime, TurnOutput};
 pub use trace::{Trace, TraceEntry, TraceError, TraceFormat, TraceOptions};
 pub use workload::{LenDist, Planner, Workload};
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn compact_numbers_are_short_at_any_magnitude() {
-        use super::compact;
-        for (v, want) in [
-            (0.0, "0"),
-            (0.5, "0.5"),
-            (2592000.0, "2592000"),
-            (-12.25, "-12.25"),
-            (1e300, "1e300"),
-            (-1e300, "-1e300"),
-            (1e-7, "1e-7"),
-            (1.5e9, "1.5e9"),
-            (f64::INFINITY, "inf"),
-        ] {
-            assert_eq!(compact(v), want, "{v}");
-        }
-    }
-}

@@ -150,3 +150,26 @@ fn a_table_preset_names_where_its_rows_end() {
         "{note}"
     );
 }
+
+#[test]
+fn compact_numbers_are_short_at_any_magnitude() {
+    for (v, want) in [
+        (0.0, "0"),
+        (0.5, "0.5"),
+        (2592000.0, "2592000"),
+        (-12.25, "-12.25"),
+        (1e300, "1e300"),
+        (-1e300, "-1e300"),
+        (1e-7, "1e-7"),
+        (1.5e9, "1.5e9"),
+        (f64::INFINITY, "inf"),
+    ] {
+        assert_eq!(compact(v), want, "{v}");
+    }
+    // A parameter's check shows a huge value the same way.
+    let mut c = Config::default();
+    c.set("prefill_per_token_s", "1e300").unwrap();
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("prefill_per_token_s = 1e300 s is past"), "{e}");
+    assert!(e.len() < 200, "{e}");
+}
