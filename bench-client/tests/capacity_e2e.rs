@@ -286,6 +286,17 @@ fn bad_flags_are_refused_with_64() {
             vec!["--slo", "ttft=500", "--start", "1e5", "--factor", "3"],
             "--max-steps",
         ),
+        (
+            vec![
+                "--slo",
+                "ttft=500",
+                "--factor",
+                "1.000000001",
+                "--max-steps",
+                "4000000000",
+            ],
+            "--max-steps",
+        ),
         (vec!["--slo", "ttft=500", "--rates", "1,,2"], "--rates"),
         (
             vec!["--slo", "ttft=500", "--concurrencies", "1,2,"],

@@ -90,6 +90,9 @@ fn rate(flag: &str, v: f64) -> anyhow::Result<f64> {
     crate::plan::schedule::check_rate(flag, v).map_err(anyhow::Error::msg)
 }
 
+/// The most coarse steps `--max-steps` may ask for.
+const MAX_COARSE_STEPS: u32 = 1000;
+
 fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
     let target = a.slo.target()?.unwrap_or(CAPACITY_TARGET);
     if !(0.0..1.0).contains(&a.throughput_tolerance) {
@@ -140,8 +143,13 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
             if !(a.factor.is_finite() && a.factor > 1.0) {
                 anyhow::bail!("--factor must be above 1, got {}", compact(a.factor));
             }
-            if a.max_steps == 0 {
-                anyhow::bail!("--max-steps must be at least 1");
+            // Each coarse step is a run of its own: past a thousand the number is a typo, and the
+            // rates are listed before the search starts.
+            if !(1..=MAX_COARSE_STEPS).contains(&a.max_steps) {
+                anyhow::bail!(
+                    "--max-steps must be from 1 to {MAX_COARSE_STEPS}, got {}",
+                    a.max_steps
+                );
             }
             // Every step is checked before the first runs: a step past the most an open loop
             // schedules would end the search midway.
