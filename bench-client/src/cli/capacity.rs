@@ -153,17 +153,17 @@ fn plan(a: &CapacityArgs) -> anyhow::Result<CapacityPlan> {
             }
             // Every step is checked before the first runs: a step past the most an open loop
             // schedules would end the search midway.
-            let step = |k: u32| a.start * a.factor.powi(k as i32);
-            if let Some(k) = (0..a.max_steps).find(|&k| step(k) > MAX_RATE) {
+            let rates = geometric(a.start, a.factor, a.max_steps);
+            if let Some(k) = rates.iter().position(|&r| r > MAX_RATE) {
                 anyhow::bail!(
                     "--start {} times --factor {} reaches {} req/s at step {k} of --max-steps {}, past the most an open loop schedules ({MAX_RATE:.0} req/s): lower --factor, --start or --max-steps",
                     compact(a.start),
                     compact(a.factor),
-                    compact(step(k)),
+                    compact(rates[k]),
                     a.max_steps
                 );
             }
-            geometric(a.start, a.factor, a.max_steps)
+            rates
         }
     };
     Ok(CapacityPlan {
