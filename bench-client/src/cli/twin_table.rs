@@ -14,7 +14,7 @@ use crate::report::twin_table::{self, mapes, RowView};
 use crate::results::table::{read_table, select_deployment, shape_error, Measured, TableRow};
 use crate::twin::base_preset;
 use crate::twin::discrepancy;
-use crate::twin::scheduler::rows_scheduler;
+use crate::twin::scheduler::{rows_chunk, rows_scheduler};
 use crate::twin::table::{
     chooses_chunk, fit_table, point_of, predict_rows, TableFit, TableFitOptions, CHUNK_CHOICES,
     UNCHUNKED, UNREACHED_COST,
@@ -82,10 +82,20 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         );
     }
     let (mixed, scheduler_from) = rows_scheduler(&rows, a.backend.map(|b| b != Backend::Sglang));
-    let (chunk, chunk_choices) = match a.chunked_prefill_size {
-        Some(c) if c > 0 => (c as usize, Vec::new()),
-        Some(_) => (UNCHUNKED, Vec::new()),
-        None => (CHUNK_CHOICES[0], CHUNK_CHOICES.to_vec()),
+    // The prefill tokens a pass: the flag's, else the server's default on the table's
+    // accelerator (its launch is taken not to set them), else the rows' best fit.
+    let backend = a.backend.map(|b| match b {
+        Backend::Sglang => "sglang",
+        Backend::Vllm => "vllm",
+        Backend::Trtllm => "trtllm",
+    });
+    let server_default =
+        rows_chunk(&rows[..table_rows], backend).filter(|_| a.chunked_prefill_size.is_none());
+    let (chunk, chunk_choices) = match (a.chunked_prefill_size, &server_default) {
+        (Some(c), _) if c > 0 => (c as usize, Vec::new()),
+        (Some(_), _) => (UNCHUNKED, Vec::new()),
+        (None, Some((c, _))) => (*c, Vec::new()),
+        (None, None) => (CHUNK_CHOICES[0], CHUNK_CHOICES.to_vec()),
     };
     let opts = TableFitOptions {
         chunk,
@@ -120,6 +130,8 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
         format!("the best fit of {choices} prefill tokens a pass")
     } else if chunk >= UNCHUNKED {
         "each prompt prefilled in one pass".to_string()
+    } else if let Some((_, why)) = &server_default {
+        format!("{chunk} prefill tokens a pass ({why}; --chunked-prefill-size sets another)")
     } else {
         format!("{chunk} prefill tokens a pass")
     };
@@ -178,7 +190,9 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             capacity: fit.capacity,
             pair_held: fit.pair_held,
             scheduler_from,
-            chunk_from: &if choices.is_empty() {
+            chunk_from: &if let Some((_, why)) = &server_default {
+                format!("ASSUMED: {why}, where the launch does not set it")
+            } else if choices.is_empty() {
                 "ASSUMED: --chunked-prefill-size".to_string()
             } else if !chosen {
                 format!("ASSUMED: {chunk}, every row has one input length (the rows cannot tell {choices} apart)")
@@ -306,6 +320,7 @@ pub(super) fn run_predict(a: PredictArgs) -> Result<ExitCode, CliError> {
                             line: 0,
                             deployment: None,
                             backend: None,
+                            gpu: None,
                             isl: i,
                             osl: o,
                             concurrency: c,

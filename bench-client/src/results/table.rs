@@ -1,7 +1,8 @@
 //! Aggregate tables: one closed-loop point per CSV row (`isl`, `osl`, `concurrency`, and where
 //! measured the mean `ttft_ms` and `tpot_ms`), as AIPerf, bench_serving and vendor pages report
-//! them. Other columns are ignored except `deployment` (which server a row is) and `backend`
-//! (whose scheduler). Every error names the file, the line and the column.
+//! them. Other columns are ignored except `deployment` (which server a row is), `backend` (whose
+//! scheduler) and `gpu` (which sets the server's default prefill tokens a pass). Every error names
+//! the file, the line and the column.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -13,6 +14,8 @@ pub struct TableRow {
     pub line: u64,
     pub deployment: Option<String>,
     pub backend: Option<String>,
+    /// The accelerator's name (`h100_sxm`, `B200`), where the table has a `gpu` column.
+    pub gpu: Option<String>,
     pub isl: u32,
     pub osl: u32,
     pub concurrency: u32,
@@ -110,6 +113,7 @@ pub fn parse_table(
         "tpot_ms",
         "deployment",
         "backend",
+        "gpu",
     ] {
         if headers
             .iter()
@@ -133,7 +137,7 @@ pub fn parse_table(
         Measured::Required => (Some(need("ttft_ms")?), Some(need("tpot_ms")?)),
         Measured::Optional => (col("ttft_ms"), col("tpot_ms")),
     };
-    let (dep, backend) = (col("deployment"), col("backend"));
+    let (dep, backend, gpu) = (col("deployment"), col("backend"), col("gpu"));
     let mut rows = Vec::new();
     for rec in rd.records() {
         let rec = rec.map_err(|e| {
@@ -184,6 +188,7 @@ pub fn parse_table(
             line,
             deployment: text(dep),
             backend: text(backend),
+            gpu: text(gpu),
             isl: count(isl)?,
             osl: count(osl)?,
             concurrency: count(conc)?,

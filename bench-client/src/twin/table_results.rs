@@ -41,6 +41,7 @@ fn row_of_means((isl, osl, concurrency): (u32, u32, u32), (ttft, tpot): (f64, f6
         line: 0,
         deployment: None,
         backend: None,
+        gpu: None,
         isl,
         osl,
         concurrency,

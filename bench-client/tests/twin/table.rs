@@ -172,6 +172,39 @@ fn a_closed_stdout_loses_no_preset() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+#[test]
+fn a_table_naming_its_gpu_runs_at_the_server_s_default_chunk() {
+    // SGLang on a B200 (180 GiB) prefills 16,384 tokens a pass unless its launch says otherwise:
+    // the fit runs there instead of choosing among chunks, and the preset says where it came from.
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("rows.csv");
+    let rows = good_rows().replace("deployment,backend,", "deployment,backend,gpu,");
+    let rows = rows.replace("a,sglang,", "a,sglang,b200_sxm,");
+    std::fs::write(&table, rows).unwrap();
+    let preset = dir.path().join("twin.toml");
+    let o = run(&[
+        "calibrate",
+        "--table",
+        table.to_str().unwrap(),
+        "--out",
+        preset.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("16384 prefill tokens a pass (sglang's default on b200_sxm (180 GiB)"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&preset).unwrap();
+    assert!(text.contains("chunked_prefill_size = 16384"), "{text}");
+    assert!(
+        text.contains(
+            "ASSUMED: sglang's default on b200_sxm (180 GiB), where the launch does not set it"
+        ),
+        "{text}"
+    );
+}
+
 /// The known twin the round trip starts from: SGLang's scheduler, passes of 1,024 tokens.
 fn known() -> (mock_server::Config, TableModel, TableFitOptions) {
     let opts = TableFitOptions {
@@ -555,6 +588,7 @@ fn a_row_no_batch_can_reach_is_reported_beside_the_fit() {
         line,
         deployment: None,
         backend: None,
+        gpu: None,
         isl: 1024,
         osl: 32,
         concurrency: 2,
@@ -731,6 +765,7 @@ fn a_shape_s_discrepancy_carries_to_its_other_concurrencies_and_half_to_the_near
             line: 0,
             deployment: None,
             backend: None,
+            gpu: None,
             isl,
             osl,
             concurrency: c,

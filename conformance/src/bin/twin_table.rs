@@ -20,7 +20,7 @@ use bench_client::report::grid::{Col, Grid};
 use bench_client::report::twin_table::mape_text;
 use bench_client::results::table::{read_table, Measured, TableRow};
 use bench_client::twin::discrepancy::{of_row, ratios};
-use bench_client::twin::scheduler::rows_scheduler;
+use bench_client::twin::scheduler::{rows_chunk, rows_scheduler};
 use bench_client::twin::table::{fit_table, predict_point, TableFitOptions, CHUNK_CHOICES};
 use clap::Parser;
 use mock_server::config::Discrepancy;
@@ -192,7 +192,8 @@ struct Args {
     /// use 80 for P1 and 60 for P2).
     #[arg(long)]
     max_evals: Option<u64>,
-    /// Prefill tokens a pass (chosen among 8,192, 16,384 and 32,768 where not given).
+    /// Prefill tokens a pass (where not given, the server's default on the rows' GPU, else
+    /// chosen among 8,192, 16,384 and 32,768).
     #[arg(long)]
     chunk: Option<usize>,
 }
@@ -228,7 +229,9 @@ fn main() -> anyhow::Result<()> {
         if let Some(m) = max_evals {
             opts.max_evals = m;
         }
-        match chunk {
+        // As `calibrate --table` chooses: the flag's, the server's default on the rows' GPU, or
+        // the rows' best fit.
+        match chunk.or_else(|| rows_chunk(rows, None).map(|c| c.0)) {
             Some(c) => opts.chunk = c,
             None => opts.chunk_choices = CHUNK_CHOICES.to_vec(),
         }
