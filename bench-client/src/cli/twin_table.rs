@@ -14,7 +14,7 @@ use crate::report::twin_table::{self, mapes, RowView};
 use crate::results::table::{read_table, select_deployment, shape_error, Measured, TableRow};
 use crate::twin::base_preset;
 use crate::twin::discrepancy;
-use crate::twin::scheduler::{rows_chunk, rows_scheduler};
+use crate::twin::scheduler::{mixed_passes, rows_chunk, rows_scheduler};
 use crate::twin::table::{
     chooses_chunk, fit_table, point_of, predict_rows, TableFit, TableFitOptions, CHUNK_CHOICES,
     UNCHUNKED, UNREACHED_COST,
@@ -31,6 +31,18 @@ pub(super) enum Backend {
     Vllm,
     /// TensorRT-LLM's in-flight batching: prefill and decode in one pass, as vLLM's.
     Trtllm,
+}
+
+impl Backend {
+    /// The server's name as the table's `backend` column gives it, read by the same rules
+    /// (`twin::scheduler`) for its scheduler and its default prefill tokens a pass.
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sglang => "sglang",
+            Backend::Vllm => "vllm",
+            Backend::Trtllm => "trtllm",
+        }
+    }
 }
 
 /// What `calibrate --table` is asked.
@@ -81,14 +93,10 @@ pub(super) fn run_calibrate_table(a: TableCalibration) -> Result<ExitCode, CliEr
             if twice == 1 { "row repeats" } else { "rows repeat" }
         );
     }
-    let (mixed, scheduler_from) = rows_scheduler(&rows, a.backend.map(|b| b != Backend::Sglang));
+    let backend = a.backend.map(Backend::name);
+    let (mixed, scheduler_from) = rows_scheduler(&rows, backend.and_then(mixed_passes));
     // The prefill tokens a pass: the flag's, else the server's default on the table's
     // accelerator (its launch is taken not to set them), else the rows' best fit.
-    let backend = a.backend.map(|b| match b {
-        Backend::Sglang => "sglang",
-        Backend::Vllm => "vllm",
-        Backend::Trtllm => "trtllm",
-    });
     let server_default =
         rows_chunk(&rows[..table_rows], backend).filter(|_| a.chunked_prefill_size.is_none());
     let (chunk, chunk_choices) = match (a.chunked_prefill_size, &server_default) {
